@@ -1,0 +1,1 @@
+"""tito: the TinyTorch course command line (export, test, status, reset, release, doctor)."""

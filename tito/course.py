@@ -1,0 +1,101 @@
+"""Where the course lives: the repository root, its settings and its modules.
+
+Every tito command starts here.  Nothing in this file writes anything.
+"""
+from __future__ import annotations
+
+import configparser
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SETTINGS_FILE = "settings.ini"
+MODULE_DIR_PATTERN = re.compile(r"^(\d\d)_([a-z0-9_]+)$")
+
+
+class CourseError(Exception):
+    """A problem the user can fix; tito prints the message and exits with status 1."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    lib_name: str
+    lib_path: Path
+    nbs_path: Path
+    tests_path: Path
+    state_path: Path
+    version: str
+    min_python: str
+
+
+@dataclass(frozen=True)
+class CourseModule:
+    """One numbered module: `modules/12_attention/attention_dev.py` is number "12", name "attention"."""
+
+    number: str
+    name: str
+    folder: Path
+    notebook: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.number}_{self.name}"
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above `start` that holds the course's settings.ini."""
+    here = (start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        settings = folder / SETTINGS_FILE
+        if settings.is_file() and "lib_name" in settings.read_text(encoding="utf-8"):
+            return folder
+    raise CourseError(
+        f"No TinyTorch course found at or above {here}: run tito inside the repository "
+        f"(the folder that holds {SETTINGS_FILE})."
+    )
+
+
+def load_settings(root: Path | None = None) -> Settings:
+    root = find_root() if root is None else Path(root).resolve()
+    parser = configparser.ConfigParser()
+    parser.read(root / SETTINGS_FILE, encoding="utf-8")
+    cfg = parser["DEFAULT"]
+    return Settings(
+        root=root,
+        lib_name=cfg["lib_name"],
+        lib_path=root / cfg["lib_path"],
+        nbs_path=root / cfg["nbs_path"],
+        tests_path=root / cfg.get("tests_path", "tests"),
+        state_path=root / cfg.get("state_path", ".tito"),
+        version=cfg["version"],
+        min_python=cfg.get("min_python", "3.10"),
+    )
+
+
+def list_modules(settings: Settings) -> list[CourseModule]:
+    """All modules in course order (the order of their numbers)."""
+    found = []
+    if settings.nbs_path.is_dir():
+        for folder in sorted(settings.nbs_path.iterdir()):
+            match = MODULE_DIR_PATTERN.match(folder.name)
+            notebook = folder / f"{match.group(2)}_dev.py" if match else None
+            if match and notebook.is_file():
+                found.append(CourseModule(match.group(1), match.group(2), folder, notebook))
+    return found
+
+
+def resolve_module(settings: Settings, name: str) -> CourseModule:
+    """Accept "12_attention", "12", "attention" (or a path to the module folder)."""
+    modules = list_modules(settings)
+    wanted = Path(name).name.strip().lower().removesuffix("_dev.py")
+    for module in modules:
+        if wanted in (module.key, module.number, module.name, str(int(module.number))):
+            return module
+    valid = ", ".join(m.key for m in modules) or "(none: the modules/ folder is empty)"
+    raise CourseError(f"Unknown module {name!r}. Valid modules: {valid}")
+
+
+def resolve_modules(settings: Settings, names: list[str] | None) -> list[CourseModule]:
+    """The named modules, or every module when `names` is empty."""
+    return [resolve_module(settings, n) for n in names] if names else list_modules(settings)

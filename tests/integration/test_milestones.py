@@ -1,0 +1,50 @@
+"""The milestones, end to end: each runs with --fast as a subprocess, exits 0 and prints a passing metric."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MILESTONES = ROOT / "milestones"
+RESULT = re.compile(r"accuracy ([0-9.]+)% vs threshold ([0-9.]+)%: (PASS|FAIL)")
+
+# name -> the smallest accuracy (in %) its --fast run must report
+EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0}
+
+pytestmark = pytest.mark.slow
+
+
+def run_milestone(name: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, str(MILESTONES / f"{name}.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_milestone_file_is_covered_and_documented():
+    found = {p.stem for p in MILESTONES.glob("*.py") if not p.name.startswith("_")}
+    assert set(EXPECTED) <= found
+    for name in EXPECTED:
+        text = (MILESTONES / f"{name}.py").read_text(encoding="utf-8")
+        first_line = text.split('"""')[1].strip().splitlines()[0]
+        assert len(first_line) > 20, f"{name}.py: the docstring's first line should describe the milestone"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_milestone_passes_in_fast_mode(name):
+    result = run_milestone(name, "--fast")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} --fast exited {result.returncode}:\n{output[-3000:]}"
+    matches = RESULT.findall(output)
+    assert matches, f"{name} printed no 'accuracy ...% vs threshold ...%: PASS' line:\n{output[-3000:]}"
+    accuracy, threshold, verdict = matches[-1]
+    assert verdict == "PASS"
+    assert float(accuracy) >= float(threshold) >= EXPECTED[name]
+    assert "epoch" in output  # progress was printed while training
+
+
+def test_milestone_rejects_unknown_arguments():
+    result = run_milestone("xor", "--no-such-flag")
+    assert result.returncode != 0

@@ -1,0 +1,108 @@
+"""Fixtures for the tito tests: a small, throw-away copy of the course for every test.
+
+Every test works on its own copy (module 01 and its tests, tito, the package), so
+nothing a test does can touch the repository, and the tests can run while others
+edit their modules.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tito.course import CourseModule, Settings, load_settings, resolve_module
+
+REPO = Path(__file__).resolve().parents[2]
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+
+# A tiny module for the cases module 01 cannot show (broken notebooks, failing tests).
+TOY = '''# %% [markdown]
+# # Module 02: Toy
+
+# %%
+#| default_exp core.toy
+
+# %%
+#| export
+def double(x):
+    """Twice x."""
+    ### BEGIN SOLUTION
+    return 2 * x
+    ### END SOLUTION
+
+# %%
+def test_unit_double():
+    assert double(3) == 6
+    print("✓ double")
+
+
+test_unit_double()
+'''
+
+
+def copy_course(dest: Path) -> Path:
+    """Module 01, its tests, tito, the package and the settings: enough to run every command."""
+    for name in ("tito", "tinytorch"):
+        shutil.copytree(REPO / name, dest / name, ignore=IGNORE)
+    shutil.copytree(REPO / "modules" / "01_tensor", dest / "modules" / "01_tensor", ignore=IGNORE)
+    shutil.copytree(REPO / "tests" / "01_tensor", dest / "tests" / "01_tensor", ignore=IGNORE)
+    for name in ("settings.ini", "pyproject.toml", "tests/conftest.py"):
+        shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
+def line_of(text: str, fragment: str, occurrence: int = 1) -> int:
+    """1-based number of the line holding the `occurrence`-th `fragment`."""
+    hits = [n for n, line in enumerate(text.splitlines(), start=1) if fragment in line]
+    return hits[occurrence - 1]
+
+
+class CourseCopy:
+    """A throw-away course in a temporary folder, with the helpers the tests need."""
+
+    TOY = TOY  # the tiny notebook above, for tests that add a module
+    line_of = staticmethod(line_of)
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.settings: Settings = load_settings(root)
+
+    def module(self, key: str) -> CourseModule:
+        return resolve_module(self.settings, key)
+
+    def add_module(self, key: str, text: str) -> Path:
+        """Write `modules/<key>/<name>_dev.py`; return its path."""
+        name = key.split("_", 1)[1]
+        path = self.settings.nbs_path / key / f"{name}_dev.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def package_bytes(self) -> dict[str, bytes]:
+        """Every file of the package by relative path: a snapshot to compare before and after."""
+        lib = self.settings.lib_path
+        return {p.relative_to(lib).as_posix(): p.read_bytes()
+                for p in sorted(lib.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+    def tito(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """`python -m tito ARGS` with this copy's tito, from `cwd` (default: deep inside the copy)."""
+        env = dict(os.environ, PYTHONPATH=str(self.root), COLUMNS="250", NO_COLOR="1")
+        return subprocess.run(
+            [sys.executable, "-m", "tito", *args], cwd=cwd or self.root / "modules" / "01_tensor",
+            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+        )
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> CourseCopy:
+    return CourseCopy(copy_course(tmp_path / "course"))
+
+
+@pytest.fixture(scope="module")
+def shared_course(tmp_path_factory) -> CourseCopy:
+    """One copy for all the tests of a file: only for tests that do not change it."""
+    return CourseCopy(copy_course(tmp_path_factory.mktemp("shared") / "course"))

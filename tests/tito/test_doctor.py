@@ -1,0 +1,27 @@
+"""tito doctor: required problems fail it, each with a fix; the export check really exports."""
+from __future__ import annotations
+
+from tito.doctor import check_export, check_python, required_problems, run_checks
+
+
+def test_this_environment_is_ready(course):
+    checks = {c.name: c for c in run_checks(course.settings)}
+    assert required_problems(list(checks.values())) == []
+    assert checks["nbdev + jupytext export"].detail == "01_tensor → tinytorch.core.tensor"
+    assert {"numpy", "nbdev", "jupytext", "nbclient", "ipykernel", "torch", "cupy"} <= set(checks)
+    assert not checks["cupy"].required and not checks["torch"].required
+
+
+def test_a_broken_first_notebook_is_a_problem_with_a_fix(course):
+    notebook = course.module("01").notebook
+    notebook.write_text(notebook.read_text(encoding="utf-8").replace("#| default_exp core.tensor", ""),
+                        encoding="utf-8")
+    check = check_export(course.settings)
+    assert not check.ok and "default_exp" in check.detail and "tito export 01_tensor" in check.fix
+    assert required_problems([check]) == [check]
+
+
+def test_too_old_a_python_is_required(course):
+    old = course.settings.__class__(**{**course.settings.__dict__, "min_python": "9.0"})
+    check = check_python(old)
+    assert not check.ok and check.required and "Python 9.0" in check.fix

@@ -1,0 +1,58 @@
+"""tito milestone / tito bench: listed from their docstrings, run with their exit status."""
+from __future__ import annotations
+
+import pytest
+
+from tito.course import CourseError
+from tito.programs import find_program, list_programs
+
+
+@pytest.fixture
+def milestones(course):
+    folder = course.root / "milestones"
+    folder.mkdir()
+    (folder / "xor.py").write_text(
+        '"""Learn XOR with a two-layer MLP.\n\nMore text."""\nimport sys\n'
+        'print("fast" if "--fast" in sys.argv else "slow")\nsys.exit(3)\n', encoding="utf-8")
+    (folder / "_shared.py").write_text("raise RuntimeError('a helper, never listed or imported')\n",
+                                       encoding="utf-8")
+    (folder / "broken.py").write_text("def (:\n", encoding="utf-8")
+    return folder
+
+
+def test_list_reads_docstrings_without_importing(milestones):
+    programs = {p.name: p.summary for p in list_programs(milestones)}
+    assert programs["xor"] == "Learn XOR with a two-layer MLP."
+    assert programs["broken"].startswith("(cannot read")
+    assert "_shared" not in programs
+
+
+def test_run_passes_output_and_exit_status_through(course, milestones):
+    done = course.tito("milestone", "run", "xor", "--fast")
+    assert done.returncode == 3
+    assert "fast" in done.stdout and "slow" not in done.stdout
+    listing = course.tito("milestone", "list")
+    assert listing.returncode == 0 and "Learn XOR with a two-layer MLP." in listing.stdout
+
+
+def test_an_unknown_name_lists_the_valid_ones(course, milestones):
+    with pytest.raises(CourseError, match="Valid names: broken, xor"):
+        find_program(milestones, "xr", "milestone")
+    bench = course.tito("bench", "nothing")
+    assert bench.returncode == 1 and "Unknown benchmark 'nothing'" in bench.stdout
+
+
+def test_run_all_runs_every_milestone_and_fails_if_one_fails(course):
+    folder = course.root / "milestones"
+    folder.mkdir()
+    (folder / "good.py").write_text('"""Passes."""\nprint("good ran")\n', encoding="utf-8")
+    (folder / "bad.py").write_text('"""Fails."""\nimport sys\nprint("bad ran")\nsys.exit(2)\n',
+                                   encoding="utf-8")
+    done = course.tito("milestone", "run", "--all")
+    assert done.returncode == 1
+    assert "good ran" in done.stdout and "bad ran" in done.stdout
+    assert "Summary: 1 passed, 1 failed" in done.stdout
+    (folder / "bad.py").unlink()
+    assert course.tito("milestone", "run", "--all").returncode == 0
+    neither = course.tito("milestone", "run")
+    assert neither.returncode == 1 and "--all" in neither.stdout

@@ -1,0 +1,55 @@
+"""`tito milestone` and `tito bench`: the course's stand-alone programs.
+
+A program is `milestones/<name>.py` or `benchmarks/<name>.py`; the first line of
+its module docstring says what it does (read with `ast`, never imported, so a
+broken program cannot break the listing). It runs as a script and its exit
+status is the verdict (a milestone exits non-zero below its threshold).
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .course import CourseError, Settings
+from .runner import course_env
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    path: Path
+    summary: str  # first line of its docstring, or a note that it has none
+
+
+def _summary(path: Path) -> str:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError) as err:
+        return f"(cannot read: {err})"
+    doc = ast.get_docstring(tree)
+    return doc.strip().splitlines()[0] if doc and doc.strip() else "(no docstring)"
+
+
+def list_programs(folder: Path) -> list[Program]:
+    """The programs in `folder`, sorted by name; files starting with `_` are helpers, not programs."""
+    if not folder.is_dir():
+        return []
+    return [Program(p.stem, p, _summary(p)) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def find_program(folder: Path, name: str, kind: str) -> Program:
+    wanted = Path(name).name.removesuffix(".py")
+    for program in list_programs(folder):
+        if program.name == wanted:
+            return program
+    names = ", ".join(p.name for p in list_programs(folder)) or f"(none: {folder} holds no programs)"
+    raise CourseError(f"Unknown {kind} {name!r}. Valid names: {names}")
+
+
+def run_program(settings: Settings, program: Program, args: list[str]) -> int:
+    """Run a program from the repository root with the course's package; its output goes straight through."""
+    command = [sys.executable, str(program.path), *args]
+    return subprocess.call(command, cwd=settings.root, env=course_env(settings.root))

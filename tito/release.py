@@ -1,0 +1,278 @@
+"""`tito release student DIR` and `tito release check`: the student edition, and proof it needs students.
+
+The student edition is this repository with every solution block's body replaced
+by a `NotImplementedError` stub, the package regenerated from those stubs, and a
+README that tells a student what to do.  Every notebook is checked before
+anything is written, so a bad marker refuses the whole release.
+
+`release check` proves SPEC §7 one module at a time: in a throw-away copy of the
+course where only module M is stubbed, M's notebook script and M's pytest tests
+must *fail* (the reference passing is what `tito test` proves).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .course import CourseError, CourseModule, Settings, list_modules, load_settings
+from .export import export_modules
+from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax,
+                       find_solution_blocks, read_text, stub_text)
+from .runner import ProcessResult, describe_pytest, pytest_counts, run_python
+from .testing import PROGRAM_TIMEOUT_S
+
+# What an edition is made of, besides modules/ (stubbed) and the package (regenerated).
+EDITION_ITEMS = ("tests", "tito", "milestones", "datasets", "benchmarks", ".ci",
+                 "settings.ini", "pyproject.toml", "CONTRIBUTING.md", ".gitignore")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.ipynb",
+                                 ".pytest_cache", ".hypothesis", "*.tito-new")
+STUB_LINE = "raise NotImplementedError("
+# `release check` runs modules in threads; nbdev was not written for that, so exports
+# (a second each) take turns while the tests (the slow part) run side by side.
+_EXPORT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    dest: Path
+    modules: list[str]  # module keys, in course order
+    stubs: int  # solution blocks replaced
+    package_files: int
+
+
+def stubbed_notebooks(settings: Settings, modules: list[CourseModule]) -> dict[str, str]:
+    """{module key: student text} for `modules`; raises NotebookError (file:line) on any bad notebook."""
+    stubbed = {}
+    for module in modules:
+        relpath = module.notebook.relative_to(settings.root).as_posix()
+        text = stub_text(read_text(module.notebook), module.notebook, relpath, module.key)
+        check_syntax(text, module.notebook)
+        stubbed[module.key] = text
+    return stubbed
+
+
+def copy_course(settings: Settings, dest: Path, notebooks: dict[str, str], with_package: bool) -> None:
+    """Copy the course into `dest`, writing `notebooks` ({key: text}) over those modules' notebooks."""
+    for module in list_modules(settings):
+        folder = dest / module.folder.relative_to(settings.root)
+        shutil.copytree(module.folder, folder, ignore=_IGNORE)
+        if module.key in notebooks:
+            (folder / module.notebook.name).write_text(notebooks[module.key], encoding="utf-8")
+    items = [*EDITION_ITEMS, settings.lib_path.name] if with_package else EDITION_ITEMS
+    for name in items:
+        source = settings.root / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=_IGNORE)
+        elif source.is_file():
+            shutil.copy2(source, dest / name)
+
+
+def _module_title(module: CourseModule) -> str:
+    """"Tensor" from the notebook's first heading `# # Module 01: Tensor`, else from its name."""
+    for line in read_text(module.notebook).splitlines():
+        if line.startswith("# # "):
+            return line[4:].split(":", 1)[-1].strip()
+    return module.name.replace("_", " ").title()
+
+
+def student_readme(settings: Settings, modules: list[CourseModule]) -> str:
+    order = "\n".join(
+        f"{i}. `{m.key}`: {_module_title(m)} (`{m.notebook.relative_to(settings.root).as_posix()}`)"
+        for i, m in enumerate(modules, start=1)
+    )
+    first, number = (modules[0].key, modules[0].number) if modules else ("01_tensor", "01")
+    return f"""# TinyTorch: student edition
+
+You build a deep-learning framework from scratch, one module at a time. Each module is a
+notebook in `modules/`; the parts you write are marked:
+
+```python
+    ### BEGIN SOLUTION
+    raise NotImplementedError(...)   # replace this line with your code
+    ### END SOLUTION
+```
+
+Keep the marker lines: `tito module reset` and the course tools find your work by them.
+
+## Set up (once)
+
+```bash
+python3 -m venv .venv && source .venv/bin/activate
+pip install -e ".[dev]"
+tito doctor
+```
+
+## The workflow, for every module
+
+1. **Edit** the notebook, e.g. `modules/{first}/` (open it in Jupyter, or in any editor:
+   it is a plain Python file).
+2. **Export** it into the `{settings.lib_name}` package: `tito export {number}`.
+3. **Test** it: `tito test {number}` (the notebook's own tests and `tests/{first}/`).
+   Everything is red at first; your module is done when the whole row is green.
+
+`tito status` shows every module: exported, in sync with its notebook, last test result.
+`tito module reset {number}` starts a module over (your version is saved first in
+`.tito/backups/`; `tito module reset {number} --restore` brings it back).
+
+A module uses the earlier modules through the package, so do them in order:
+
+{order}
+
+When the modules are done, `tito milestone list` shows the programs that train real
+models with your framework.
+"""
+
+
+def check_destination(settings: Settings, dest: Path, force: bool) -> None:
+    """Refuse a destination that would overwrite the source or someone's files."""
+    root = settings.root
+    sources = [settings.lib_path, settings.nbs_path, *(root / name for name in EDITION_ITEMS)]
+    if root.is_relative_to(dest) or any(dest.is_relative_to(s) for s in sources):
+        raise CourseError(
+            f"{dest}: the student edition cannot be written over or inside the course's own files; "
+            "choose a new folder, e.g. `tito release student ../tinytorch-student`."
+        )
+    if dest.exists() and not dest.is_dir():
+        raise CourseError(f"{dest} exists and is not a folder.")
+    if dest.is_dir() and any(dest.iterdir()):
+        if not force:
+            raise CourseError(f"{dest} is not empty; use --force to replace a previous student edition.")
+        if not (dest / "settings.ini").is_file() or not (dest / settings.nbs_path.name).is_dir():
+            raise CourseError(
+                f"{dest} is not empty and does not look like a student edition (no settings.ini and "
+                f"{settings.nbs_path.name}/); even with --force tito only replaces a previous edition."
+            )
+
+
+def verify_edition(edition: Settings) -> None:
+    """No marker line in the package; every solution block in the notebooks holds only its stub."""
+    for path in sorted(edition.lib_path.rglob("*.py")):
+        for number, line in enumerate(read_text(path).splitlines(), start=1):
+            if BEGIN_MARKER in line or END_MARKER in line:
+                raise NotebookError(f"{path}:{number}: a solution marker reached the student package.")
+    for module in list_modules(edition):
+        lines = read_text(module.notebook).splitlines()
+        for block in find_solution_blocks("\n".join(lines), module.notebook):
+            body = [l for l in lines[block.begin_line : block.end_line - 1] if l.strip()]
+            if len(body) != 1 or not body[0].strip().startswith(STUB_LINE):
+                raise NotebookError(
+                    f"{module.notebook}:{block.begin_line}: the student edition still has solution code here."
+                )
+
+
+def write_student_edition(settings: Settings, dest: Path, force: bool = False) -> ReleaseResult:
+    """Build the student edition in a staging folder next to `dest`, verify it, then move it in place."""
+    dest = Path(dest).resolve()
+    check_destination(settings, dest, force)
+    modules = list_modules(settings)
+    notebooks = stubbed_notebooks(settings, modules)  # every check before anything is written
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = dest.parent / f".{dest.name}.tito-staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        copy_course(settings, staging, notebooks, with_package=False)
+        # tito's own tests check the reference edition (they expect module 01 solved);
+        # in a student's tree they would only fail for reasons that are not the student's.
+        shutil.rmtree(staging / settings.tests_path.name / "tito", ignore_errors=True)
+        (staging / "README.md").write_text(student_readme(settings, modules), encoding="utf-8")
+        edition = load_settings(staging)
+        results = export_modules(edition, list_modules(edition))
+        verify_edition(edition)
+        if dest.exists():
+            shutil.rmtree(dest)  # empty, or a previous edition and --force (check_destination)
+        staging.rename(dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    stubs = sum(len(find_solution_blocks(read_text(m.notebook), m.notebook)) for m in modules)
+    return ReleaseResult(dest, [m.key for m in modules], stubs, len(results))
+
+
+# ----------------------------------------------------------------------------------------
+# release check: each module's tests fail on its stub
+
+
+@dataclass(frozen=True)
+class StubCheck:
+    module: str
+    ok: bool  # both the notebook script and pytest failed on the stub, as they must
+    notebook: str  # what the notebook script did
+    pytest: str  # what pytest reported
+    problem: str  # why it is not ok ("" when ok)
+    seconds: float
+
+
+def modules_with_solutions(modules: list[CourseModule]) -> list[CourseModule]:
+    return [m for m in modules if find_solution_blocks(read_text(m.notebook), m.notebook)]
+
+
+def _verdict(notebook: ProcessResult, pytest: ProcessResult | None) -> str:
+    """"" when both failed as a stub should make them fail, else what is wrong."""
+    if notebook.returncode == 0:
+        return "the notebook script passes with the stub: its inline tests do not need the student's code"
+    if "NotImplementedError" not in notebook.output:
+        last = notebook.tail(1) or f"exit code {notebook.returncode}"
+        return f"the notebook script fails, but not on a stub: {last}"
+    if pytest is None:
+        return "no tests folder for this module"
+    counts = pytest_counts(pytest.output)
+    if pytest.returncode == 0:
+        return "pytest passes with the stub: these tests do not need the student's code"
+    if pytest.returncode != 1 or counts.get("errors") or not counts.get("failed"):
+        return (f"pytest did not report test failures ({describe_pytest(pytest)}, exit {pytest.returncode}): "
+                "a collection or setup error is a defect of the tests, not a failing test")
+    return ""
+
+
+def check_module_stub(settings: Settings, module: CourseModule, workdir: Path) -> StubCheck:
+    """Stub only `module` in a copy of the course under `workdir`, regenerate, run its tests."""
+    copy = workdir / "course"
+    relpath = module.notebook.relative_to(settings.root).as_posix()
+    stub = stub_text(read_text(module.notebook), module.notebook, relpath, module.key)
+    copy_course(settings, copy, {module.key: stub}, with_package=True)
+    copied = load_settings(copy)
+    [copied_module] = [m for m in list_modules(copied) if m.key == module.key]
+    with _EXPORT_LOCK:
+        export_modules(copied, [copied_module])
+
+    smoke = run_python(["-c", "import tinytorch; print(tinytorch.__file__)"], copy, copy)
+    imported = Path(smoke.output.strip().splitlines()[-1]).resolve() if smoke.ok else None
+    if imported is None or not imported.is_relative_to(copy.resolve()):
+        problem = f"the copy does not import its own package: {smoke.tail(3)}"
+        return StubCheck(module.key, False, "not run", "not run", problem, smoke.seconds)
+
+    notebook = run_python([copied_module.notebook.name], copied_module.folder, copy, PROGRAM_TIMEOUT_S)
+    tests = copied.tests_path / module.key
+    pytest = None
+    if tests.is_dir():
+        pytest = run_python(["-m", "pytest", tests.relative_to(copy).as_posix(), "-q"], copy, copy,
+                            PROGRAM_TIMEOUT_S)
+    problem = _verdict(notebook, pytest)
+    seconds = smoke.seconds + notebook.seconds + (pytest.seconds if pytest else 0.0)
+    return StubCheck(
+        module.key, not problem,
+        "fails" if notebook.returncode else "passes",
+        describe_pytest(pytest) if pytest else "no tests",
+        problem, seconds,
+    )
+
+
+def check_stubs(settings: Settings, modules: list[CourseModule], jobs: int = 2,
+                done: Callable[[StubCheck], None] | None = None) -> list[StubCheck]:
+    """`check_module_stub` for each module, `jobs` at a time, each in its own temporary copy."""
+
+    def one(module: CourseModule) -> StubCheck:
+        with tempfile.TemporaryDirectory(prefix=f"tito-check-{module.key}-") as tmp:
+            result = check_module_stub(settings, module, Path(tmp))
+        if done:
+            done(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, modules))

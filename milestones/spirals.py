@@ -22,6 +22,7 @@ from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.losses import CrossEntropyLoss
 from tinytorch.core.optimizers import Adam
 from tinytorch.core.tensor import Tensor
+from _verdict import verdict  # milestones/_verdict.py
 from tinytorch.core.training import CosineWarmupLR, Trainer, accuracy
 
 THRESHOLD = 0.95
@@ -78,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.fit(train, test, epochs=epochs, log_every=max(1, epochs // 10))
 
     acc = trainer.evaluate(test)["accuracy"]
-    passed = acc >= THRESHOLD
-    console.print(f"done in {time.perf_counter() - start:.1f}s")
-    console.print(f"test accuracy {100 * acc:.2f}% vs threshold {100 * THRESHOLD:.2f}%: "
-                  + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
-    return 0 if passed else 1
+    return verdict(console, "test accuracy", acc, THRESHOLD, start)
 
 
 if __name__ == "__main__":

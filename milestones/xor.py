@@ -21,6 +21,7 @@ from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.losses import CrossEntropyLoss
 from tinytorch.core.optimizers import Adam
 from tinytorch.core.tensor import Tensor
+from _verdict import verdict  # milestones/_verdict.py
 from tinytorch.core.training import Trainer, accuracy
 
 THRESHOLD = 1.0  # every one of the four points right
@@ -50,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for point, target, p in zip(x.numpy(), y.numpy(), probs):
         console.print(f"  {point.astype(int).tolist()} -> class {int(p.argmax())} (p={p.max():.3f}), target {int(target)}")
     acc = trainer.evaluate(batches)["accuracy"]
-    passed = acc >= THRESHOLD
-    console.print(f"done in {time.perf_counter() - start:.1f}s")
-    console.print(f"accuracy {100 * acc:.2f}% vs threshold {100 * THRESHOLD:.2f}%: "
-                  + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
-    return 0 if passed else 1
+    return verdict(console, "accuracy", acc, THRESHOLD, start)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,15 @@
+"""The one way a milestone ends: its metric against its threshold, and the exit status."""
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+
+
+def verdict(console: Console, label: str, value: float, threshold: float, started: float) -> int:
+    """Print `label value% vs threshold%: PASS/FAIL` and return the exit status (0 = pass)."""
+    passed = value >= threshold
+    console.print(f"done in {time.perf_counter() - started:.1f}s")
+    console.print(f"{label} {100 * value:.2f}% vs threshold {100 * threshold:.2f}%: "
+                  + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
+    return 0 if passed else 1

@@ -408,7 +408,10 @@ def matmul_backward(grad, node: Node) -> tuple:
         if a.ndim == 1:
             grad_a = grad_a[..., 0, :]
     if b.requires_grad:
-        grad_b = xp.matmul(xp.swapaxes(A, -1, -2), grad)
+        if B.ndim == 2 and A.ndim > 2:  # one weight shared by a batch: fold the batch into one product
+            grad_b = xp.matmul(A.reshape(-1, A.shape[-1]).T, grad.reshape(-1, grad.shape[-1]))
+        else:  # batched: one product per batch item, summed by unbroadcast if B was broadcast
+            grad_b = xp.matmul(xp.swapaxes(A, -1, -2), grad)
         if b.ndim == 1:
             grad_b = grad_b[..., 0]
     return grad_a, grad_b

@@ -83,6 +83,7 @@ CASES: list[Case] = [
     Case("matmul_batched", lambda a, b: a @ b, lambda t, a, b: a @ b, ((2, 3, 4), (2, 4, 5)), ("any", "any")),
     Case("matmul_broadcast_batch", lambda a, b: a @ b, lambda t, a, b: a @ b,
          ((2, 1, 3, 4), (3, 4, 2)), ("any", "any")),
+    Case("matmul_shared_weight", lambda a, b: a @ b, lambda t, a, b: a @ b, ((2, 3, 3, 4), (4, 5)), ("any", "any")),
     Case("matmul_vec_left", lambda a, b: a @ b, lambda t, a, b: a @ b, ((4,), (2, 4, 3)), ("any", "any")),
     Case("matmul_vec_right", lambda a, b: a @ b, lambda t, a, b: a @ b, ((2, 3, 4), (4,)), ("any", "any")),
     Case("matmul_vec_vec", lambda a, b: a @ b, lambda t, a, b: a @ b, ((4,), (4,)), ("any", "any")),

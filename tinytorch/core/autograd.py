@@ -187,7 +187,7 @@ def neg_backward(grad, node: Node) -> tuple:
     """d(-a) = -da."""
     return (-grad,)
 
-# %% ../../modules/05_autograd/autograd_dev.py #8b27f8a4
+# %% ../../modules/05_autograd/autograd_dev.py #25a2ad14
 @register_backward("matmul")
 def matmul_backward(grad, node: Node) -> tuple:
     """dA = G @ Bᵀ, dB = Aᵀ @ G over the last two dims (batch dims via unbroadcast)."""
@@ -204,7 +204,10 @@ def matmul_backward(grad, node: Node) -> tuple:
         if a.ndim == 1:
             grad_a = grad_a[..., 0, :]
     if b.requires_grad:
-        grad_b = xp.matmul(xp.swapaxes(A, -1, -2), grad)
+        if B.ndim == 2 and A.ndim > 2:  # one weight shared by a batch: fold the batch into one product
+            grad_b = xp.matmul(A.reshape(-1, A.shape[-1]).T, grad.reshape(-1, grad.shape[-1]))
+        else:  # batched: one product per batch item, summed by unbroadcast if B was broadcast
+            grad_b = xp.matmul(xp.swapaxes(A, -1, -2), grad)
         if b.ndim == 1:
             grad_b = grad_b[..., 0]
     return grad_a, grad_b

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from devices import gpu_count, requires_gpu
+
 from tinytorch.core.tensor import GradMode, Tensor, array_module, record_op
 
 
@@ -257,7 +259,7 @@ def test_cuda_without_cupy_or_gpu_says_which_is_missing():
     if importlib.util.find_spec("cupy") is None:
         with pytest.raises(RuntimeError, match="CuPy, which is not installed"):
             Tensor([1.0], device="cuda")
-    elif _gpu_count() == 0:
+    elif gpu_count() == 0:
         with pytest.raises(RuntimeError, match="no NVIDIA GPU"):
             Tensor([1.0], device="cuda")
     else:
@@ -302,23 +304,15 @@ def test_detach_shares_data_without_graph():
     assert not d.requires_grad and d._node is None and d.numpy().tolist() == [2, 4]
 
 
-def _gpu_count() -> int:
-    if importlib.util.find_spec("cupy") is None:
-        return 0
-    import cupy
-
-    return cupy.cuda.runtime.getDeviceCount()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpu_count() == 0, reason="needs CuPy and an NVIDIA GPU")
+@requires_gpu
 def test_mixing_devices_is_refused():
     with pytest.raises(RuntimeError, match="devices"):
         Tensor([1.0]) + Tensor([1.0], device="cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_gpu_count() == 0, reason="needs CuPy and an NVIDIA GPU")
+@requires_gpu
 def test_same_code_path_on_cupy():
     import cupy
 

@@ -5,22 +5,18 @@ import numpy as np
 import pytest
 
 from autograd_op_table import CASES
+from devices import requires_gpu
 from tinytorch.core.tensor import Tensor
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, requires_gpu]
 
 # cases whose fixed arguments are plain index arrays are CPU-only by construction
 GPU_CASES = [c for c in CASES if c.name not in {"getitem_repeats", "getitem_pairs"}]
 
 
 def cuda():
-    cupy = pytest.importorskip("cupy")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except cupy.cuda.runtime.CUDARuntimeError:
-        count = 0
-    if count == 0:
-        pytest.skip("CuPy is installed but no GPU is visible")
+    import cupy  # requires_gpu guarantees it is installed
+
     return cupy
 
 

@@ -2,21 +2,14 @@
 import numpy as np
 import pytest
 
+from devices import requires_gpu
 from tinytorch.core.optimizers import SGD, Adam, AdamW
 from tinytorch.core.tensor import Tensor
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, requires_gpu]
 cupy = pytest.importorskip("cupy")
 
 
-def _has_gpu():
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except cupy.cuda.runtime.CUDARuntimeError:
-        return False
-
-
-@pytest.mark.skipif(not _has_gpu(), reason="no NVIDIA GPU visible")
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
                                   lambda ps: Adam(ps, lr=0.05), lambda ps: AdamW(ps, lr=0.05)])
 def test_gpu_updates_equal_cpu_updates(make):

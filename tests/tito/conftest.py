@@ -50,8 +50,10 @@ def copy_course(dest: Path) -> Path:
         shutil.copytree(REPO / name, dest / name, ignore=IGNORE)
     shutil.copytree(REPO / "modules" / "01_tensor", dest / "modules" / "01_tensor", ignore=IGNORE)
     shutil.copytree(REPO / "tests" / "01_tensor", dest / "tests" / "01_tensor", ignore=IGNORE)
-    for name in ("settings.ini", "pyproject.toml", "tests/conftest.py"):
+    for name in ("settings.ini", "pyproject.toml"):
         shutil.copy2(REPO / name, dest / name)
+    for shared in (REPO / "tests").glob("*.py"):  # conftest.py and the helpers every test folder uses
+        shutil.copy2(shared, dest / "tests" / shared.name)
     return dest
 
 

@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check Python, packages, nbdev/jupytext, CuPy and GPU")
     doctor.set_defaults(func=cmd_doctor)
 
-    milestone = sub.add_parser("milestone", help="end-to-end programs (list, run NAME)")
+    milestone = sub.add_parser("milestone", help="end-to-end programs (list, run NAME, run --all)")
     milestone_sub = milestone.add_subparsers(dest="milestone_command", required=True, metavar="COMMAND")
     milestone_sub.add_parser("list", help="the milestones and what each does").set_defaults(
         func=cmd_milestone_list)

@@ -192,6 +192,16 @@ HAND_OUTPUT = [[0.81368, 0.49352, 0.50648, 0.18632], [0.49352, 0.81368, 0.18632,
                [0.72593, 0.72593, 0.27407, 0.27407]]
 
 
+def expect_error(error: type, *calls) -> None:
+    """Inline-test helper: each call must raise `error` (the tests below use it for bad input)."""
+    for call in calls:
+        try:
+            call()
+        except error:
+            continue
+        raise AssertionError(f"expected {error.__name__} from {call}")
+
+
 def test_unit_composed_attention():
     X = Tensor(HAND_X)
     out, w = composed_attention(X, X, X)
@@ -429,14 +439,8 @@ def test_unit_masks():
     assert create_padding_mask(np.array([1, 2])).shape == (2, 1, 1, 2)
     blocked = _blocked_positions([[1, 0], [1, 1]], True, (2, 2, 2), np.zeros(1))
     assert blocked.dtype == bool and np.array_equal(blocked, [[False, True], [False, False]])
-    for bad in (lambda: create_padding_mask([5], 4), lambda: create_causal_mask(0),
-                lambda: _blocked_positions(np.ones((3, 3)), False, (2, 4, 4), np.zeros(1))):
-        try:
-            bad()
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("expected ValueError")
+    expect_error(ValueError, lambda: create_padding_mask([5], 4), lambda: create_causal_mask(0),
+                 lambda: _blocked_positions(np.ones((3, 3)), False, (2, 4, 4), np.zeros(1)))
     X = Tensor(np.random.default_rng(0).standard_normal((2, 4, 8)), dtype=np.float64)
     out, w = composed_attention(X, X, X, mask=[[1, 1, 0, 0]] * 3 + [[0, 0, 0, 0]])
     assert np.all(w.numpy()[..., :, 2:] == 0) and np.all(w.numpy()[:, 3] == 0) and np.all(out.numpy()[:, 3] == 0)
@@ -924,14 +928,8 @@ def test_unit_multi_head_attention():
     assert np.allclose(out2.numpy(), mha(x, mem)[0].numpy())
     sa = SelfAttention(16, 4, causal=True)
     assert np.allclose(np.triu(sa(x)[1].numpy(), 1), 0)
-    for bad in (lambda: MultiHeadAttention(10, 3), lambda: mha(Tensor(np.zeros((2, 5, 8)))),
-                lambda: mha(x, Tensor(np.zeros((2, 7, 12)))), lambda: mha(x, mask=np.ones((3, 3)))):
-        try:
-            bad()
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("expected ValueError")
+    expect_error(ValueError, lambda: MultiHeadAttention(10, 3), lambda: mha(Tensor(np.zeros((2, 5, 8)))),
+                 lambda: mha(x, Tensor(np.zeros((2, 7, 12)))), lambda: mha(x, mask=np.ones((3, 3))))
     print("✓ multi-head attention: shapes, per-head maths, cross-attention, masks, errors")
 
 
@@ -1393,14 +1391,8 @@ def test_unit_plots():
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     fig2 = plot_attention_heads(np.stack([w, w.T, w, w.T, w]), path=path, cols=2)
     assert len([ax for ax in fig2.axes if ax.images]) == 5
-    for bad in (lambda: plot_attention(np.ones((2, 3, 3))), lambda: plot_attention(w, list("abc")),
-                lambda: plot_attention_heads(w)):
-        try:
-            bad()
-        except ValueError:
-            pass
-        else:
-            raise AssertionError("expected ValueError")
+    expect_error(ValueError, lambda: plot_attention(np.ones((2, 3, 3))), lambda: plot_attention(w, list("abc")),
+                 lambda: plot_attention_heads(w))
     _pyplot().close("all")
     print("✓ heatmaps: figure returned, PNG written, shapes checked")
 

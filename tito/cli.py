@@ -21,7 +21,7 @@ from .course import (CourseError, CourseModule, Settings, list_modules, load_set
                      resolve_modules)
 
 if TYPE_CHECKING:
-    from .release import StubCheck
+    from .release import Check, StubCheck
     from .testing import RunRecord
 
 console = Console()
@@ -207,30 +207,60 @@ def cmd_release_student(args: argparse.Namespace) -> int:
 
 
 def cmd_release_check(args: argparse.Namespace) -> int:
-    from .release import check_stubs, modules_with_solutions
+    from .release import MistakeCheck, check_release, modules_with_solutions
 
     settings = load_settings()
     modules = resolve_modules(settings, args.modules) if args.modules else modules_with_solutions(
         list_modules(settings))
     if not modules:
         raise CourseError("No module has solution blocks: nothing to check.")
-    with console.status(f"Stubbing each of {len(modules)} module(s) in its own copy and running its tests..."):
-        def done(check: StubCheck) -> None:
-            console.print(f"  {check.module}: {_mark(check.ok, 'fails on its stub', 'PROBLEM')}")
+    if args.mistake and len(modules) != 1:
+        raise CourseError("--mistake NAME needs exactly one module, e.g. `tito release check 01 --mistake NAME`.")
+    stubs = args.only in (None, "stubs") and not args.mistake
+    mistakes = args.only in (None, "mistakes")
+    what = " and ".join(w for w, on in (("stubs", stubs), ("mistakes", mistakes)) if on)
+    with console.status(f"Checking the {what} of {len(modules)} module(s), each in its own copy..."):
+        def done(check: Check) -> None:
+            if isinstance(check, MistakeCheck):
+                label = f"{check.module} mistake {check.name}"
+                console.print(f"  {escape(label)}: {_mark(check.ok, 'caught', 'PROBLEM')}"
+                              + (f" by {escape(check.caught_by)}" if check.ok else ""), highlight=False)
+            else:
+                console.print(f"  {check.module}: {_mark(check.ok, 'fails on its stub', 'PROBLEM')}")
 
-        checks = check_stubs(settings, modules, jobs=args.jobs, done=done)
-    table = Table(title="tito release check: each module's tests must fail on its student stub")
-    for column in ("module", "notebook script", "pytest", "verdict", "seconds"):
-        table.add_column(column, justify="right" if column == "seconds" else "left")
-    for check in checks:
-        verdict = "[green]ok[/]" if check.ok else f"[red]{escape(check.problem)}[/]"
-        table.add_row(check.module, check.notebook, escape(check.pytest), verdict, f"{check.seconds:.1f}")
-    console.print(table)
-    bad = [c.module for c in checks if not c.ok]
+        checks = check_release(settings, modules, stubs=stubs, mistakes=mistakes, only=args.mistake,
+                               jobs=args.jobs, done=done)
+    stub_checks = [c for c in checks if not isinstance(c, MistakeCheck)]
+    mistake_checks = [c for c in checks if isinstance(c, MistakeCheck)]
+    if stub_checks:
+        table = Table(title="Each module's tests must fail on its student stub")
+        for column in ("module", "notebook script", "pytest", "verdict", "seconds"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for check in stub_checks:
+            verdict = "[green]ok[/]" if check.ok else f"[red]{escape(check.problem)}[/]"
+            table.add_row(check.module, check.notebook, escape(check.pytest), verdict, f"{check.seconds:.1f}")
+        console.print(table)
+    if mistake_checks:
+        table = Table(title="Each catalogued mistake must fail a test that names its cause")
+        for column in ("module", "mistake", "caught by", "verdict", "seconds"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for check in mistake_checks:
+            verdict = "[green]caught[/]" if check.ok else f"[red]{escape(check.problem)}[/]"
+            table.add_row(check.module, check.name, escape(check.caught_by), verdict, f"{check.seconds:.1f}")
+        console.print(table)
+        per_module: dict[str, int] = {}
+        for check in mistake_checks:
+            if check.name != "(catalogue)":
+                per_module[check.module] = per_module.get(check.module, 0) + 1
+        console.print("Mistakes checked per module: " + ", ".join(f"{k} {n}" for k, n in per_module.items()),
+                      highlight=False)
+    bad = [c for c in checks if not c.ok]
     if bad:
-        console.print(f"[bold red]{len(bad)} module(s) whose tests do not fail on the stub:[/] {', '.join(bad)}")
+        console.print(f"[bold red]{len(bad)} problem(s):[/] "
+                      + ", ".join(escape(f"{c.module} {getattr(c, 'name', 'stub')}") for c in bad))
         return 1
-    console.print(f"[bold green]All {len(checks)} module(s) fail on their stubs, as they must.[/]")
+    console.print(f"[bold green]All {len(checks)} check(s) passed: the tests need the student's code "
+                  "and catch every catalogued mistake.[/]")
     return 0
 
 
@@ -366,7 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = release_sub.add_parser("check", help="prove each module's tests fail on its student stub")
     check.add_argument("modules", nargs="*", metavar="MODULE", help="default: every module with solution blocks")
     check.add_argument("--jobs", type=int, metavar="N", default=min(4, os.cpu_count() or 1),
-                       help="modules checked at the same time (default: the CPU count, at most 4; here %(default)s)")
+                       help="checks run at the same time (default: the CPU count, at most 4; here %(default)s)")
+    check.add_argument("--only", choices=("stubs", "mistakes"),
+                       help="only the stub check, or only the mistakes catalogue (default: both)")
+    check.add_argument("--mistake", metavar="NAME", help="only this mistake of the one module named")
     check.set_defaults(func=cmd_release_check)
 
     doctor = sub.add_parser("doctor", help="check Python, packages, nbdev/jupytext, CuPy and GPU")

@@ -47,8 +47,13 @@ def _relative(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
-def _parse(module: CourseModule) -> tuple[str, list, list]:
-    """Check a notebook and return (default_exp, cells to write, cells for __all__)."""
+def _parse(module: CourseModule) -> list[tuple[str, list, list]]:
+    """Check a notebook and return [(dotted module name, cells to write, cells for __all__)].
+
+    The first entry is the notebook's `#| default_exp` module. A cell marked
+    `#| export other.name` goes to `other.name` instead (nbdev's own rule); module 05
+    uses that for `tinytorch.testing`, given code that tests and notebooks share.
+    """
     path = module.notebook
     text = read_text(path)
     check_syntax(text, path)
@@ -63,27 +68,32 @@ def _parse(module: CourseModule) -> tuple[str, list, list]:
         )
     exporter = ExportModuleProc()
     NBProcessor(nb=nb, procs=[exporter]).process()
-    cells, all_cells = exporter.modules["#"], exporter.in_all["#"]
-    if not any(c.cell_type == "code" for c in cells):
-        raise NotebookError(f"{path}:1: no `#| export` cell: nothing would reach the package.")
-    for cell in cells:
-        if cell.cell_type == "code":
-            cell.source = strip_markers(cell.source)
-    return targets[0].strip(), cells, all_cells
+    parsed = []
+    for key in ["#", *(k for k in exporter.modules if k != "#")]:
+        cells, all_cells = exporter.modules[key], exporter.in_all[key]
+        if key == "#" and not any(c.cell_type == "code" for c in cells):
+            raise NotebookError(f"{path}:1: no `#| export` cell: nothing would reach the package.")
+        for cell in cells:
+            if cell.cell_type == "code":
+                cell.source = strip_markers(cell.source)
+        parsed.append((targets[0].strip() if key == "#" else key.strip(), cells, all_cells))
+    return parsed
 
 
-def _make_module(settings: Settings, module: CourseModule, staging_lib: Path) -> tuple[str, Path]:
-    """Write one module into `staging_lib`; return (dotted name, its path relative to the lib)."""
-    target, cells, all_cells = _parse(module)
-    relative = Path(*target.split(".")).with_suffix(".py")
-    maker = ModuleMaker(dest=staging_lib, name=target, nb_path=module.notebook, is_new=True)
-    # The header comment names the notebook relative to the *real* package file,
-    # not the staging folder, so the output is the same wherever it was generated.
-    final_file = settings.lib_path / relative
-    maker.dest2nb = _relative(module.notebook, final_file.parent)
-    maker.hdr = f"# %% {maker.dest2nb}"
-    maker.make(cells, all_cells, lib_path=staging_lib)
-    return target, relative
+def _make_module(settings: Settings, module: CourseModule, staging_lib: Path) -> list[tuple[str, Path]]:
+    """Write a notebook's module(s) into `staging_lib`; return [(dotted name, path relative to the lib)]."""
+    made = []
+    for target, cells, all_cells in _parse(module):
+        relative = Path(*target.split(".")).with_suffix(".py")
+        maker = ModuleMaker(dest=staging_lib, name=target, nb_path=module.notebook, is_new=True)
+        # The header comment names the notebook relative to the *real* package file,
+        # not the staging folder, so the output is the same wherever it was generated.
+        final_file = settings.lib_path / relative
+        maker.dest2nb = _relative(module.notebook, final_file.parent)
+        maker.hdr = f"# %% {maker.dest2nb}"
+        maker.make(cells, all_cells, lib_path=staging_lib)
+        made.append((target, relative))
+    return made
 
 
 def _package_inits(settings: Settings, staging_lib: Path, relatives: list[Path]) -> list[Path]:
@@ -102,13 +112,13 @@ def _package_inits(settings: Settings, staging_lib: Path, relatives: list[Path])
 def render_modules(settings: Settings, modules: list[CourseModule], staging_lib: Path):
     """Generate `modules` (plus __init__ files) into `staging_lib`.
 
-    Returns [(module, dotted name, relative path)] and the relative __init__ paths.
+    Returns [(module, dotted name, relative path)] (a notebook can write more than one
+    module) and the relative __init__ paths.
     Raises NotebookError, naming file and line, for the first notebook that fails.
     """
     made = []
     for module in modules:
-        target, relative = _make_module(settings, module, staging_lib)
-        made.append((module, target, relative))
+        made.extend((module, target, relative) for target, relative in _make_module(settings, module, staging_lib))
     inits = _package_inits(settings, staging_lib, [r for _, _, r in made])
     return made, inits
 
@@ -142,9 +152,10 @@ def module_in_sync(settings: Settings, module: CourseModule) -> tuple[bool, str]
             made, _ = render_modules(settings, [module], staging_lib)
         except NotebookError as err:
             return False, f"notebook does not export: {err}"
-        _, _, relative = made[0]
-        final = settings.lib_path / relative
-        if not final.is_file():
-            return False, "not exported yet"
-        same = final.read_text(encoding="utf-8") == (staging_lib / relative).read_text(encoding="utf-8")
-        return same, "in sync" if same else "notebook changed since the last export"
+        for _, _, relative in made:
+            final = settings.lib_path / relative
+            if not final.is_file():
+                return False, "not exported yet"
+            if final.read_text(encoding="utf-8") != (staging_lib / relative).read_text(encoding="utf-8"):
+                return False, "notebook changed since the last export"
+        return True, "in sync"

@@ -5,12 +5,15 @@ by a `NotImplementedError` stub, the package regenerated from those stubs, and a
 README that tells a student what to do.  Every notebook is checked before
 anything is written, so a bad marker refuses the whole release.
 
-`release check` proves SPEC §7 one module at a time: in a throw-away copy of the
-course where only module M is stubbed, M's notebook script and M's pytest tests
-must *fail* (the reference passing is what `tito test` proves).
+`release check` proves, one module at a time, that the tests need the student's code:
+in a throw-away copy of the course where only module M is stubbed, M's notebook
+script and M's pytest tests must *fail* (the reference passing is what `tito test`
+proves). It also proves the module's mistakes catalogue (`mistakes.toml`): each
+catalogued mistake, made in a copy, fails a test whose output names the cause.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import threading
@@ -22,6 +25,7 @@ from typing import Callable
 
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .export import export_modules
+from .mistakes import CATALOGUE_FILE, MIN_MISTAKES, Mistake, load_catalogue
 from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax,
                        find_solution_blocks, read_text, stub_text)
 from .runner import ProcessResult, describe_pytest, pytest_counts, run_python
@@ -30,8 +34,9 @@ from .testing import PROGRAM_TIMEOUT_S
 # What an edition is made of, besides modules/ (stubbed) and the package (regenerated).
 EDITION_ITEMS = ("tests", "tito", "milestones", "datasets", "benchmarks", ".ci",
                  "settings.ini", "pyproject.toml", "CONTRIBUTING.md", ".gitignore")
+# mistakes.toml quotes the reference solutions: it never leaves the reference edition.
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.ipynb",
-                                 ".pytest_cache", ".hypothesis", "*.tito-new")
+                                 ".pytest_cache", ".hypothesis", "*.tito-new", CATALOGUE_FILE)
 STUB_LINE = "raise NotImplementedError("
 # `release check` runs modules in threads; nbdev was not written for that, so exports
 # (a second each) take turns while the tests (the slow part) run side by side.
@@ -157,6 +162,9 @@ def verify_edition(edition: Settings) -> None:
             if BEGIN_MARKER in line or END_MARKER in line:
                 raise NotebookError(f"{path}:{number}: a solution marker reached the student package.")
     for module in list_modules(edition):
+        if (module.folder / CATALOGUE_FILE).exists():
+            raise NotebookError(f"{module.folder / CATALOGUE_FILE}: the mistakes catalogue reached the "
+                                "student edition (it quotes the reference solutions).")
         lines = read_text(module.notebook).splitlines()
         for block in find_solution_blocks("\n".join(lines), module.notebook):
             body = [l for l in lines[block.begin_line : block.end_line - 1] if l.strip()]
@@ -263,16 +271,112 @@ def check_module_stub(settings: Settings, module: CourseModule, workdir: Path) -
     )
 
 
-def check_stubs(settings: Settings, modules: list[CourseModule], jobs: int = 2,
-                done: Callable[[StubCheck], None] | None = None) -> list[StubCheck]:
-    """`check_module_stub` for each module, `jobs` at a time, each in its own temporary copy."""
+# ----------------------------------------------------------------------------------------
+# release check, part two: every catalogued mistake is caught, and says why
 
-    def one(module: CourseModule) -> StubCheck:
-        with tempfile.TemporaryDirectory(prefix=f"tito-check-{module.key}-") as tmp:
-            result = check_module_stub(settings, module, Path(tmp))
+MISTAKE_TIMEOUT_S = 300  # a mistake that hangs the tests is a finding too, but not a slow one
+_FIRST_FAILURE = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class MistakeCheck:
+    module: str
+    name: str  # the mistake's name in the catalogue, or "(catalogue)" for a check of the catalogue itself
+    ok: bool  # a test failed and its output names the cause
+    caught_by: str  # the first failing test's id ("" when none failed)
+    problem: str  # why it is not ok ("" when ok)
+    seconds: float
+
+
+def check_catalogue_size(module: CourseModule, mistakes: list[Mistake]) -> MistakeCheck | None:
+    """A problem row when a module with solution blocks catalogues fewer than MIN_MISTAKES mistakes."""
+    if len(mistakes) >= MIN_MISTAKES:
+        return None
+    return MistakeCheck(module.key, "(catalogue)", False, "",
+                        f"{len(mistakes)} mistake(s) in {module.key}/{CATALOGUE_FILE}; "
+                        f"catalogue at least {MIN_MISTAKES}", 0.0)
+
+
+def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, workdir: Path) -> MistakeCheck:
+    """Make `mistake` in a copy of the course, export the module, run its tests with -x."""
+    copy = workdir / "course"
+    copy_course(settings, copy, {module.key: mistake.apply(read_text(module.notebook))}, with_package=True)
+    copied = load_settings(copy)
+    [copied_module] = [m for m in list_modules(copied) if m.key == module.key]
+
+    def row(ok: bool, caught_by: str, problem: str, seconds: float) -> MistakeCheck:
+        return MistakeCheck(module.key, mistake.name, ok, caught_by, problem, seconds)
+
+    try:
+        with _EXPORT_LOCK:
+            export_modules(copied, [copied_module])
+    except NotebookError as err:
+        return row(False, "", f"the notebook with this mistake does not export: {err}", 0.0)
+    tests = copied.tests_path / module.key
+    if not tests.is_dir():
+        return row(False, "", "no tests folder for this module", 0.0)
+    # Wide columns: pytest cuts each failure's one-line reason to the terminal width.
+    result = run_python(["-m", "pytest", tests.relative_to(copy).as_posix(), "-x", "-q", "--tb=short"],
+                        copy, copy, MISTAKE_TIMEOUT_S, env={"COLUMNS": "400"})
+    first = _FIRST_FAILURE.search(result.output)
+    caught_by = first.group(2) if first else ""
+    if result.returncode == 124:
+        problem = f"the tests hung for {MISTAKE_TIMEOUT_S} s instead of failing: add a test that fails fast"
+    elif result.returncode == 0:
+        problem = "every test passes with this mistake: add a test that catches it"
+    elif first is None or first.group(1) == "ERROR" or result.returncode != 1:
+        problem = (f"pytest did not report a failing test ({describe_pytest(result)}, exit "
+                   f"{result.returncode}): {result.tail(3)}")
+    elif mistake.message not in result.output:
+        problem = (f"{caught_by} fails, but its output does not say {mistake.message!r}: "
+                   "make the failing assertion's message name the cause")
+    else:
+        problem = ""
+    return row(not problem, caught_by, problem, result.seconds)
+
+
+Check = StubCheck | MistakeCheck
+
+
+def check_release(settings: Settings, modules: list[CourseModule], *, stubs: bool = True,
+                  mistakes: bool = True, only: str | None = None, jobs: int = 2,
+                  done: Callable[[Check], None] | None = None) -> list[Check]:
+    """The stub check and every mistake check of `modules`, `jobs` at a time, each in its own copy.
+
+    `only` restricts the mistakes to the one of that name (for working on a catalogue).
+    """
+    work: list[Callable[[Path], Check]] = []
+    results: list[Check] = []
+    for module in modules:
+        if stubs:
+            work.append(lambda tmp, m=module: check_module_stub(settings, m, tmp))
+        if mistakes:
+            catalogue = load_catalogue(module)  # raises CourseError on a broken catalogue, before any run
+            chosen = [m for m in catalogue if only in (None, m.name)]
+            if only is not None and not chosen:
+                names = ", ".join(m.name for m in catalogue) or "(none)"
+                raise CourseError(f"No mistake {only!r} in {module.key}'s catalogue. Its mistakes: {names}")
+            if only is None:
+                small = check_catalogue_size(module, catalogue)
+                if small:
+                    results.append(small)
+            work.extend(lambda tmp, m=module, x=x: check_mistake(settings, m, x, tmp) for x in chosen)
+
+    def one(job: Callable[[Path], Check]) -> Check:
+        with tempfile.TemporaryDirectory(prefix="tito-check-") as tmp:
+            result = job(Path(tmp))
         if done:
             done(result)
         return result
 
+    for small in results:
+        if done:
+            done(small)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, modules))
+        return results + list(pool.map(one, work))
+
+
+def check_stubs(settings: Settings, modules: list[CourseModule], jobs: int = 2,
+                done: Callable[[StubCheck], None] | None = None) -> list[StubCheck]:
+    """`check_module_stub` for each module, `jobs` at a time, each in its own temporary copy."""
+    return check_release(settings, modules, mistakes=False, jobs=jobs, done=done)  # type: ignore[return-value]

@@ -63,7 +63,7 @@ def _replace_and_export(settings: Settings, module: CourseModule, text: str) -> 
     previous = read_text(module.notebook)
     _write_notebook(module, text)
     try:
-        [result] = export_modules(settings, [module])
+        result = export_modules(settings, [module])[0]  # the default_exp module comes first
     except NotebookError:
         _write_notebook(module, previous)
         raise

@@ -55,13 +55,17 @@ def course_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = None) -> ProcessResult:
-    """`python ARGS` in `cwd` with `root`'s package first; output captured, never raises on failure."""
+def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = None,
+               env: dict[str, str] | None = None) -> ProcessResult:
+    """`python ARGS` in `cwd` with `root`'s package first; output captured, never raises on failure.
+
+    `env` adds to (or overrides) the course environment, e.g. {"COLUMNS": "400"}.
+    """
     command = [sys.executable, *args]
     start = time.perf_counter()
     try:
         done = subprocess.run(
-            command, cwd=cwd, env=course_env(root), stdin=subprocess.DEVNULL,
+            command, cwd=cwd, env=course_env(root, env), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             encoding="utf-8", errors="replace", timeout=timeout,
         )

@@ -1,0 +1,82 @@
+"""The mistakes catalogue: entries are checked against the notebook, and each must be caught with its cause."""
+from __future__ import annotations
+
+import pytest
+
+from tito.course import CourseError
+from tito.mistakes import load_catalogue
+from tito.release import check_release
+
+TOY_TESTS = '''from tinytorch.core.toy import double
+
+
+def test_double_of_three():
+    assert double(3) == 6, "double(3) must be 6: multiply by 2, not add 2"
+'''
+
+CAUGHT = """
+[[mistake]]
+name = "adds-two"
+what = "adds 2 instead of multiplying by 2"
+find = '''
+    return 2 * x
+'''
+replace = '''
+    return x + 2
+'''
+message = "multiply by 2"
+"""
+
+
+def _toy(course, catalogue: str, tests: str = TOY_TESTS):
+    course.add_module("02_toy", course.TOY.replace("assert double(3) == 6", "assert double(4) == 8"))
+    folder = course.root / "tests" / "02_toy"
+    folder.mkdir()
+    (folder / "test_toy.py").write_text(tests, encoding="utf-8")
+    (course.root / "modules" / "02_toy" / "mistakes.toml").write_text(catalogue, encoding="utf-8")
+    return course.module("02")
+
+
+def test_a_caught_mistake_names_the_test_that_caught_it(course):
+    module = _toy(course, CAUGHT)
+    [size, check] = check_release(course.settings, [module], stubs=False)
+    assert not size.ok and "at least 8" in size.problem  # one mistake is not a catalogue
+    assert check.ok, check.problem
+    assert check.caught_by == "tests/02_toy/test_toy.py::test_double_of_three"
+
+
+def test_a_mistake_whose_failure_does_not_name_the_cause_is_a_problem(course):
+    module = _toy(course, CAUGHT, TOY_TESTS.replace(', "double(3) must be 6: multiply by 2, not add 2"', ""))
+    [check] = check_release(course.settings, [module], stubs=False, only="adds-two")
+    assert not check.ok and "does not say 'multiply by 2'" in check.problem
+
+
+def test_a_mistake_no_test_catches_is_a_problem(course):
+    module = _toy(course, CAUGHT.replace("return x + 2", "return x * 2"))
+    [check] = check_release(course.settings, [module], stubs=False, only="adds-two")
+    assert not check.ok and "every test passes" in check.problem
+
+
+@pytest.mark.parametrize("change, error", [
+    (("return 2 * x", "return 3 * x"), "occurs 0 times"),
+    (('message = "multiply by 2"', ""), "needs the fields message"),
+    (("name = \"adds-two\"", "name = \"Adds Two\""), "lower-case words"),
+])
+def test_a_broken_catalogue_is_refused_before_anything_runs(course, change, error):
+    module = _toy(course, CAUGHT.replace(*change))
+    with pytest.raises(CourseError, match=error):
+        load_catalogue(module)
+
+
+def test_a_mistake_outside_a_solution_block_is_refused(course):
+    module = _toy(course, CAUGHT.replace("    return 2 * x\n'''\nreplace", '    """Twice x."""\n\'\'\'\nreplace'))
+    with pytest.raises(CourseError, match="not inside one solution block"):
+        load_catalogue(module)
+
+
+def test_the_student_edition_never_carries_the_catalogue(course, tmp_path):
+    _toy(course, CAUGHT)
+    result = course.tito("release", "student", str(tmp_path / "student"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "student" / "modules" / "02_toy" / "toy_dev.py").is_file()
+    assert not (tmp_path / "student" / "modules" / "02_toy" / "mistakes.toml").exists()

@@ -520,6 +520,24 @@ class Tensor:
 
 
 # %% [markdown]
+# Two small helpers every later module uses, so that each exists once: `as_tensor` lets a
+# function accept a Tensor, an array, a list or a number alike, and `to_host` gives the
+# values as a NumPy array wherever they live (plots, checkpoints and tests need that).
+
+# %%
+#| export
+def as_tensor(value: Any) -> Tensor:
+    """`value` itself when it is a Tensor, else `Tensor(value)` (by the dtype rules of section 3)."""
+    return value if isinstance(value, Tensor) else Tensor(value)
+
+
+def to_host(value: Any) -> np.ndarray:
+    """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
+    array = value.data if isinstance(value, Tensor) else value
+    return array.get() if array_module(array) is not np else np.asarray(array)
+
+
+# %% [markdown]
 # ## 5. Worked example: broadcasting
 #
 # Two shapes broadcast when, compared from the right, each pair of sizes is equal or one

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 # %% auto #0
-__all__ = ['array_module', 'cuda_module', 'device_of', 'GradMode', 'Node', 'record_op', 'to_array', 'is_floating', 'Tensor']
+__all__ = ['array_module', 'cuda_module', 'device_of', 'GradMode', 'Node', 'record_op', 'to_array', 'is_floating', 'Tensor',
+           'as_tensor', 'to_host']
 
 # %% ../../modules/01_tensor/tensor_dev.py #69739b06
 def array_module(array: Any):
@@ -405,3 +406,14 @@ class Tensor:
             )
         data = xp.where(keep, xp.asarray(value, dtype=self.dtype), self.data)
         return record_op("masked_fill", data, (self,), mask=keep)
+
+# %% ../../modules/01_tensor/tensor_dev.py #4b2c2a28
+def as_tensor(value: Any) -> Tensor:
+    """`value` itself when it is a Tensor, else `Tensor(value)` (by the dtype rules of section 3)."""
+    return value if isinstance(value, Tensor) else Tensor(value)
+
+
+def to_host(value: Any) -> np.ndarray:
+    """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
+    array = value.data if isinstance(value, Tensor) else value
+    return array.get() if array_module(array) is not np else np.asarray(array)

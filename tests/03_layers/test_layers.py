@@ -423,3 +423,30 @@ def test_repr_shows_the_tree():
     text = repr(MLP())
     assert "(fc1): Linear(in_features=4, out_features=8, bias=True)" in text
     assert "(act): ReLU()" in text and "(drop): Dropout(p=0.5)" in text
+
+
+class _WithBuffer(Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = Linear(2, 3, seed=0)
+        self.register_buffer("table", Tensor(np.arange(4.0)))
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_buffers_are_saved_and_moved_but_not_learned():
+    model = Sequential(_WithBuffer())
+    assert [name for name, _ in model.named_buffers()] == ["0.table"]
+    assert all(p is not model[0].table for p in model.parameters()), "a buffer is not a parameter"
+    state = model.state_dict()
+    assert list(state) == ["0.linear.weight", "0.linear.bias", "0.table"]
+    assert np.array_equal(state["0.table"], [0, 1, 2, 3])
+    other = Sequential(_WithBuffer())
+    other[0].table.data = np.zeros(4)
+    other.load_state_dict(state)
+    assert np.array_equal(other[0].table.numpy(), [0, 1, 2, 3]), "load_state_dict must restore buffers"
+    weight = model[0].linear.weight
+    assert model.to("cpu") is model and model[0].linear.weight is weight, "to() moves in place"
+    with pytest.raises(TypeError):
+        model[0].register_buffer("bad", Tensor([1.0], requires_grad=True))

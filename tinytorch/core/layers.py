@@ -29,7 +29,7 @@ def _is_child(value: Any) -> bool:
 def _is_child_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(_is_child(v) or _is_parameter(v) for v in value)
 
-# %% ../../modules/03_layers/layers_dev.py #b0877f77
+# %% ../../modules/03_layers/layers_dev.py #93932e55
 class Module:
     """Base class of every layer and model: parameters registered by attribute assignment.
 
@@ -42,6 +42,7 @@ class Module:
     def __init__(self) -> None:
         self._registry("_param_names")
         self._registry("_child_names")
+        self._registry("_buffer_names")
         object.__setattr__(self, "training", True)
 
     def _registry(self, kind: str) -> dict:
@@ -65,7 +66,17 @@ class Module:
     def __delattr__(self, name: str) -> None:
         self._registry("_param_names").pop(name, None)
         self._registry("_child_names").pop(name, None)
+        self._registry("_buffer_names").pop(name, None)
         object.__delattr__(self, name)
+
+    def register_buffer(self, name: str, tensor: Tensor) -> None:
+        """Keep `tensor` as `self.<name>`: state that is not learned (no gradient, not in
+        `parameters()`) but belongs to the model: it moves with `to(device)` and is saved in
+        `state_dict()`. Example: module 11's fixed sinusoidal position table."""
+        if not isinstance(tensor, Tensor) or tensor.requires_grad:
+            raise TypeError(f"register_buffer({name!r}, ...): a buffer is a Tensor without requires_grad.")
+        object.__setattr__(self, name, tensor)
+        self._registry("_buffer_names").setdefault(name, None)
 
     # ---- running --------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,6 +141,30 @@ class Module:
                         add(f"{key}.{sub}", tensor)
         return found
 
+    def named_buffers(self, prefix: str = "") -> list[tuple[str, Tensor]]:
+        """[(dotted name, buffer)]: this module's buffers, then each child module's."""
+        found = [(prefix + name, self.__dict__[name]) for name in self._registry("_buffer_names")]
+        for name, child in self.named_children():
+            if isinstance(child, Module):
+                found.extend(child.named_buffers(f"{prefix}{name}."))
+        return found
+
+    def buffers(self) -> list[Tensor]:
+        return [tensor for _, tensor in self.named_buffers()]
+
+    def to(self, device: str) -> "Module":
+        """Move every parameter and buffer to `device` ("cpu" or "cuda") in place; returns self.
+
+        The tensors stay the same objects (an optimizer made before the move still holds
+        them); only their `.data` (and `.grad`) move.
+        """
+        for tensor in [*self.parameters(), *self.buffers()]:
+            if tensor.device != device:
+                tensor.data = to_array(tensor.data, device=device)
+                if tensor.grad is not None:
+                    tensor.grad = Tensor(to_array(tensor.grad.data, device=device))
+        return self
+
     def parameters(self) -> list[Tensor]:
         """Every parameter, once, in the order of `named_parameters()`."""
         return [tensor for _, tensor in self.named_parameters()]
@@ -153,18 +188,19 @@ class Module:
 
     # ---- saving and loading -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{name: NumPy copy of the parameter}, in `named_parameters()` order."""
-        return {name: np.array(tensor.numpy(), copy=True) for name, tensor in self.named_parameters()}
+        """{name: NumPy copy}: every parameter in `named_parameters()` order, then every buffer."""
+        tensors = [*self.named_parameters(), *self.named_buffers()]
+        return {name: np.array(tensor.numpy(), copy=True) for name, tensor in tensors}
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list[str], list[str]]:
-        """Copy values (arrays, Tensors or lists) into the parameters, by name.
+        """Copy values (arrays, Tensors or lists) into the parameters and buffers, by name.
 
         Each value is copied and cast to its parameter's dtype and device. With
         strict=True, missing or unexpected names raise KeyError listing them; a value
         whose shape differs raises ValueError naming both shapes. Nothing is changed
         unless everything checks out. Returns (missing names, unexpected names).
         """
-        own = dict(self.named_parameters())
+        own = dict([*self.named_parameters(), *self.named_buffers()])
         missing = [name for name in own if name not in state_dict]
         unexpected = [name for name in state_dict if name not in own]
         if strict and (missing or unexpected):

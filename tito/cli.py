@@ -22,7 +22,7 @@ from .course import (CourseError, CourseModule, Settings, list_modules, load_set
                      resolve_modules)
 
 if TYPE_CHECKING:
-    from .release import Check, StubCheck
+    from .release import Check
     from .testing import RunRecord, TestOptions
 
 console = Console(soft_wrap=True)  # long lines stay whole (a terminal wraps them itself; a log keeps them)
@@ -138,7 +138,7 @@ def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
     others = run.failures - 1
     more = f"{others} more failure{'s' if others != 1 else ''} in {run.name}; " if others > 0 else ""
     console.rule(style="red")
-    console.print(f"{more}`{command} -v` shows everything.", highlight=False, markup=False)
+    console.print(f"{more}`{command}` shows everything.", highlight=False, markup=False)
 
 
 def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], options: TestOptions,
@@ -155,7 +155,9 @@ def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], op
             if run.note and run.state not in ("not started", "not run", "does not export"):
                 console.print(f"    [yellow]Note:[/] {escape(run.note)}", highlight=False)
             if show_failures and (not run.passed and run.state in ("", "does not export") or verbose):
-                command = f"tito test {run.name}" + (" --notebook" if options.notebook else "")
+                is_module = run.name in {m.key for m in modules}
+                command = (f"tito test {run.name}{' --notebook' if options.notebook else ''} -v" if is_module
+                           else f"python -m pytest {run.name}  (from {_rel(settings.root) or '.'})")
                 _show_failure(run, verbose, command)
 
         return run_tests(settings, modules, options=options, include_extra=include_extra,

@@ -36,7 +36,7 @@ from .locks import course_lock
 from .notebook import NotebookError, read_notebook, read_text, solution_progress
 from .pytest_plugin import CURRENT_TEST_ENV
 from .reports import error_line, first_pytest_failure, last_traceback, strip_ansi, where_in_notebook
-from .runner import ProcessResult, course_env, describe_pytest, pytest_counts, run_python
+from .runner import course_env, describe_pytest, pytest_counts, run_python
 
 RESULTS_FILE = "results.json"
 PARTS = ("inline", "pytest", "notebook")
@@ -186,7 +186,7 @@ def run_in_kernel(settings: Settings, module: CourseModule, timeout_s: float | N
     with tempfile.TemporaryFile("w+", encoding="utf-8") as kernel_log:
         try:
             with client.setup_kernel(cwd=str(module.folder), env=course_env(settings.root), stderr=kernel_log):
-                for index, cell in enumerate(nb.cells):
+                for index, cell in enumerate(nb.cells):  # cells counted as Jupyter shows them, from 1
                     if cell.cell_type != "code":
                         continue
                     code_cells += 1
@@ -194,11 +194,11 @@ def run_in_kernel(settings: Settings, module: CourseModule, timeout_s: float | N
                     try:
                         client.execute_cell(cell, index)
                     except CellTimeoutError:
-                        return failed(f"timed out after {_minutes(limit_s or timeout_s or 0)}: it was running cell {code_cells}",
-                                      _cell_head(cell.source))
+                        return failed(f"timed out after {_minutes(limit_s or timeout_s or 0)}: it was running "
+                                      f"cell {index + 1}", _cell_head(cell.source))
                     except CellExecutionError as err:
                         traceback = strip_ansi(err.traceback)
-                        return failed(f"cell {code_cells} raised {err.ename}: {err.evalue}".strip(),
+                        return failed(f"cell {index + 1} raised {err.ename}: {err.evalue}".strip(),
                                       f"{_cell_head(cell.source)}\n{traceback}")
         except DeadKernelError as err:
             kernel_log.seek(0)

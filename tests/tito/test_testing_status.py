@@ -105,7 +105,7 @@ def test_the_notebook_runs_in_a_jupyter_kernel_and_fails_with_whole_lines(course
     course.add_module("02_toy", course.TOY.replace("return 2 * x", "return 3 * x")
                       .replace("assert double(3) == 6", f"assert double(3) == 6, {reason!r}"))
     failed = run_in_kernel(course.settings, course.module("02"))
-    assert failed.status == "failed" and failed.summary.startswith("cell 3 raised AssertionError")
+    assert failed.status == "failed" and failed.summary.startswith("cell 4 raised AssertionError")
     assert "\x1b" not in failed.detail  # IPython colours its tracebacks; none of that reaches a log
     assert f"AssertionError: {reason}" in failed.detail.splitlines()  # one whole line
     assert "def test_unit_double():" in failed.detail  # the cell that failed, as the student wrote it
@@ -140,6 +140,13 @@ def test_a_hung_pytest_test_is_stopped_by_the_timeout_flag_naming_the_test(cours
     assert result.returncode == 1, out
     assert "timed out after 15 s: it was running tests/02_toy/test_toy.py::test_hangs" in out
     assert load_results(course.settings)["02_toy"].verdict == "failed"
+
+
+def test_a_hung_notebook_cell_in_the_kernel_is_named(course):
+    course.add_module("02_toy", course.TOY + "\n# %%\nimport time\nwhile True:\n    time.sleep(0.05)\n")
+    part = run_in_kernel(course.settings, course.module("02"), timeout_s=20)
+    assert part.failed and part.summary == "timed out after 20 s: it was running cell 5"
+    assert "while True:" in part.detail
 
 
 def test_a_child_left_running_does_not_keep_a_finished_test_waiting(course, tmp_path):

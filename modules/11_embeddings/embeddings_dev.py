@@ -526,27 +526,40 @@ except NotImplementedError:
 #
 # `start` (default 0) shifts the positions: a model that generates one token at a time
 # with a cache (module 13) feeds a single token at position `start`. A table has only
-# `max_len` rows: positions `start ... start + T - 1` must all be below `max_len`, or the
-# given check raises `ValueError` (`T = max_len` exactly is fine).
+# `max_len` rows, numbered `0 ... max_len - 1`, so a sequence fits when all of its
+# positions `start ... start + T - 1` do. Off-by-one errors love this check: a sequence of
+# exactly `max_len` tokens starting at 0 fits, one more token does not.
 #
-# **Write `PositionalEmbedding.forward`**: after the given check, look up the rows of
-# `self.weight` for the positions `start, ..., start + T - 1` (an `xp.arange` on the
-# weight's device, through your `embedding` function so that the gradient flows through
-# your rule), and add them to `x`. Returns a Tensor of `x`'s shape.
+# **Write `check_positions_fit`**: raise `ValueError` when `start < 0` or when the
+# positions `start ... start + length - 1` do not all lie below `max_len`; the message
+# names the layer, the length, `start` and `max_len` (tests look for the numbers, not
+# the wording). Otherwise return nothing. Both position layers call it.
+#
+# **Write `PositionalEmbedding.forward`**: after the given shape check and your
+# `check_positions_fit`, look up the rows of `self.weight` for the positions `start, ...,
+# start + T - 1` (an `xp.arange` on the weight's device, through your `embedding` function
+# so that the gradient flows through your rule), and add them to `x`. The positions run
+# along axis `-2` of `x` (the `T` of `(B, T, D)`), never along the batch. Returns a Tensor
+# of `x`'s shape.
 
 # %%
 #| export
-def _check_positions(layer: str, x: Tensor, embed_dim: int, max_len: int, start: int) -> int:
-    """The sequence length T of x (..., T, embed_dim), after checking that positions start..start+T-1 fit."""
+def _sequence_length(layer: str, x: Tensor, embed_dim: int) -> int:
+    """T of x (..., T, embed_dim); ValueError naming the shape otherwise."""
     if x.ndim < 2 or x.shape[-1] != embed_dim:
         raise ValueError(f"{layer}: expects x of shape (..., T, {embed_dim}), got {x.shape}.")
-    length = x.shape[-2]
-    if int(start) < 0 or int(start) + length > max_len:
+    return x.shape[-2]
+
+
+def check_positions_fit(layer: str, length: int, start: int, max_len: int) -> None:
+    """ValueError unless start >= 0 and positions start ... start + length - 1 all lie in [0, max_len)."""
+    ### BEGIN SOLUTION
+    if start < 0 or start + length > max_len:
         raise ValueError(
             f"{layer}: a sequence of {length} tokens starting at position {start} needs positions up to "
-            f"{int(start) + length - 1}, but max_len is {max_len} (positions 0 to {max_len - 1})."
+            f"{start + length - 1}, but max_len is {max_len} (positions 0 to {max_len - 1})."
         )
-    return length
+    ### END SOLUTION
 
 
 class PositionalEmbedding(Module):
@@ -568,7 +581,8 @@ class PositionalEmbedding(Module):
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
-        length = _check_positions("PositionalEmbedding", x, self.embed_dim, self.max_len, start)
+        length = _sequence_length("PositionalEmbedding", x, self.embed_dim)
+        check_positions_fit("PositionalEmbedding", length, int(start), self.max_len)
         ### BEGIN SOLUTION
         positions = array_module(self.weight.data).arange(int(start), int(start) + length)
         return x + embedding(self.weight, positions)
@@ -681,10 +695,12 @@ print("saved", heatmap_path)
 # %% [markdown]
 # As a layer, the table is computed once and stored as a **buffer** (module 03's
 # `register_buffer`): it belongs to the model (saved in `state_dict`, moved by `.to(device)`)
-# but it is not a parameter, so no optimizer ever changes it. The given `__init__` stores it
-# as `self.pe`, shape `(max_len, embed_dim)`, in the requested dtype and device.
+# but it is not a parameter, so no optimizer ever changes it.
 #
-# **Write `SinusoidalPositionalEncoding.forward`**: after the given check, add rows
+# **Finish `__init__`**: store `sinusoidal_table(max_len, embed_dim)` as the buffer named
+# `"pe"`: a Tensor without `requires_grad`, in the requested `dtype` on `device`.
+#
+# **Write `SinusoidalPositionalEncoding.forward`**: after the given checks, add rows
 # `start ... start + T - 1` of `self.pe` to `x`. Cast those rows to `x`'s dtype first (a
 # float16 model must stay float16). The buffer takes no gradient; `x` does, through the
 # addition.
@@ -704,11 +720,14 @@ class SinusoidalPositionalEncoding(Module):
             if not isinstance(size, (int, np.integer)) or size <= 0:
                 raise ValueError(f"SinusoidalPositionalEncoding: {label} must be a positive int, got {size!r}.")
         self.embed_dim, self.max_len = int(embed_dim), int(max_len)
+        ### BEGIN SOLUTION
         self.register_buffer("pe", Tensor(sinusoidal_table(self.max_len, self.embed_dim), dtype=dtype, device=device))
+        ### END SOLUTION
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
-        length = _check_positions("SinusoidalPositionalEncoding", x, self.embed_dim, self.max_len, start)
+        length = _sequence_length("SinusoidalPositionalEncoding", x, self.embed_dim)
+        check_positions_fit("SinusoidalPositionalEncoding", length, int(start), self.max_len)
         ### BEGIN SOLUTION
         rows = self.pe.data[int(start): int(start) + length]
         return x + Tensor(rows.astype(x.dtype, copy=False))

@@ -195,15 +195,49 @@ def test_embedding_layer_forward_and_backward():
 
 
 # ---- positions ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", ["learned", "sinusoidal"])
+def test_max_len_is_checked_exactly(layer):
+    make = (lambda: PositionalEmbedding(8, 4, seed=0)) if layer == "learned" else (lambda: SinusoidalPositionalEncoding(4, 8))
+    module = make()
+    for shape, start in (((1, 8, 4), 0), ((1, 1, 4), 7), ((1, 3, 4), 5)):  # B = 1: this test is about T only
+        try:
+            assert module(Tensor(np.zeros(shape)), start=start).shape == shape
+        except ValueError as err:
+            raise AssertionError(
+                f"{shape[1]} tokens from position {start} fit max_len=8 (positions 0 to 7) but raised: {err} "
+                "(max_len check off by one: the last position is max_len - 1)") from err
+    for shape, start in (((1, 9, 4), 0), ((1, 1, 4), 8), ((1, 3, 4), 6), ((1, 1, 4), -1)):
+        try:
+            module(Tensor(np.zeros(shape)), start=start)
+        except ValueError as err:
+            assert "8" in str(err), f"the ValueError should name max_len (8): {err}"
+        except IndexError as err:
+            raise AssertionError(
+                f"{shape[1]} tokens from position {start} went past the check and failed in the lookup ({err}): "
+                "max_len check off by one (the last position is max_len - 1)") from err
+        else:
+            raise AssertionError(
+                f"{shape[1]} tokens from position {start} do not fit max_len=8 (positions 0 to 7) and must raise "
+                "ValueError (max_len check off by one, or a negative start let through)")
+    with pytest.raises(ValueError):
+        module(Tensor(np.zeros((2, 3, 5))))
+
+
+ALONG_T = "positions run along axis -2 (the T of (B, T, D)), not along the batch"
+
+
 def test_positional_embedding_adds_the_same_rows_to_every_sequence():
     pos = PositionalEmbedding(7, 3, dtype=np.float64, seed=0)
     x = np.random.default_rng(4).standard_normal((4, 5, 3))  # B=4 != T=5: the batch axis is not the position axis
-    out = pos(Tensor(x))
+    try:
+        out = pos(Tensor(x))
+    except ValueError as err:
+        raise AssertionError(f"PositionalEmbedding on x of shape (4, 5, 3) raised {err}: {ALONG_T}") from err
     expected = x + pos.weight.numpy()[:5][None]
-    assert np.allclose(out.numpy(), expected), (
-        "PositionalEmbedding must add weight[t] to position t of every sequence (positions run along axis -2, "
-        "not along the batch)")
-    assert np.allclose(pos(Tensor(x), start=2).numpy(), x + pos.weight.numpy()[2:7][None])
+    assert np.allclose(out.numpy(), expected), f"PositionalEmbedding must add weight[t] to position t of every sequence: {ALONG_T}"
+    shifted = pos(Tensor(x), start=2).numpy()
+    assert np.allclose(shifted, x + pos.weight.numpy()[2:7][None]), (
+        "with start=2 the positions are 2 ... T + 1: PositionalEmbedding ignores `start`")
     assert np.allclose(pos(Tensor(x[0])).numpy(), x[0] + pos.weight.numpy()[:5]), "(T, D) inputs work too"
 
 
@@ -224,18 +258,25 @@ def test_positional_embedding_gradients():
     assert gradcheck(through_the_layer, [Tensor(pos.weight.numpy(), requires_grad=True), Tensor(g, requires_grad=True)])
 
 
-@pytest.mark.parametrize("layer", ["learned", "sinusoidal"])
-def test_max_len_is_checked_exactly(layer):
-    make = (lambda: PositionalEmbedding(8, 4, seed=0)) if layer == "learned" else (lambda: SinusoidalPositionalEncoding(4, 8))
-    module = make()
-    assert module(Tensor(np.zeros((2, 8, 4)))).shape == (2, 8, 4), "a sequence of exactly max_len tokens fits"
-    assert module(Tensor(np.zeros((2, 1, 4))), start=7).shape == (2, 1, 4), "the last position is max_len - 1"
-    for shape, start in (((2, 9, 4), 0), ((2, 1, 4), 8), ((2, 3, 4), 6)):
-        with pytest.raises(ValueError) as info:
-            module(Tensor(np.zeros(shape)), start=start)
-        assert "8" in str(info.value)
-    with pytest.raises(ValueError):
-        module(Tensor(np.zeros((2, 3, 5))))
+def test_sinusoidal_table_row_zero_and_column_order():
+    pe = sinusoidal_table(3, 6)
+    assert np.allclose(pe[0], [0, 1, 0, 1, 0, 1]), (
+        f"PE[0] = {np.round(pe[0], 4).tolist()}, expected [0, 1, 0, 1, 0, 1]: even columns hold sines and odd "
+        "columns cosines (sin and cos swapped?)")
+    assert np.allclose(pe[1, :2], [np.sin(1), np.cos(1)]), (
+        f"PE[1, :2] = {np.round(pe[1, :2], 4).tolist()}, expected [sin 1, cos 1] = [0.8415, 0.5403]: even columns "
+        "hold sines and odd columns cosines")
+
+
+@pytest.mark.parametrize("d", [4, 10, 64])
+def test_sinusoidal_frequencies(d):
+    pe = sinusoidal_table(2, d)
+    pairs = np.arange(d // 2)
+    expected = 1 / 10000 ** (2 * pairs / d)
+    got = np.arcsin(np.clip(pe[1, 0::2], -1, 1))  # at pos = 1 the angle of pair i is its frequency (all < pi/2)
+    assert np.allclose(got, expected, rtol=1e-9), (
+        f"pair frequencies {np.round(got[:4], 5).tolist()}..., expected {np.round(expected[:4], 5).tolist()}...: pair i "
+        "turns at 1 / 10000^(2i/d) (feature 2i uses the exponent 2i/d, not i/d; divide the position by it)")
 
 
 def test_sinusoidal_table_against_the_formula():
@@ -264,11 +305,11 @@ def test_sinusoidal_table_known_values_and_odd_width():
 
 def test_sinusoidal_encoding_is_a_buffer_not_a_parameter():
     enc = SinusoidalPositionalEncoding(6, max_len=12)
-    assert enc.parameters() == [], "the sinusoidal table must not be a parameter (nothing learns it)"
-    assert [n for n, _ in enc.named_buffers()] == ["pe"]
+    assert enc.parameters() == [], "the sinusoidal table must be a buffer, not a parameter (nothing learns it)"
+    assert [n for n, _ in enc.named_buffers()] == ["pe"], "the table must be registered as the buffer 'pe'"
     assert enc.pe.shape == (12, 6) and enc.pe.dtype == np.float32 and not enc.pe.requires_grad
     assert np.allclose(enc.pe.numpy(), sinusoidal_table(12, 6), atol=1e-6)
-    assert list(enc.state_dict()) == ["pe"]
+    assert list(enc.state_dict()) == ["pe"], "the table must be registered as the buffer 'pe' (saved by state_dict)"
     assert SinusoidalPositionalEncoding(6, 12, dtype=np.float64).pe.dtype == np.float64
 
 
@@ -290,7 +331,10 @@ def test_position_shift_matrix_moves_every_position_by_k(k):
     pe = sinusoidal_table(200, 12)
     M = position_shift_matrix(k, 12)
     assert M.shape == (12, 12)
-    assert np.allclose(pe[k:], pe[: 200 - k] @ M.T, atol=1e-10), f"PE[pos + {k}] must equal M_{k} @ PE[pos]"
+    assert np.allclose(pe[k:], pe[: 200 - k] @ M.T, atol=1e-10), (
+        f"PE[pos + {k}] must equal M_{k} @ PE[pos]" + (
+            ": your M moves k steps back (sin(kω) belongs above the diagonal, -sin(kω) below)"
+            if np.allclose(pe[: 200 - k], pe[k:] @ M.T, atol=1e-10) else ""))
     assert np.allclose(M @ M.T, np.eye(12)), "the shift is a rotation (orthogonal)"
 
 

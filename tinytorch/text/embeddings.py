@@ -14,8 +14,8 @@ from ..core.layers import Module, make_rng
 from ..core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array
 
 # %% auto #0
-__all__ = ['scatter_add_rows', 'token_ids', 'embedding', 'embedding_backward', 'Embedding', 'PositionalEmbedding',
-           'sinusoidal_table', 'SinusoidalPositionalEncoding', 'position_shift_matrix']
+__all__ = ['scatter_add_rows', 'token_ids', 'embedding', 'embedding_backward', 'Embedding', 'check_positions_fit',
+           'PositionalEmbedding', 'sinusoidal_table', 'SinusoidalPositionalEncoding', 'position_shift_matrix']
 
 # %% ../../modules/11_embeddings/embeddings_dev.py #cb7d308d
 def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
@@ -138,18 +138,21 @@ class Embedding(Module):
         padding = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
         return f"{self.num_embeddings}, {self.embedding_dim}{padding}"
 
-# %% ../../modules/11_embeddings/embeddings_dev.py #1997d1d8
-def _check_positions(layer: str, x: Tensor, embed_dim: int, max_len: int, start: int) -> int:
-    """The sequence length T of x (..., T, embed_dim), after checking that positions start..start+T-1 fit."""
+# %% ../../modules/11_embeddings/embeddings_dev.py #4d1281de
+def _sequence_length(layer: str, x: Tensor, embed_dim: int) -> int:
+    """T of x (..., T, embed_dim); ValueError naming the shape otherwise."""
     if x.ndim < 2 or x.shape[-1] != embed_dim:
         raise ValueError(f"{layer}: expects x of shape (..., T, {embed_dim}), got {x.shape}.")
-    length = x.shape[-2]
-    if int(start) < 0 or int(start) + length > max_len:
+    return x.shape[-2]
+
+
+def check_positions_fit(layer: str, length: int, start: int, max_len: int) -> None:
+    """ValueError unless start >= 0 and positions start ... start + length - 1 all lie in [0, max_len)."""
+    if start < 0 or start + length > max_len:
         raise ValueError(
             f"{layer}: a sequence of {length} tokens starting at position {start} needs positions up to "
-            f"{int(start) + length - 1}, but max_len is {max_len} (positions 0 to {max_len - 1})."
+            f"{start + length - 1}, but max_len is {max_len} (positions 0 to {max_len - 1})."
         )
-    return length
 
 
 class PositionalEmbedding(Module):
@@ -171,7 +174,8 @@ class PositionalEmbedding(Module):
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
-        length = _check_positions("PositionalEmbedding", x, self.embed_dim, self.max_len, start)
+        length = _sequence_length("PositionalEmbedding", x, self.embed_dim)
+        check_positions_fit("PositionalEmbedding", length, int(start), self.max_len)
         positions = array_module(self.weight.data).arange(int(start), int(start) + length)
         return x + embedding(self.weight, positions)
 
@@ -189,7 +193,7 @@ def sinusoidal_table(max_len: int, embed_dim: int) -> np.ndarray:
     table[:, 1::2] = np.cos(angles[:, : embed_dim // 2])
     return table
 
-# %% ../../modules/11_embeddings/embeddings_dev.py #71ee4aba
+# %% ../../modules/11_embeddings/embeddings_dev.py #8ae52659
 class SinusoidalPositionalEncoding(Module):
     """Fixed positions: forward(x (..., T, D), start=0) = x + pe[start : start + T].
 
@@ -207,7 +211,8 @@ class SinusoidalPositionalEncoding(Module):
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
-        length = _check_positions("SinusoidalPositionalEncoding", x, self.embed_dim, self.max_len, start)
+        length = _sequence_length("SinusoidalPositionalEncoding", x, self.embed_dim)
+        check_positions_fit("SinusoidalPositionalEncoding", length, int(start), self.max_len)
         rows = self.pe.data[int(start): int(start) + length]
         return x + Tensor(rows.astype(x.dtype, copy=False))
 

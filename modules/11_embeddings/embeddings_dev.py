@@ -840,3 +840,179 @@ def test_unit_position_shift_matrix():
 
 
 test_unit_position_shift_matrix()
+
+# %% [markdown]
+# ## 10. Learned or sinusoidal?
+#
+# | | learned (`PositionalEmbedding`) | sinusoidal (`SinusoidalPositionalEncoding`) |
+# |---|---|---|
+# | parameters | `max_len × D` (GPT-2: 1024 × 768 = 786,432) | none: a buffer |
+# | what a position means | whatever training made of it | fixed in advance; `PE[pos + k] = M_k PE[pos]` |
+# | position `≥ max_len` | no row exists: `ValueError` | compute more rows: `sinusoidal_table(any_length, D)` |
+# | rows never seen in training | stay at their random start | same formula as every other row |
+# | used by | GPT-2, nanoGPT, BERT | the original Transformer |
+#
+# On sequences as long as the ones they were trained on, both work about equally well
+# (Vaswani et al. report nearly identical results). The difference shows **past the
+# trained length**. An experiment: the task is "output the previous token" (target at
+# position `t` is the token at `t - 1`, a job only positions can do). The model is one
+# causal attention head whose queries and keys are computed from the position vectors
+# alone (`q = P W_Q`, `k = P W_K`) and whose values are the token embeddings; a linear
+# layer reads the answer out. We train on sequences of **8** tokens and test on sequences
+# of **32**. The learned table has 32 rows, so it *can* run at length 32; rows 8 to 31
+# simply never take part in training.
+#
+# A third variant gives the sinusoidal model scores that can only depend on the offset
+# `t - s`: `k = P` and `W_Q` restricted to a scaled rotation inside each sine/cosine pair
+# (two numbers per pair, `a` and `b`: `q = a ⊙ P + b ⊙ (P J)` where `J` turns each pair
+# `(sin, cos)` into `(cos, -sin)`). A scaled rotation commutes with the shift `M_k` of
+# section 9, so `q_t · k_s` becomes a sum of `cos((t - s)ω + φ)` terms: a function of the
+# offset alone. (Rotary position embeddings, RoPE, used by Llama, build exactly this into
+# every attention head.)
+#
+# **Predict, then run.** All three reach 100% on positions 1 to 7. Write down, for each,
+# the accuracy you expect at positions 8 to 31 (chance is 10%, one of 10 tokens).
+
+# %%
+from tinytorch.core.losses import cross_entropy
+from tinytorch.core.optimizers import Adam
+
+
+def pair_swap_matrix(dim: int) -> np.ndarray:
+    """J with (sin, cos) @ J = (cos, -sin) in every feature pair: a quarter turn of each pair."""
+    J = np.zeros((dim, dim), dtype=np.float32)
+    pairs = np.arange(0, dim, 2)
+    J[pairs + 1, pairs] = 1.0
+    J[pairs, pairs + 1] = -1.0
+    return J
+
+
+def previous_token_experiment(kind: str, train_len: int = 8, test_len: int = 32, steps: int = 300,
+                              vocab: int = 10, dim: int = 32, seed: int = 0) -> dict:
+    """Train one causal head to copy the previous token on length train_len, test on test_len.
+
+    kind: "learned", "sinusoidal", or "relative" (sinusoidal, scores depending on t - s only).
+    Returns per-position test accuracy, where each query looks most, and the position table
+    rows before and after training (learned only).
+    """
+    rng = np.random.default_rng(seed)
+    tokens = Embedding(vocab, dim, seed=seed)
+    readout = Tensor(rng.standard_normal((dim, vocab)) / np.sqrt(dim), requires_grad=True)
+    if kind == "learned":
+        positions = PositionalEmbedding(test_len, dim, seed=seed + 1)
+    else:
+        positions = SinusoidalPositionalEncoding(dim, test_len)
+    if kind == "relative":
+        a, b = (Tensor(rng.standard_normal(dim), requires_grad=True) for _ in range(2))
+        swap = Tensor(pair_swap_matrix(dim))
+        shape_params = [a, b]
+    else:
+        w_q, w_k = (Tensor(rng.standard_normal((dim, dim)) / np.sqrt(dim), requires_grad=True) for _ in range(2))
+        shape_params = [w_q, w_k]
+    params = tokens.parameters() + positions.parameters() + shape_params + [readout]
+    start_rows = positions.weight.numpy().copy() if kind == "learned" else None
+
+    def forward(ids):
+        T = ids.shape[1]
+        p = positions(Tensor(np.zeros((1, T, dim), np.float32)))  # the position vectors alone, (1, T, dim)
+        if kind == "relative":
+            q, k = p * a + (p @ swap) * b, p
+        else:
+            q, k = p @ w_q, p @ w_k
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / np.sqrt(dim))
+        scores = scores.masked_fill(np.triu(np.ones((T, T), bool), 1), -1e9)  # causal: look back only
+        weights = softmax(scores, dim=-1)  # (1, T, T): where each position looks
+        return (weights @ tokens(ids)) @ readout, weights
+
+    optimizer = Adam(params, lr=0.03 if kind == "relative" else 0.01)
+    data = np.random.default_rng(seed + 2)
+    for _ in range(steps):
+        ids = data.integers(0, vocab, (32, train_len))
+        loss = cross_entropy(forward(ids)[0][:, 1:], np.roll(ids, 1, axis=1)[:, 1:])
+        for p in params:
+            p.grad = None
+        loss.backward()
+        optimizer.step()
+    ids = np.random.default_rng(seed + 3).integers(0, vocab, (256, test_len))
+    logits, weights = forward(ids)
+    correct = logits.numpy().argmax(-1) == np.roll(ids, 1, axis=1)
+    return {"accuracy": correct.mean(0), "looks_at": weights.numpy()[0].argmax(-1),
+            "rows_before": start_rows, "rows_after": None if start_rows is None else positions.weight.numpy()}
+
+
+results = {kind: previous_token_experiment(kind) for kind in ("learned", "sinusoidal", "relative")}
+print(f"{'':>11} | {'pos 1-7':>7} | {'pos 8-15':>8} | {'pos 16-31':>9}   (trained on 8 tokens)")
+for kind, r in results.items():
+    acc = r["accuracy"]
+    print(f"{kind:>11} | {acc[1:8].mean():7.0%} | {acc[8:16].mean():8.0%} | {acc[16:].mean():9.0%}")
+print("\nwhere query t looks most (t = 0 ... 15):")
+for kind, r in results.items():
+    print(f"{kind:>11}:", r["looks_at"][:16].tolist())
+learned = results["learned"]
+moved = np.abs(learned["rows_after"] - learned["rows_before"]).max(axis=1)
+print("\nlearned table, largest change of each row in training: rows 0-7:", " ".join(f"{m:.2f}" for m in moved[:8]),
+      f"  rows 8-31: at most {moved[8:].max():.2f}")
+
+# %% [markdown]
+# What the numbers say (your exact percentages depend on the seeds, the picture does not):
+#
+# * **Learned** positions fall to chance past position 7. Rows 8 to 31 did not change at
+#   all: their positions never occurred, so the scatter-add gave them zero gradient every
+#   step. At test time they are the random vectors they started as, and the queries at
+#   those positions look anywhere.
+# * **Sinusoidal** positions with free `W_Q`, `W_K` do little better. The rows past 7 are
+#   well defined, but the model was free to learn a rule that only works where it was
+#   trained: queries 8 to 15 keep looking at position 6, the last key they learned to
+#   use, instead of one step back. Further out some positions come out right by the
+#   coincidences of the periodic pattern (25% to 45% on positions 16 to 31, depending on
+#   the seed), with no rule behind it.
+# * **Relative** scores, whose form can only depend on `t - s`, learn "look one step back"
+#   once and apply it at every position: 100% everywhere.
+#
+# So a fixed formula alone is not enough to generalise to longer sequences; what helps is
+# a score whose *form* depends only on the offset. This is why later models moved from
+# added positions to relative schemes built into attention (RoPE, ALiBi). GPT-2, nanoGPT
+# and module 13's GPT use learned positions and simply never run past `max_len`.
+
+# %% [markdown]
+# ## Summary
+#
+# * An embedding is a table lookup, `W[ids]` = `one_hot(ids) @ W`; its gradient is
+#   `one_hot(ids)ᵀ @ dY`, a **scatter-add** in which repeated ids add up (`dW[ids] += dY`
+#   silently does not). `padding_idx` starts a row at zero and keeps its gradient zero.
+# * Attention is permutation-equivariant: without positions it sees a bag of tokens.
+# * Learned positions are a second table indexed by position; sinusoidal positions are a
+#   fixed buffer in which moving `k` steps is the rotation `M_k`, the same at every position.
+# * Past the trained length, learned rows are untrained noise and a free model on
+#   sinusoidal positions does not generalise either; scores that depend only on the offset do.
+#
+# ## Exercises and questions
+#
+# Answer each by running your own code (add cells below).
+#
+# 1. **Memory of a table.** How many MiB does `Embedding(50257, 768).weight` take in
+#    float32 (GPT-2's vocabulary and width)? In float16? How does that compare with one
+#    `Linear(768, 768)`? Check with `.data.nbytes`.
+# 2. **Sparse gradients.** Make `Embedding(1000, 16)`, look up a batch of `4 × 64` ids
+#    drawn uniformly at random, and backpropagate `out.sum()`. How many rows of
+#    `weight.grad` are non-zero? Predict it first: the expected number of distinct ids among
+#    256 draws from 1,000 is `1000 · (1 - (1 - 1/1000)^256)`.
+# 3. **The padding row under Adam.** Train `Embedding(6, 4, padding_idx=0)` for a few steps
+#    with module 06's `Adam` and with `AdamW(weight_decay=0.1)` on a loss that uses id 0.
+#    Does row 0 stay exactly zero? Explain from the update rules why it does (or does not).
+# 4. **Scatter-add cost.** Time `np.add.at` against your `scatter_add_rows` for tables of
+#    100, 10,000 and 100,000 rows with 20,000 ids. Which one does the table size affect,
+#    and why? (Hint: what does `np.zeros` of the gradient cost, and which one sorts?)
+# 5. **Similarity with distance.** For `d = 64`, print `PE[100] · PE[100 + k]` for
+#    `k = 0, 1, 2, 5, 10, 50, 200`. Is it largest at `k = 0`? Does it fall steadily? Use
+#    section 9 to explain why the result is the same at position 1000.
+# 6. **Order matters now.** Repeat section 6's "dog bites man" experiment with
+#    `SinusoidalPositionalEncoding(8, 16)` added to the embeddings before attention. Is
+#    the output for "bites" still the same in both sentences? For "dog"?
+# 7. **Where the frequencies run out.** With `d = 16`, the slowest pair has a period of
+#    `2π · 10000^(14/16)` positions. Compute it. Two positions whose every pair differs by
+#    less than 0.01 are nearly indistinguishable: find the first pair of positions
+#    `(0, p)` that are at least 0.5 apart in Euclidean distance for `d = 16` and `d = 64`.
+# 8. **Extrapolation.** In `previous_token_experiment`, train the learned model with
+#    `train_len=16` and test on 32. Which positions does it now get right, and what do the
+#    table rows 16 to 31 look like after training?

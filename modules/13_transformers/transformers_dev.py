@@ -329,7 +329,8 @@ print(f"forward + backward on (12, 64, 128): fused {fused_t * 1e3:.2f} ms, compo
 class MLP(Module):
     """Position-wise feed-forward network: fc (E → hidden), GELU, proj (hidden → E), dropout.
 
-    forward(x (..., E)) -> (..., E): dropout(proj(gelu(fc(x)))).
+    forward(x (..., E)) -> (..., E): dropout(proj(gelu(fc(x)))), computed on the rows of x
+    flattened to (N, E) (given code), where NumPy's matrix product is fastest.
     bias -- biases in both Linear layers (nanoGPT's small recipe uses none).
     """
 
@@ -342,9 +343,12 @@ class MLP(Module):
         self.dropout = Dropout(dropout, rng=generator)
 
     def forward(self, x: Any) -> Tensor:
+        x = as_tensor(x)
+        rows = x.reshape(-1, x.shape[-1])  # (..., E) -> (N, E): one 2-D matrix product per layer
         ### BEGIN SOLUTION
-        return self.dropout(self.proj(gelu(self.fc(x))))
+        out = self.dropout(self.proj(gelu(self.fc(rows))))
         ### END SOLUTION
+        return out.reshape(x.shape)
 
 
 # %%
@@ -408,18 +412,19 @@ class CausalSelfAttention(MultiHeadAttention):
     * with a cache (`.length` tokens stored, `.update(k, v)` -> all keys and values):
       project x to heads q, k, v (B, H, T, D) with `_split_heads`, let the cache extend k
       and v (Tk = past + T), attend with the keep mask cached_causal_mask(T, past) (never
-      is_causal: it is top-left aligned), merge the heads with `_merge_heads` and apply out_proj.
+      is_causal: it is top-left aligned), merge the heads with `_merge_heads` (B·T, E), apply
+      out_proj and reshape to (B, T, E).
     """
 
     def _split_heads(self, proj: Linear, x: Tensor) -> Tensor:
         """(B, T, E) --proj--> (B, T, E) -> (B, H, T, D)."""
         B, T, E = x.shape
-        return proj(x).reshape(B, T, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+        return proj(x.reshape(B * T, E)).reshape(B, T, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
 
     def _merge_heads(self, heads: Tensor) -> Tensor:
-        """(B, H, T, D) -> (B, T, E): the heads side by side."""
+        """(B, H, T, D) -> (B·T, E): the heads side by side, one row per token."""
         B, H, T, D = heads.shape
-        return heads.permute(0, 2, 1, 3).reshape(B, T, H * D)
+        return heads.permute(0, 2, 1, 3).reshape(B * T, H * D)
 
     def forward(self, x: Any, cache: Any = None) -> tuple[Tensor, Tensor]:
         x = as_tensor(x)
@@ -431,7 +436,7 @@ class CausalSelfAttention(MultiHeadAttention):
         k, v = cache.update(k, v)
         out, weights = scaled_dot_product_attention(q, k, v, mask=cached_causal_mask(x.shape[1], past),
                                                     dropout_p=self.dropout, training=self.training, rng=self.rng)
-        return self.out_proj(self._merge_heads(out)), weights
+        return self.out_proj(self._merge_heads(out)).reshape(x.shape), weights
         ### END SOLUTION
 
 
@@ -684,8 +689,8 @@ class GPT(Module):
         self.dtype, self.device = np.dtype(dtype), device or "cpu"
         self.rng = make_rng(rng, seed)
         settings = dict(dtype=dtype, device=device, rng=self.rng)
-        self.token_embedding = Embedding(vocab_size, embed_dim)
-        self.position_embedding = Embedding(max_seq_len, embed_dim)
+        self.token_embedding = Embedding(vocab_size, embed_dim, **settings)
+        self.position_embedding = Embedding(max_seq_len, embed_dim, **settings)
         self.dropout = Dropout(dropout, rng=self.rng)
         self.blocks = ModuleList([TransformerBlock(embed_dim, num_heads, dropout, bias, **settings)
                                   for _ in range(num_layers)])
@@ -748,7 +753,7 @@ class GPT(Module):
             x = block(x, cache=None if cache is None else cache.layers[i])
         x = self.ln_f(x)
         head = self.token_embedding.weight.transpose() if self.lm_head is None else self.lm_head.weight
-        logits = x @ head
+        logits = (x.reshape(-1, self.embed_dim) @ head).reshape(*ids.shape, self.vocab_size)
         loss = None if targets is None else cross_entropy(logits, targets)
         return logits, loss
         ### END SOLUTION

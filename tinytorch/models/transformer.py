@@ -106,11 +106,12 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, bias={self.bias is not None}"
 
-# %% ../../modules/13_transformers/transformers_dev.py #1c90b41c
+# %% ../../modules/13_transformers/transformers_dev.py #f9965cd8
 class MLP(Module):
     """Position-wise feed-forward network: fc (E → hidden), GELU, proj (hidden → E), dropout.
 
-    forward(x (..., E)) -> (..., E): dropout(proj(gelu(fc(x)))).
+    forward(x (..., E)) -> (..., E): dropout(proj(gelu(fc(x)))), computed on the rows of x
+    flattened to (N, E) (given code), where NumPy's matrix product is fastest.
     bias -- biases in both Linear layers (nanoGPT's small recipe uses none).
     """
 
@@ -123,9 +124,12 @@ class MLP(Module):
         self.dropout = Dropout(dropout, rng=generator)
 
     def forward(self, x: Any) -> Tensor:
-        return self.dropout(self.proj(gelu(self.fc(x))))
+        x = as_tensor(x)
+        rows = x.reshape(-1, x.shape[-1])  # (..., E) -> (N, E): one 2-D matrix product per layer
+        out = self.dropout(self.proj(gelu(self.fc(rows))))
+        return out.reshape(x.shape)
 
-# %% ../../modules/13_transformers/transformers_dev.py #1c2b7787
+# %% ../../modules/13_transformers/transformers_dev.py #cbf2f8c7
 def cached_causal_mask(num_new: int, num_past: int) -> np.ndarray:
     """(num_new, num_past + num_new) bool keep mask (True = attend) for num_new queries that
     follow num_past cached tokens: query i sits at position num_past + i and sees keys
@@ -143,18 +147,19 @@ class CausalSelfAttention(MultiHeadAttention):
     * with a cache (`.length` tokens stored, `.update(k, v)` -> all keys and values):
       project x to heads q, k, v (B, H, T, D) with `_split_heads`, let the cache extend k
       and v (Tk = past + T), attend with the keep mask cached_causal_mask(T, past) (never
-      is_causal: it is top-left aligned), merge the heads with `_merge_heads` and apply out_proj.
+      is_causal: it is top-left aligned), merge the heads with `_merge_heads` (B·T, E), apply
+      out_proj and reshape to (B, T, E).
     """
 
     def _split_heads(self, proj: Linear, x: Tensor) -> Tensor:
         """(B, T, E) --proj--> (B, T, E) -> (B, H, T, D)."""
         B, T, E = x.shape
-        return proj(x).reshape(B, T, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+        return proj(x.reshape(B * T, E)).reshape(B, T, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
 
     def _merge_heads(self, heads: Tensor) -> Tensor:
-        """(B, H, T, D) -> (B, T, E): the heads side by side."""
+        """(B, H, T, D) -> (B·T, E): the heads side by side, one row per token."""
         B, H, T, D = heads.shape
-        return heads.permute(0, 2, 1, 3).reshape(B, T, H * D)
+        return heads.permute(0, 2, 1, 3).reshape(B * T, H * D)
 
     def forward(self, x: Any, cache: Any = None) -> tuple[Tensor, Tensor]:
         x = as_tensor(x)
@@ -165,7 +170,7 @@ class CausalSelfAttention(MultiHeadAttention):
         k, v = cache.update(k, v)
         out, weights = scaled_dot_product_attention(q, k, v, mask=cached_causal_mask(x.shape[1], past),
                                                     dropout_p=self.dropout, training=self.training, rng=self.rng)
-        return self.out_proj(self._merge_heads(out)), weights
+        return self.out_proj(self._merge_heads(out)).reshape(x.shape), weights
 
 # %% ../../modules/13_transformers/transformers_dev.py #91353b5d
 class TransformerBlock(Module):
@@ -194,7 +199,7 @@ class TransformerBlock(Module):
         x = x + self.dropout(attended)
         return x + self.mlp(self.ln2(x))
 
-# %% ../../modules/13_transformers/transformers_dev.py #dd53d250
+# %% ../../modules/13_transformers/transformers_dev.py #86200c7d
 class GPT(Module):
     """A GPT language model (GPT-2's architecture, nanoGPT's layout and initialisation).
 
@@ -225,8 +230,8 @@ class GPT(Module):
         self.dtype, self.device = np.dtype(dtype), device or "cpu"
         self.rng = make_rng(rng, seed)
         settings = dict(dtype=dtype, device=device, rng=self.rng)
-        self.token_embedding = Embedding(vocab_size, embed_dim)
-        self.position_embedding = Embedding(max_seq_len, embed_dim)
+        self.token_embedding = Embedding(vocab_size, embed_dim, **settings)
+        self.position_embedding = Embedding(max_seq_len, embed_dim, **settings)
         self.dropout = Dropout(dropout, rng=self.rng)
         self.blocks = ModuleList([TransformerBlock(embed_dim, num_heads, dropout, bias, **settings)
                                   for _ in range(num_layers)])
@@ -286,7 +291,7 @@ class GPT(Module):
             x = block(x, cache=None if cache is None else cache.layers[i])
         x = self.ln_f(x)
         head = self.token_embedding.weight.transpose() if self.lm_head is None else self.lm_head.weight
-        logits = x @ head
+        logits = (x.reshape(-1, self.embed_dim) @ head).reshape(*ids.shape, self.vocab_size)
         loss = None if targets is None else cross_entropy(logits, targets)
         return logits, loss
 

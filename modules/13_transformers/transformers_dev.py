@@ -758,13 +758,6 @@ class GPT(Module):
         return logits, loss
         ### END SOLUTION
 
-    def optimizer_groups(self, weight_decay: float) -> list[dict]:
-        """Two parameter groups for AdamW, as nanoGPT: every matrix (ndim >= 2: Linear weights,
-        embeddings) with `weight_decay`, every vector (biases, LayerNorm weights) without."""
-        params = self.parameters()
-        return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": float(weight_decay)},
-                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-
     def attention_maps(self, idx: Any, layer: int = -1) -> np.ndarray:
         """Attention weights (B, H, T, T) of block `layer` for the tokens idx (B, T), as a NumPy array
         (eval mode, no gradients): what module 12's plot_attention_heads draws."""

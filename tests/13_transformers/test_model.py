@@ -267,14 +267,6 @@ def test_no_bias_recipe_and_dropout():
     assert np.allclose(model(idx)[0].numpy(), model(idx)[0].numpy())
 
 
-def test_optimizer_groups():
-    model = GPT(30, 16, 2, 2, 8, seed=8)
-    decay, no_decay = model.optimizer_groups(0.1)
-    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
-    assert len(decay["params"]) + len(no_decay["params"]) == len(model.parameters())
-
-
 def test_attention_maps():
     model = GPT(30, 16, 3, 4, 8, seed=9)
     maps = model.attention_maps(np.random.default_rng(11).integers(0, 30, (2, 8)), layer=1)

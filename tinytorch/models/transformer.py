@@ -199,7 +199,7 @@ class TransformerBlock(Module):
         x = x + self.dropout(attended)
         return x + self.mlp(self.ln2(x))
 
-# %% ../../modules/13_transformers/transformers_dev.py #86200c7d
+# %% ../../modules/13_transformers/transformers_dev.py #f55670c8
 class GPT(Module):
     """A GPT language model (GPT-2's architecture, nanoGPT's layout and initialisation).
 
@@ -294,13 +294,6 @@ class GPT(Module):
         logits = (x.reshape(-1, self.embed_dim) @ head).reshape(*ids.shape, self.vocab_size)
         loss = None if targets is None else cross_entropy(logits, targets)
         return logits, loss
-
-    def optimizer_groups(self, weight_decay: float) -> list[dict]:
-        """Two parameter groups for AdamW, as nanoGPT: every matrix (ndim >= 2: Linear weights,
-        embeddings) with `weight_decay`, every vector (biases, LayerNorm weights) without."""
-        params = self.parameters()
-        return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": float(weight_decay)},
-                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
     def attention_maps(self, idx: Any, layer: int = -1) -> np.ndarray:
         """Attention weights (B, H, T, T) of block `layer` for the tokens idx (B, T), as a NumPy array

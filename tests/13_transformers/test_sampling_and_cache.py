@@ -182,7 +182,8 @@ def test_greedy_generation_follows_the_argmax():
     out = model.generate(prompt, 4, temperature=0, use_cache=False).numpy()
     with no_grad():
         for t in range(3, 7):
-            assert out[0, t] == model(out[:, :t])[0].numpy()[0, -1].argmax()
+            assert out[0, t] == model(out[:, :t])[0].numpy()[0, -1].argmax(), \
+                "greedy generation: each new token is the argmax of the logits of the last position"
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
@@ -190,8 +191,12 @@ def test_greedy_generation_follows_the_argmax():
 def test_cached_generation_equals_uncached(dtype, top_k, temperature):
     model = GPT(19, 16, 2, 2, 10, seed=5, dtype=dtype)
     prompt = np.random.default_rng(8).integers(0, 19, (2, 4))
-    uncached = model.generate(prompt, 16, temperature=temperature, top_k=top_k, seed=1, use_cache=False).numpy()
-    try:  # 20 tokens: the cache fills up at max_seq_len=10 and must be rebuilt
+    try:  # 20 tokens: past max_seq_len=10
+        uncached = model.generate(prompt, 16, temperature=temperature, top_k=top_k, seed=1, use_cache=False).numpy()
+    except ValueError as err:
+        pytest.fail(f"generate without the cache failed past max_seq_len ({err}): crop a prompt longer than "
+                    "max_seq_len, i.e. feed the model only the last max_seq_len tokens")
+    try:  # the cache fills up at max_seq_len=10 and must be rebuilt
         cached = model.generate(prompt, 16, temperature=temperature, top_k=top_k, seed=1, use_cache=True).numpy()
     except ValueError as err:
         pytest.fail(f"generate with the cache failed past max_seq_len ({err}): when the cache is full "

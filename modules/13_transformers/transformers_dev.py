@@ -345,6 +345,7 @@ class MLP(Module):
     def forward(self, x: Any) -> Tensor:
         x = as_tensor(x)
         rows = x.reshape(-1, x.shape[-1])  # (..., E) -> (N, E): one 2-D matrix product per layer
+        # your part: `out` (N, E), computed from `rows`
         ### BEGIN SOLUTION
         out = self.dropout(self.proj(gelu(self.fc(rows))))
         ### END SOLUTION
@@ -413,7 +414,8 @@ class CausalSelfAttention(MultiHeadAttention):
       project x to heads q, k, v (B, H, T, D) with `_split_heads`, let the cache extend k
       and v (Tk = past + T), attend with the keep mask cached_causal_mask(T, past) (never
       is_causal: it is top-left aligned), merge the heads with `_merge_heads` (B·T, E), apply
-      out_proj and reshape to (B, T, E).
+      out_proj and reshape to (B, T, E). Pass dropout as module 12's forward does
+      (dropout_p=self.dropout, training=self.training, rng=self.rng).
     """
 
     def _split_heads(self, proj: Linear, x: Tensor) -> Tensor:
@@ -709,6 +711,8 @@ class GPT(Module):
         * each block's two residual projections, attn.out_proj.weight and mlp.proj.weight,
           ~ normal(0, 0.02 / sqrt(2 · num_layers));
         * LayerNorms keep weight 1 and bias 0.
+        Walk every sub-module with self.modules() and pick the Linear and Embedding layers
+        with isinstance; set each tensor with self._assign(param, array).
         """
         ### BEGIN SOLUTION
         std = 0.02
@@ -737,6 +741,12 @@ class GPT(Module):
         cache -- a KVCache (section 8) holding `cache.length` earlier tokens, or None: the
                  tokens of idx then sit at positions cache.length … cache.length + T − 1 and
                  block i uses cache.layers[i]
+        Steps (ids is given: idx as an int64 (B, T) array; past = cache.length or 0):
+        x = token_embedding(ids) + position_embedding(positions past … past + T − 1), dropout;
+        each block in order; ln_f; logits = x @ the head, where the head is
+        token_embedding.weight.transpose() itself when tied (else lm_head.weight), computed on
+        x flattened to (B·T, E) and reshaped to (B, T, vocab_size); the loss is
+        cross_entropy(logits, targets) when targets are given.
         """
         ids = self._token_ids(idx)
         past = 0 if cache is None else cache.length

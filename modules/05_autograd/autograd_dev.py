@@ -673,10 +673,16 @@ test_unit_arithmetic_rules()
 # Batches need nothing new: the same formulas apply to every matrix of the batch
 # (transpose the last two dims with `xp.swapaxes(M, -1, -2)`), and when the batch
 # dimensions were broadcast (`(B, m, k) @ (k, n)`: one weight for every item) `dB` comes
-# out as `(B, k, n)` and `unbroadcast` sums it over the batch. A 1-D operand is a vector:
-# treat `(k,)` on the left as `(1, k)` and on the right as `(k, 1)`, then drop that
-# dimension again. (The reference solution also folds a batch that shares one weight into
-# a single product: the same numbers, about 10% faster for a `Linear` layer.)
+# out as `(B, k, n)` and `unbroadcast` sums it over the batch.
+#
+# A 1-D operand is a vector, and the output lost its dimension: `(m, k) @ (k,)` is `(m,)`.
+# Treat a 1-D right operand as `(k, 1)` and give `grad` the lost last axis back
+# (`grad[..., None]`); treat a 1-D left operand as `(1, k)` and give `grad` the lost row
+# axis (`grad[..., None, :]`). Do the right operand first: for `(k,) @ (k,)` the output,
+# and so `grad`, is 0-d, and it needs both axes back, `(1, 1)`. At the end drop the added
+# axis from the vector's gradient again, so that it is 1-D like the vector. (The reference
+# solution also folds a batch that shares one weight into a single product: the same
+# numbers, about 10% faster for a `Linear` layer.)
 
 # %%
 #| export
@@ -722,6 +728,9 @@ def test_unit_matmul_rule():
     G = np.array([[1.0, 0.0], [0.0, 0.0]])
     dS, dT = matmul_backward(G, (S @ T)._node)
     assert dS.tolist() == [[0.0, 5.0], [0.0, 0.0]] and dT.tolist() == [[1.0, 0.0], [2.0, 0.0]], "transpose!"
+    u, v = Tensor(np.array([1.0, 2.0]), requires_grad=True), Tensor(np.array([3.0, 4.0]), requires_grad=True)
+    du, dv = matmul_backward(np.asarray(2.0), (u @ v)._node)  # a 0-d output
+    assert du.tolist() == [6.0, 8.0] and dv.tolist() == [2.0, 4.0], "vector @ vector: gradients are 1-D"
     print("✓ matmul rule: dA =", dA.tolist(), " dB =", dB.tolist())
 
 

@@ -101,6 +101,10 @@ def test_matmul_rule_with_vectors():
     dv, dM = rule("matmul")(np.array([1.0, 1.0, 1.0]), (v @ M)._node)
     assert np.asarray(dv).shape == (2,) and np.allclose(dv, [3.0, 4.0]), "a 1-D operand gets a 1-D gradient"
     assert np.allclose(dM, [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+    u, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    du, dw = rule("matmul")(np.asarray(2.0), (u @ w)._node)  # vector @ vector: a 0-d output
+    assert np.allclose(du, [6.0, 8.0]) and np.allclose(dw, [2.0, 4.0]), \
+        "vector @ vector: the 0-d gradient needs both axes back (right operand first); 1-D gradients"
 
 
 # ---- reductions ---------------------------------------------------------------------------------

@@ -28,13 +28,14 @@
 # * write each operation so that it records exactly what module 05's backward pass needs.
 #
 # **How to work.** Every piece you write sits between a pair of solution markers
-# (`BEGIN SOLUTION` and `END SOLUTION` comment lines). Above it you find what the piece is for and a worked example; its
-# docstring is the full contract (what it returns, what it records, what it raises);
-# right after it a `test_unit_*` cell checks it and prints one `✓` line. Run the notebook
-# top to bottom (in Jupyter, or `python tensor_dev.py` in this folder); it stops at the
-# first piece you have not written yet. When everything runs, `tito export 01` puts your
-# code into the package (`tinytorch/core/tensor.py`) and `tito test 01` runs the module's
-# full test suite against it.
+# (`BEGIN SOLUTION` and `END SOLUTION` comment lines), inside a function whose docstring
+# is the full contract: what it returns, the op it records, the order of its inputs, what
+# it saves, what it raises. The prose above each piece says why; after it, a worked
+# example runs your code and prints numbers, and a `test_unit_*` cell checks it and
+# prints one `✓` line. Run the notebook top to bottom (in Jupyter, or
+# `python tensor_dev.py` in this folder): it stops at the first piece you have not
+# written yet. When everything runs, `tito export 01` puts your code into the package
+# (`tinytorch/core/tensor.py`) and `tito test 01` runs the module's full test suite on it.
 
 # %%
 #| default_exp core.tensor
@@ -152,8 +153,10 @@ def device_of(array: Any) -> str:
 # | `x.masked_fill(mask, v)` | `masked_fill` | `(x,)` | `mask` (bool array, True = filled) |
 # | `x.to(device)` | `to` | `(x,)` | `device` (the input's device) |
 #
-# Each piece's docstring repeats its row. `GradMode.enabled` is the switch that module 05's
-# `no_grad()` turns off. `record_op`, `Node` and `GradMode` are given.
+# Each piece's docstring repeats its row. One rule holds for all of them: a result keeps
+# its input's dtype (float32 in, float32 out; NumPy does this by itself unless asked not
+# to). `GradMode.enabled` is the switch that module 05's `no_grad()` turns off.
+# `record_op`, `Node` and `GradMode` are given.
 #
 # A `Node` also notes each input's **version** (`versions`), a counter that goes up
 # whenever someone assigns a tensor's `.data`. Section 15 explains why module 05 checks it.
@@ -407,7 +410,9 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
     """Convert `data` (Tensor, NumPy/CuPy array, list, number) to an array by TinyTorch's rules.
 
     * a Tensor: its `.data`;
-    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included;
+    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included
+      (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's; `array_module(data)
+      is not np` means a CuPy array);
     * anything else (Python numbers, nested lists): `np.asarray`, then float32;
     * `dtype` given: cast to it (`astype(dtype, copy=False)`, so no copy when it already fits);
     * values that are not numbers (dtype kind other than "b", "i", "u", "f", e.g. from
@@ -1553,9 +1558,12 @@ test_unit_graph_record()
 #    Set `v.data[0, 0] = 100.0`: what is `x` now? Is `x.reshape(2, 3).transpose()` a view
 #    of `x`? Is `x.reshape(2, 3).transpose().reshape(6)`? Use `np.shares_memory`, and
 #    explain the last answer with the strides (`v.data.strides`).
-# 6. **Keep the dtype.** Make `x = Tensor(np.full(4096, 0.1, dtype=np.float16))`. What
-#    does `x.sum()` give, against the exact 409.6? What does `x.mean()` give? Why would a
-#    framework want a reduction's result in the input's dtype even so?
+# 6. **Keep the dtype, know its range.** Make
+#    `x = Tensor(np.full(100_000, 1.0, dtype=np.float16))`. Predict, then check, `x.sum()`
+#    and `x.mean()` (float16's largest finite value is 65504). What does
+#    `x.data.sum(dtype=np.float32)` give? NumPy's `mean` of float16 adds up in float32
+#    internally and rounds only the result back to float16: why is that better than both
+#    "add up in float16" and "return float64"?
 # 7. **Reflected operators.** Make `w = Tensor([2.0, 3.0], requires_grad=True)` and
 #    print `(1 - w)._node.inputs` and `(w - 1)._node.inputs`. If `1 - w` were recorded
 #    as `(w, 1)`, what gradient would `w` get from `sub`'s rule `(grad, -grad)`, and what

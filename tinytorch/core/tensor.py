@@ -215,7 +215,7 @@ class Tensor:
 
         run_backward(self, grad)
 
-# %% ../../modules/01_tensor/tensor_dev.py #7b290e85
+# %% ../../modules/01_tensor/tensor_dev.py #30a355de
 def _to_device(array: Any, device: str | None) -> Any:
     """`array` on `device` (None: leave it where it is). Given code.
 
@@ -240,7 +240,9 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
     """Convert `data` (Tensor, NumPy/CuPy array, list, number) to an array by TinyTorch's rules.
 
     * a Tensor: its `.data`;
-    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included;
+    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included
+      (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's; `array_module(data)
+      is not np` means a CuPy array);
     * anything else (Python numbers, nested lists): `np.asarray`, then float32;
     * `dtype` given: cast to it (`astype(dtype, copy=False)`, so no copy when it already fits);
     * values that are not numbers (dtype kind other than "b", "i", "u", "f", e.g. from

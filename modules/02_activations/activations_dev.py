@@ -454,7 +454,10 @@ print("shifted softmax([1000, 1001, 1002]) =", np.round(shifted, 4), "= softmax(
 # The max and the sum are taken **along `dim` with `keepdims=True`**, so that they keep
 # a size-1 axis there and broadcast back against `x`. Without it a `(3, 3)` matrix minus
 # its row maxima of shape `(3,)` subtracts `m_j` from **column** `j`: no error, just a
-# wrong answer. Watch:
+# wrong answer (and on a `(2, 3)` matrix, a broadcasting error).
+#
+# **Predict, then run.** In the matrix below, which rows come out right without
+# `keepdims`, and which come out wrong?
 
 # %%
 square = np.array([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])

@@ -295,6 +295,7 @@ class Optimizer:
         ### BEGIN SOLUTION
         for group, saved in zip(self.param_groups, groups):
             group.update(self._check_settings({k: v for k, v in saved.items() if k != "params"}, ""))
+
         def restore(key: str, value: Any, param: Tensor) -> Any:
             if key == "step":
                 return int(value)

@@ -16,7 +16,7 @@ from .tensor import Tensor, array_module, to_host
 # %% auto #0
 __all__ = ['Optimizer', 'SGD', 'Adam', 'AdamW', 'weight_decay_groups']
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #7dafe7b0
+# %% ../../modules/06_optimizers/optimizers_dev.py #1725f3d5
 class Optimizer:
     """Base class: parameter groups, per-parameter state, and the step loop.
 
@@ -188,6 +188,7 @@ class Optimizer:
                                      f"{tuple(np.shape(value))}, the parameter has shape {param.shape}.")
         for group, saved in zip(self.param_groups, groups):
             group.update(self._check_settings({k: v for k, v in saved.items() if k != "params"}, ""))
+
         def restore(key: str, value: Any, param: Tensor) -> Any:
             if key == "step":
                 return int(value)

@@ -476,7 +476,8 @@ test_unit_module_modes_and_state()
 # the optimizer must never see them. Such a tensor is a **buffer**:
 # `self.register_buffer("mean", Tensor(...))` keeps it as `self.mean`, lists it in
 # `named_buffers()` / `buffers()` (children's included, with dotted names), and
-# `state_dict()` saves it after the parameters. It refuses a tensor with
+# `state_dict()` saves it after all the parameters (PyTorch interleaves parameters and
+# buffers module by module; the names are the same). It refuses a tensor with
 # `requires_grad=True`: that would be a parameter.
 #
 # **`to(device)`** moves a whole model: every parameter and every buffer gets its

@@ -90,7 +90,9 @@ from tinytorch.core.tensor import Tensor, array_module, to_host
 # * **state**, `optimizer.state`: one dict per parameter, `state[i]` for `params[i]`,
 #   where `optimizer.params` lists every parameter, group after group. It holds the
 #   arrays the rule keeps between steps (momentum, Adam's moments, a step count) and is
-#   empty until the first step that updates that parameter.
+#   empty until the first step that updates that parameter;
+# * for printing and comparing, `optimizer.hyperparams` is a read-only view of the first
+#   group's settings (all of them, when there is one group).
 #
 # The parts you write:
 #
@@ -246,6 +248,7 @@ class Optimizer:
              "param_groups": [{<every setting>, "params": [0, 1]}, {..., "params": [2]}],
              "state": [{"step": 3, "exp_avg": ndarray, ...}, {}, ...]}
 
+        "type": the optimizer's class name (`type(self).__name__`), checked when loading.
         "param_groups": one dict per group, its settings (not the Tensors) plus "params",
         the positions in `self.params` of the group's parameters. "state": one dict per
         parameter, in `self.params` order; every array in it is an independent NumPy copy
@@ -295,6 +298,7 @@ class Optimizer:
         ### BEGIN SOLUTION
         for group, saved in zip(self.param_groups, groups):
             group.update(self._check_settings({k: v for k, v in saved.items() if k != "params"}, ""))
+
         def restore(key: str, value: Any, param: Tensor) -> Any:
             if key == "step":
                 return int(value)

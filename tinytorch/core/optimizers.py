@@ -16,7 +16,7 @@ from .tensor import Tensor, array_module, to_host
 # %% auto #0
 __all__ = ['Optimizer', 'SGD', 'Adam', 'AdamW', 'weight_decay_groups']
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #7dafe7b0
+# %% ../../modules/06_optimizers/optimizers_dev.py #2b9fafb4
 class Optimizer:
     """Base class: parameter groups, per-parameter state, and the step loop.
 
@@ -142,6 +142,7 @@ class Optimizer:
              "param_groups": [{<every setting>, "params": [0, 1]}, {..., "params": [2]}],
              "state": [{"step": 3, "exp_avg": ndarray, ...}, {}, ...]}
 
+        "type": the optimizer's class name (`type(self).__name__`), checked when loading.
         "param_groups": one dict per group, its settings (not the Tensors) plus "params",
         the positions in `self.params` of the group's parameters. "state": one dict per
         parameter, in `self.params` order; every array in it is an independent NumPy copy
@@ -188,6 +189,7 @@ class Optimizer:
                                      f"{tuple(np.shape(value))}, the parameter has shape {param.shape}.")
         for group, saved in zip(self.param_groups, groups):
             group.update(self._check_settings({k: v for k, v in saved.items() if k != "params"}, ""))
+
         def restore(key: str, value: Any, param: Tensor) -> Any:
             if key == "step":
                 return int(value)

@@ -21,7 +21,7 @@ from .autograd import register_backward
 from .layers import Linear, Module, make_rng
 from .tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
 
-# %% ../../modules/12_attention/attention_dev.py #6401ffe2
+# %% ../../modules/12_attention/attention_dev.py #c758e273
 def _keep_mask(mask: Any, scores_shape: tuple, like: Any) -> Any:
     """The caller's mask as a bool array (True = attend) on `like`'s device, checked.
 
@@ -68,14 +68,15 @@ def create_causal_mask(seq_len: int, device: str | None = None) -> Tensor:
         raise ValueError(f"create_causal_mask: seq_len must be at least 1, got {seq_len}.")
     return Tensor(np.tril(np.ones((int(seq_len), int(seq_len)), dtype=np.float32)), device=device)
 
-
+# %% ../../modules/12_attention/attention_dev.py #a6412b45
 def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
     """(B, 1, 1, max_length) float32 Tensor: 1 on the first lengths[b] positions of row b, 0 on padding.
 
-    `lengths` is a list, a NumPy/CuPy array or a Tensor of B non-negative ints (checked for
-    you below); max_length defaults to the largest length. The two size-1 axes let the mask
-    broadcast over the heads and the queries of scores (B, H, Tq, Tk): it blocks keys.
-    Build it on the lengths' device (`xp = array_module(lengths)`) without a Python loop.
+    `lengths` is a list, a NumPy/CuPy array or a Tensor of B non-negative ints; max_length
+    defaults to the largest length. The given lines at the top check them: your code starts
+    with `lengths` a 1-D int64 array (NumPy or CuPy) and `max_length` an int. The two size-1
+    axes let the mask broadcast over the heads and the queries of scores (B, H, Tq, Tk): it
+    blocks keys. Build it on the lengths' device (`xp = array_module(lengths)`), no Python loop.
     """
     lengths = to_array(lengths, dtype=np.int64).reshape(-1)
     longest = int(lengths.max()) if lengths.size else 0
@@ -88,7 +89,7 @@ def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
     real = xp.arange(max_length)[None, :] < lengths[:, None]  # (B, max_length): position < length
     return Tensor(real.astype(np.float32)[:, None, None, :])
 
-
+# %% ../../modules/12_attention/attention_dev.py #4f7f3318
 def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: Any) -> Any:
     """Bool array broadcastable to `scores_shape` (…, Tq, Tk), True where a query may NOT look; or None.
 
@@ -268,7 +269,7 @@ def scaled_dot_product_attention(Q: Any, K: Any, V: Any, mask: Any = None, dropo
                          probs=probs, drop=drop, scale=scale)
     return output, returned
 
-# %% ../../modules/12_attention/attention_dev.py #641cd0e0
+# %% ../../modules/12_attention/attention_dev.py #691a4168
 @register_backward("sdpa")
 def sdpa_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK, dV) of "sdpa" from `grad` = dO (…, Tq, dv), in the work dtype of `probs`.
@@ -302,7 +303,7 @@ def sdpa_backward(grad: Any, node) -> tuple:
             d_k *= scale
     return d_q, d_k, d_v
 
-
+# %% ../../modules/12_attention/attention_dev.py #22a642d7
 @register_backward("sdpa_weights")
 def sdpa_weights_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK) of "sdpa_weights" from `grad` = dW (…, Tq, Tk): steps 2, 3 and 5 above.
@@ -322,7 +323,7 @@ def sdpa_weights_backward(grad: Any, node) -> tuple:
     d_k = xp.matmul(xp.swapaxes(g, -1, -2), Q.data.astype(work, copy=False)) * scale if K.requires_grad else None
     return d_q, d_k
 
-# %% ../../modules/12_attention/attention_dev.py #28db2f25
+# %% ../../modules/12_attention/attention_dev.py #1e29ef43
 class MultiHeadAttention(Module):
     """Multi-head scaled dot-product attention with learned q/k/v/out projections.
 
@@ -417,7 +418,7 @@ class MultiHeadAttention(Module):
         out = out.permute(0, 2, 1, 3).reshape(B * Tq, E)  # concatenate the heads
         return self.out_proj(out).reshape(B, Tq, E), weights
 
-
+# %% ../../modules/12_attention/attention_dev.py #18eb67cd
 class SelfAttention(Module):
     """Q = K = V = x: forward(x (B, T, E), mask=None, key_padding_mask=None) -> (output, weights).
 
@@ -433,7 +434,7 @@ class SelfAttention(Module):
     def forward(self, x: Any, mask: Any = None, key_padding_mask: Any = None) -> tuple[Tensor, Tensor]:
         return self.attention(x, mask=mask, is_causal=self.causal, key_padding_mask=key_padding_mask)
 
-# %% ../../modules/12_attention/attention_dev.py #ad0aa3bc
+# %% ../../modules/12_attention/attention_dev.py #a92c2fab
 def _tile_blocked(blocked: Any, is_causal: bool, q0: int, q1: int, k0: int, k1: int, xp) -> Any:
     """Blocked entries of the tile (queries q0:q1, keys k0:k1), or None when nothing is blocked."""
     tile = None if blocked is None else blocked[..., q0:q1, k0:k1]
@@ -524,7 +525,7 @@ def flash_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = 
     return record_op("flash_attention", out.astype(out_dtype, copy=False), (Q, K, V), out=out, lse=lse,
                      blocked=user_blocked, is_causal=bool(is_causal), block_size=kb, scale=scale)
 
-
+# %% ../../modules/12_attention/attention_dev.py #cab3abef
 @register_backward("flash_attention")
 def flash_attention_backward(grad: Any, node) -> tuple:
     """(dQ, dK, dV) of "flash_attention": recompute each tile P = exp(scale·Q K_bᵀ − lse), then

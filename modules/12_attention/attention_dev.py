@@ -478,7 +478,7 @@ def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: An
     blocked = None if mask is None else ~_keep_mask(mask, scores_shape, like)
     if is_causal:
         tq, tk = scores_shape[-2], scores_shape[-1]
-        future = xp.triu(xp.ones((tq, tk), dtype=bool), k=1)  # key j > query i
+        future = xp.arange(tk)[None, :] > xp.arange(tq)[:, None]  # (Tq, Tk): key j > query i
         blocked = future if blocked is None else blocked | future
     return blocked
     ### END SOLUTION

@@ -89,7 +89,7 @@ def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
     real = xp.arange(max_length)[None, :] < lengths[:, None]  # (B, max_length): position < length
     return Tensor(real.astype(np.float32)[:, None, None, :])
 
-# %% ../../modules/12_attention/attention_dev.py #4f7f3318
+# %% ../../modules/12_attention/attention_dev.py #80b55cac
 def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: Any) -> Any:
     """Bool array broadcastable to `scores_shape` (…, Tq, Tk), True where a query may NOT look; or None.
 
@@ -106,7 +106,7 @@ def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: An
     blocked = None if mask is None else ~_keep_mask(mask, scores_shape, like)
     if is_causal:
         tq, tk = scores_shape[-2], scores_shape[-1]
-        future = xp.triu(xp.ones((tq, tk), dtype=bool), k=1)  # key j > query i
+        future = xp.arange(tk)[None, :] > xp.arange(tq)[:, None]  # (Tq, Tk): key j > query i
         blocked = future if blocked is None else blocked | future
     return blocked
 

@@ -292,7 +292,9 @@ test_unit_count_pairs()
 #
 # **Write `merge_positions(ids, pair)`**: a 1-D int64 array of the positions `i` (in
 # increasing order) where `ids[i], ids[i + 1]` is merged, by the rule above. A Python loop
-# is a correct first version. The vectorised one: find every `i` where the pair matches; for
+# is a correct first version and passes the tests, but section 7 calls this function once
+# per merge on a million ids: with a loop the rest of the lesson takes many minutes, so
+# vectorise it before you go on. The vectorised one: find every `i` where the pair matches; for
 # `a != b` that is the answer; for `a == b` the matches come in runs of consecutive
 # positions, and the merged ones are the 1st, 3rd, 5th ... of each run (an even distance
 # from the run's first position; `np.maximum.accumulate` can carry each run's start along).
@@ -620,7 +622,8 @@ print(f"recounting: {t_slow:.2f} s   incremental: {t_fast:.2f} s   ({t_slow / t_
 
 # %% [markdown]
 # **Predict, then run:** how long will 256 merges (a vocabulary of 512) take on the whole
-# text, ten times longer than the sample?
+# text, ten times longer than the sample? (Seconds with a vectorised `merge_positions`;
+# if yours is still a Python loop, vectorise it first.)
 
 # %%
 start = time.perf_counter()

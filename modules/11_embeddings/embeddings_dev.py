@@ -672,14 +672,15 @@ test_unit_sinusoidal_table()
 
 # %%
 import os
+import sys
 import tempfile
-
-print(np.round(sinusoidal_table(4, 8), 4))
 
 import matplotlib
 
-if not os.environ.get("DISPLAY") and "ipykernel" not in __import__("sys").modules:
-    matplotlib.use("Agg")  # no screen: draw into files
+print(np.round(sinusoidal_table(4, 8), 4))
+
+if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # no screen (a script on a server): draw into files only
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(8, 4))

@@ -284,19 +284,20 @@ def _graph(root) -> list:
 
 
 # ---- 4. the whole milestone, both libraries on 2 threads --------------------------------------------
-def torch_recipe() -> int:
-    """nanoGPT's small CPU recipe in PyTorch: the milestone's data, model, optimizer and schedule."""
+def torch_recipe(iters: int | None = None) -> int:
+    """nanoGPT's small CPU recipe in PyTorch: the milestone's data, model, optimizer and schedule
+    (`iters` shortens the run for a smoke test; the schedule follows it)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("shakespeare", ROOT / "milestones" / "shakespeare.py")
     sys.path.insert(0, str(ROOT / "milestones"))
     milestone = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(milestone)
-    R = milestone.RECIPE
+    R = dict(milestone.RECIPE, iters=iters or milestone.RECIPE["iters"])
     start = time.perf_counter()
-    train, val, vocab = milestone.load_text()
+    train, val, tokenizer = milestone.load_text()
     torch.manual_seed(1337)
-    model = TorchGPT(len(vocab), R["embed_dim"], R["num_layers"], R["num_heads"], R["context"])
+    model = TorchGPT(tokenizer.vocab_size, R["embed_dim"], R["num_layers"], R["num_heads"], R["context"])
     optimizer = torch.optim.AdamW(torch_groups(model, R["weight_decay"]), lr=R["lr"], betas=R["betas"])
 
     def lr_at(step: int) -> float:  # module 07's CosineWarmupLR
@@ -403,9 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--milestone", action="store_true", help="also time the whole milestone against PyTorch")
     parser.add_argument("--write-results", action="store_true", help=f"rewrite the GPT section of {RESULTS.name}")
     parser.add_argument("--torch-recipe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--recipe-iters", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.torch_recipe:
-        return torch_recipe()
+        return torch_recipe(args.recipe_iters)
     args.repeats = 3 if args.quick else 15
     args.new_tokens = 8 if args.quick else 48
     info = machine()

@@ -1,8 +1,8 @@
 """A character-level GPT on Tiny Shakespeare (after module 13): validation loss <= 1.95.
 
 nanoGPT's small CPU recipe, with every piece from this course: the text of
-datasets/tinyshakespeare.txt (about 1.1 million characters, 65 distinct ones) split 90/10
-into training and validation; a GPT (module 13) with 4 layers, 4 heads, width 128, a context
+datasets/tinyshakespeare.txt (about 1.1 million characters, 65 distinct ones, encoded by
+module 10's CharTokenizer) split 90/10 into training and validation; a GPT (module 13) with 4 layers, 4 heads, width 128, a context
 of 64 characters, no dropout, no biases and tied embeddings; AdamW (module 06) with lr 1e-3,
 betas (0.9, 0.99) and weight decay 0.1 on the weight matrices only; 100 warm-up steps, then a
 cosine decay to 1e-4 (module 07); gradients clipped to norm 1.0; 2,000 iterations of 12
@@ -30,6 +30,7 @@ from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
 from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
 from tinytorch.models.transformer import GPT
+from tinytorch.text.tokenization import CharTokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "datasets" / "tinyshakespeare.txt"
 THRESHOLD = 1.95       # the full run: mean validation loss over EVAL_BATCHES batches
@@ -40,15 +41,14 @@ RECIPE = dict(embed_dim=128, num_layers=4, num_heads=4, context=64, batch=12, lr
               betas=(0.9, 0.99), weight_decay=0.1, warmup=100, clip=1.0, iters=2000)
 
 
-def load_text() -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(training ids, validation ids, vocabulary): characters as int64 ids, the first 90% for training."""
+def load_text() -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
+    """(training ids, validation ids, tokenizer): module 10's character tokenizer on the whole text,
+    ids as an int64 array, the first 90% for training."""
     text = DATA.read_text(encoding="utf-8")
-    vocab = sorted(set(text))
-    lookup = np.zeros(max(map(ord, vocab)) + 1, dtype=np.int64)
-    lookup[[ord(c) for c in vocab]] = np.arange(len(vocab))
-    ids = lookup[np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)]
+    tokenizer = CharTokenizer.from_text(text)
+    ids = np.array(tokenizer.encode(text), dtype=np.int64)
     split = int(0.9 * len(ids))
-    return ids[:split], ids[split:], vocab
+    return ids[:split], ids[split:], tokenizer
 
 
 def get_batch(data: np.ndarray, batch: int, context: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -80,19 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     threshold, eval_batches = (FAST_THRESHOLD, 20) if args.fast else (THRESHOLD, EVAL_BATCHES)
     start = time.perf_counter()
 
-    train, val, vocab = load_text()
-    model = GPT(len(vocab), RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
+    train, val, tokenizer = load_text()
+    vocab = tokenizer.vocab_size
+    model = GPT(vocab, RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
                 dropout=0.0, tie_weights=True, bias=False, seed=1337)
     optimizer = AdamW(weight_decay_groups(model, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
     console.print(f"[bold]Shakespeare[/]: {len(train):,} training / {len(val):,} validation characters, "
-                  f"vocabulary {len(vocab)}; GPT {RECIPE['num_layers']} layers x {RECIPE['num_heads']} heads, "
+                  f"vocabulary {vocab} (module 10's CharTokenizer); GPT {RECIPE['num_layers']} layers x {RECIPE['num_heads']} heads, "
                   f"width {RECIPE['embed_dim']}, context {RECIPE['context']}, "
                   f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations")
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
     console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "
-                  f"(a fresh model: about ln {len(vocab)} = {math.log(len(vocab)):.4f})")
+                  f"(a fresh model: about ln {vocab} = {math.log(vocab):.4f})")
     log_every = 50 if args.fast else 250
     running, tick = [], time.perf_counter()
     for it in range(1, iters + 1):
@@ -112,13 +113,13 @@ def main(argv: list[str] | None = None) -> int:
             running, tick = [], time.perf_counter()
 
     val_loss = estimate_loss(model, val, eval_batches, np.random.default_rng(2))
-    sample = model.generate(np.array([vocab.index("\n")]), 300 if not args.fast else 100,
+    sample = model.generate(tokenizer.encode("\n"), 300 if not args.fast else 100,
                             temperature=0.8, top_k=200, seed=0)
     console.print("[bold]sample[/] (temperature 0.8, top_k 200):")
-    console.print("".join(vocab[i] for i in sample.numpy()[1:]), markup=False)
+    console.print(tokenizer.decode(sample.numpy()[1:]), markup=False)
 
     line = "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?"
-    maps = model.attention_maps(np.array([[vocab.index(c) for c in line]]), layer=-1)
+    maps = model.attention_maps(np.array([tokenizer.encode(line)]), layer=-1)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "shakespeare_attention_last_layer.png"
     shown = [repr(c)[1:-1] for c in line]

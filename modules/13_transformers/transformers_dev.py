@@ -604,9 +604,9 @@ def gradient_norms(block_class, depth: int = 12, width: int = 32, seed: int = 0)
 
 
 print(f"{'block':>12} " + " ".join(f"{i:>8}" for i in range(12)))
-for block_class in (TransformerBlock, PostNormBlock, NoResidualBlock):
+for label, block_class in (("pre-norm", TransformerBlock), ("post-norm", PostNormBlock), ("no residual", NoResidualBlock)):
     norms = gradient_norms(block_class)
-    print(f"{block_class.__name__[:12]:>12} " + " ".join(f"{g:8.1e}" for g in norms))
+    print(f"{label:>12} " + " ".join(f"{g:8.1e}" for g in norms))
 
 # %% [markdown]
 # Without the additions the gradient loses about three orders of magnitude per block: each

@@ -688,7 +688,6 @@ class GPT(Module):
             raise ValueError(f"GPT: embed_dim ({embed_dim}) must be a multiple of num_heads ({num_heads}).")
         self.vocab_size, self.embed_dim, self.num_layers = int(vocab_size), int(embed_dim), int(num_layers)
         self.num_heads, self.max_seq_len = int(num_heads), int(max_seq_len)
-        self.dtype, self.device = np.dtype(dtype), device or "cpu"
         self.rng = make_rng(rng, seed)
         settings = dict(dtype=dtype, device=device, rng=self.rng)
         self.token_embedding = Embedding(vocab_size, embed_dim, **settings)
@@ -699,6 +698,16 @@ class GPT(Module):
         self.ln_f = LayerNorm(embed_dim, bias=bias, dtype=dtype, device=device)
         self.lm_head = None if tie_weights else Linear(embed_dim, vocab_size, bias=False, **settings)
         self._init_weights()
+
+    @property
+    def dtype(self):
+        """The parameters' dtype (that of the token table)."""
+        return self.token_embedding.weight.dtype
+
+    @property
+    def device(self) -> str:
+        """Where the parameters live, "cpu" or "cuda" (it follows `model.to(device)`)."""
+        return self.token_embedding.weight.device
 
     def _assign(self, param: Tensor, array: Any) -> None:
         """param.data = array, in the model's dtype and on its device."""

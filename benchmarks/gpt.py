@@ -35,6 +35,7 @@ import platform  # noqa: E402
 import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -325,7 +326,7 @@ def torch_recipe(iters: int | None = None) -> int:
     return 0
 
 
-def whole_milestone(threads: int = 2, concurrent: bool = False) -> dict:
+def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict | None = None) -> dict:
     """Wall time and validation loss of our milestone and of the PyTorch recipe, each in its own process.
 
     One after the other by default. `concurrent` starts both at once (one thread each is then
@@ -335,31 +336,46 @@ def whole_milestone(threads: int = 2, concurrent: bool = False) -> dict:
     n = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    commands = {"tinytorch": [sys.executable, "milestones/shakespeare.py"]}
-    if torch is not None:
-        commands["torch"] = [sys.executable, "benchmarks/gpt.py", "--torch-recipe"]
+    if commands is None:
+        commands = {"tinytorch": [sys.executable, "milestones/shakespeare.py"]}
+        if torch is not None:
+            commands["torch"] = [sys.executable, "benchmarks/gpt.py", "--torch-recipe"]
 
-    def start(command):
-        return time.perf_counter(), subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.STDOUT, text=True)
+    def start(name, command):
+        log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # a file: a pipe could fill up and block
+        return {"name": name, "log": log, "started": time.perf_counter(),
+                "process": subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)}
 
-    def finish(name, started, process):
-        output = process.communicate()[0]
-        seconds = time.perf_counter() - started
+    def finish(run):
+        seconds = run["ended"] - run["started"]
+        run["log"].seek(0)
+        output = run["log"].read()
         found = re.findall(r"validation loss ([0-9.]+)", output)
-        row = {"seconds": seconds, "loss": float(found[-1]) if found else float("nan"), "rc": process.returncode,
-               "threads": threads, "concurrent": concurrent}
-        console.print(f"{name:9s}: {seconds:7.1f} s wall, validation loss {row['loss']:.4f}, exit {process.returncode}")
+        row = {"seconds": seconds, "loss": float(found[-1]) if found else float("nan"),
+               "rc": run["process"].returncode, "threads": threads, "concurrent": concurrent}
+        console.print(f"{run['name']:9s}: {seconds:7.1f} s wall, validation loss {row['loss']:.4f}, "
+                      f"exit {row['rc']}")
         return row
+
+    def wait(runs):
+        """Until every process has ended; each one's end time is taken when it ends."""
+        while any("ended" not in run for run in runs):
+            for run in runs:
+                if "ended" not in run and run["process"].poll() is not None:
+                    run["ended"] = time.perf_counter()
+            time.sleep(0.2)
 
     results = {}
     if concurrent:
-        running = {name: start(command) for name, command in commands.items()}
-        for name, (started, process) in running.items():
-            results[name] = finish(name, started, process)
+        runs = [start(name, command) for name, command in commands.items()]
+        wait(runs)
+        for run in runs:
+            results[run["name"]] = finish(run)
     else:
         for name, command in commands.items():
-            results[name] = finish(name, *start(command))
+            run = start(name, command)
+            wait([run])
+            results[name] = finish(run)
     return results
 
 

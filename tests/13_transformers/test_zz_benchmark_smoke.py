@@ -1,4 +1,5 @@
-"""The GPT benchmark runs (a smoke run: few repeats, short generations)."""
+"""The GPT benchmark runs (a smoke run: few repeats, short generations). Named to run after the
+module's own tests, so a mistake is reported by the test that names it, not by the benchmark."""
 import os
 import subprocess
 import sys

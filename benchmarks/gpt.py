@@ -435,6 +435,12 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
             lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loss']:.4f} |")
         if "torch" in milestone:
             lines += ["", f"Ratio: {milestone['tinytorch']['seconds'] / milestone['torch']['seconds']:.2f}×."]
+        if first["concurrent"]:
+            lines += ["", "`python benchmarks/gpt.py --milestone` runs the two one after the other on 2 threads each. On",
+                      "a machine shared with other work that comparison measures the other work: BLAS threads that",
+                      "wait for each other made our training step several times slower there. This table ran both",
+                      "processes at once, one thread each (`--milestone-threads 1 --milestone-concurrent`), so both",
+                      "saw the same load; the wall times are inflated by that load, the ratio much less."]
         lines.append("")
     section = "\n".join(lines)
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else "# Benchmark results\n\n"

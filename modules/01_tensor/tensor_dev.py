@@ -560,7 +560,7 @@ print("as_tensor(existing) is existing:", as_tensor(existing) is existing,
 # result's shape or raises a `ValueError` that names **both** shapes. NumPy applies the
 # same rule inside every operation; your `_elementwise` in the next section calls
 # `broadcast_shape` only when NumPy complained, to find out whether the shapes were the
-# reason (section 7).
+# reason.
 
 # %%
 #| export

@@ -12,7 +12,7 @@ MILESTONES = ROOT / "milestones"
 RESULT = re.compile(r"accuracy ([0-9.]+)% vs threshold ([0-9.]+)%: (PASS|FAIL)")
 
 # name -> the smallest accuracy (in %) its --fast run must report
-EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0}
+EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0, "reversal": 90.0}
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +48,14 @@ def test_milestone_passes_in_fast_mode(name):
 def test_milestone_rejects_unknown_arguments():
     result = run_milestone("xor", "--no-such-flag")
     assert result.returncode != 0
+
+
+def test_reversal_saves_its_heat_map_where_asked(tmp_path):
+    target = tmp_path / "heads.png"
+    result = run_milestone("reversal", "--fast", "--heatmap", str(target))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert str(target) in result.stdout, "the milestone must print where it saved the heat map"
+    assert target.read_bytes()[:4] == b"\x89PNG"
+    weights = re.search(r"per head: ([0-9. ]+)", result.stdout)
+    assert weights and max(float(w) for w in weights.group(1).split()) > 0.5, (
+        "a trained head should put most of its weight on the anti-diagonal")

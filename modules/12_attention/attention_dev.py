@@ -500,12 +500,22 @@ print("blocked positions of item 1 (padding and causal):\n",
 
 # %%
 def test_unit_blocked_positions():
-    blocked = _blocked_positions([[1, 0], [1, 1]], True, (2, 2, 2), np.zeros(1))
-    assert blocked.dtype == bool and np.array_equal(blocked, [[False, True], [False, False]]), blocked
-    assert np.array_equal(_blocked_positions(None, True, (3, 5), np.zeros(1)), np.triu(np.ones((3, 5)), 1) > 0), \
-        "is_causal with Tq=3, Tk=5: query i must see keys 0..i (top-left aligned)"
-    assert np.array_equal(_blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))[0, 0],
-                          [[False, True], [False, True]]), "a key blocked by the padding mask OR by causality is blocked"
+    causal = _blocked_positions(None, True, (3, 5), np.zeros(1))
+    key, query = np.arange(5)[None, :], np.arange(3)[:, None]
+    assert causal is not None and causal.dtype == bool, f"is_causal=True must give a bool array, got {causal!r}"
+    assert not np.array_equal(causal, key >= query), \
+        f"off by one: the diagonal is blocked, but query i must see key i (itself):\n{causal}"
+    assert not np.array_equal(causal, key > query + 1), f"off by one: query i sees key i+1 (the future):\n{causal}"
+    assert np.array_equal(causal, key > query), \
+        f"is_causal with Tq=3, Tk=5 must block exactly the keys j > i (top-left aligned), got\n{causal}"
+    keep = np.array([[1, 0, 1], [1, 1, 1]])
+    blocked = _blocked_positions(keep, False, (2, 3), np.zeros(1))
+    assert blocked is not None and blocked.dtype == bool, f"a mask must give a bool array, got {blocked!r}"
+    assert not np.array_equal(blocked, keep == 1), "the mask convention is inverted: 1 means attend, so 0 is blocked"
+    assert np.array_equal(blocked, keep == 0), f"a keep mask {keep.tolist()} blocks where it is 0, got\n{blocked}"
+    both = _blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))
+    assert np.array_equal(both[:, 0], [[[False, True], [False, True]], [[False, True], [False, False]]]), \
+        f"a key blocked by the padding mask OR by causality is blocked, got\n{both}"
     assert _blocked_positions(None, False, (2, 2), np.zeros(1)) is None
     keep = np.ones((2, 2), dtype=bool)
     assert _blocked_positions(keep, False, (2, 2), np.zeros(1)) is not keep, "return a new array, not the caller's mask"
@@ -1077,6 +1087,8 @@ def test_unit_masked_softmax():
     assert out is s, "_masked_softmax_ must work in place and return `scores` itself"
     assert np.allclose(out[0], [0.09003, 0.24473, 0.66524], atol=1e-5), f"row 0: {out[0]}"
     assert out[1, 1] == 0 and np.isclose(out[1].sum(), 1), f"a blocked entry must be exactly 0: {out[1]}"
+    assert not np.isnan(out[2]).any(), \
+        f"a fully blocked row gave {out[2]}: its maximum is -inf and -inf - (-inf) = NaN; replace it by a finite number"
     assert np.all(out[2] == 0), f"a fully blocked row must be all zeros, got {out[2]}"
     plain = _masked_softmax_(np.array([[1.0, 2.0], [3.0, 3.0]]), None)
     assert np.allclose(plain.sum(-1), 1) and np.allclose(plain[1], 0.5), f"rows must sum to 1: {plain}"

@@ -631,3 +631,10 @@ def test_a_rule_returning_the_wrong_things_is_named(returned, expected):
             f"before unbroadcast runs; got: {info.value}")
     finally:
         BACKWARD_RULES.pop("bad_rule_demo", None)
+
+
+def test_gradcheck_of_nothing_is_refused():
+    from tinytorch.core.autograd import gradcheck
+
+    with pytest.raises(ValueError, match="requires_grad"):
+        gradcheck(lambda t: t * 2, [Tensor([1.0, 2.0])])

@@ -515,7 +515,7 @@ class no_grad:
 
         return wrapper
 
-# %% ../../modules/05_autograd/autograd_dev.py #dec2f03f
+# %% ../../modules/05_autograd/autograd_dev.py #278c6845
 def _float64_copy(t: Any) -> Any:
     """A float64 leaf copy (on the host) of a floating Tensor, keeping requires_grad; anything else as is."""
     if isinstance(t, Tensor) and np.issubdtype(t.dtype, np.floating):
@@ -545,8 +545,12 @@ def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Any], eps: float = 1e-
     `numeric_vjp` of f = Σ v ⊙ fn(*inputs), v a random cotangent from
     `np.random.default_rng(seed)`. Returns True, or raises AssertionError naming the
     output's op, the input, the element index and both values. Works on float64 copies:
-    the caller's tensors (and their .grad) are left untouched.
+    the caller's tensors (and their .grad) are left untouched. Raises ValueError (given)
+    when no input requires a gradient: a check of nothing must not pass.
     """
+    if not any(isinstance(t, Tensor) and t.requires_grad for t in inputs):
+        raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check; "
+                         "pass the tensors whose gradients you want checked with requires_grad=True.")
     xs = [_float64_copy(t) for t in inputs]
     checked = [i for i, x in enumerate(xs) if isinstance(x, Tensor) and x.requires_grad]
     out = fn(*xs)

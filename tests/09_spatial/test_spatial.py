@@ -151,6 +151,10 @@ def conv_grads(x, w, b, g, stride, padding):
         wrong = [text for shape, text in hint.items() if str(shape) in str(err)]
         pytest.fail(f"conv2d backward: {err} — {wrong[0] if wrong else 'return (dx, dweight, dbias) in that order'}",
                     pytrace=False)
+    except ValueError as err:
+        pytest.fail(f"conv2d backward raised ValueError '{err}': call col2im with the padded input's shape "
+                    "(N, C, H + 2·ph, W + 2·pw), the kernel size and the forward's stride (node.saved['stride'])",
+                    pytrace=False)
     grads = [t.grad.numpy() for t in tensors]
     return grads + [None] * (3 - len(grads))
 
@@ -163,23 +167,33 @@ SIZES = [  # (size, kernel, stride, padding) -> (size + 2p - k) // s + 1
 ]
 
 
+WRONG_SIZE_FORMULAS = {  # what a wrong conv_output_size computes -> why it is wrong
+    "you forgot the + 1: the first window sits at position 0, then one more every `stride` pixels":
+        lambda h, k, s, p: (h + 2 * p - k) // s,
+    "padding is added on both sides: the padded size is size + 2·padding":
+        lambda h, k, s, p: (h + p - k) // s + 1,
+    "use floor division //: the last window must fit entirely":
+        lambda h, k, s, p: (h + 2 * p - k) / s + 1,
+}
+
+
+def output_size_diagnosis():
+    """The wrong formula that the student's conv_output_size follows on every case of SIZES, in words."""
+    for why, formula in WRONG_SIZE_FORMULAS.items():
+        if all(conv_output_size(h, k, s, p) == formula(h, k, s, p) for h, k, s, p, _ in SIZES):
+            return why
+    return "the formula is (size + 2·padding - kernel) // stride + 1"
+
+
 @pytest.mark.parametrize("size,kernel,stride,padding,expected", SIZES,
                          ids=[f"H{h}-k{k}-s{s}-p{p}" for h, k, s, p, _ in SIZES])
 def test_conv_output_size(size, kernel, stride, padding, expected):
     got = conv_output_size(size, kernel, stride, padding)
-    if got == expected:
-        assert isinstance(got, int), f"conv_output_size must return an int, got {type(got).__name__}: use //"
-        return
-    if got == (size + 2 * padding - kernel) // stride:
-        why = "you forgot the + 1: the first window sits at position 0, then one more every `stride` pixels"
-    elif got == (size + padding - kernel) // stride + 1:
-        why = "padding is added on both sides: the padded size is size + 2·padding"
-    elif got == (size + 2 * padding - kernel) / stride + 1:
-        why = "use floor division //: the last window must fit entirely"
-    else:
-        why = "the formula is (size + 2·padding - kernel) // stride + 1"
-    pytest.fail(f"conv_output_size({size}, kernel={kernel}, stride={stride}, padding={padding}) = {got}, "
-                f"expected {expected}: {why}", pytrace=False)
+    if got != expected:
+        pytest.fail(f"conv_output_size({size}, kernel={kernel}, stride={stride}, padding={padding}) = {got}, "
+                    f"expected {expected}: {output_size_diagnosis()}", pytrace=False)
+    assert isinstance(got, int), \
+        f"conv_output_size must return an int, got {type(got).__name__}: use floor division //"
 
 
 # ---- 2. im2col -------------------------------------------------------------------------------
@@ -426,10 +440,10 @@ def test_conv2d_skips_the_input_gradient_when_not_needed(rng):
 
 
 def test_conv2d_float32_gradients_stay_float32(rng):
-    x = Tensor(rng.standard_normal((2, 3, 6, 6)).astype(np.float32), requires_grad=True)
-    conv = Conv2d(3, 4, 3, padding=1, seed=0)
-    conv(x).sum().backward()
-    assert x.grad.dtype == np.float32 and conv.weight.grad.dtype == np.float32 and conv.bias.grad.dtype == np.float32
+    x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+               for s in ((2, 3, 6, 6), (4, 3, 3, 3), (4,)))
+    run_conv(x, w, b, 1, 1).sum().backward()
+    assert x.grad.dtype == np.float32 and w.grad.dtype == np.float32 and b.grad.dtype == np.float32
 
 
 # ---- 6. pooling ---------------------------------------------------------------------------------------

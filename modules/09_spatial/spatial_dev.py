@@ -934,7 +934,10 @@ test_unit_avg_pool2d()
 #   drawn uniformly from `(-1/√fan_in, 1/√fan_in)`, as PyTorch does, where the
 #   **fan-in** of a convolution is what each output sums over: `in_channels · kh · kw`
 #   (module 03's argument for scaling by fan-in, with a kernel's worth of inputs).
-#   `dtype`, `device`, `rng` and `seed` work as for `Linear`.
+#   `dtype`, `device`, `rng` and `seed` work as for `Linear`: draw the numbers with the
+#   given `generator` (`generator.uniform(-bound, bound, shape)`, the weight first, then
+#   the bias) and wrap each in `Tensor(values, requires_grad=True, dtype=dtype,
+#   device=device)`. With `bias=False`, `self.bias = None`.
 # * `MaxPool2d(kernel_size, stride=None)` and `AvgPool2d(kernel_size, stride=None)`:
 #   no parameters (given).
 # * `Flatten(start_dim=1, end_dim=-1)`: joins the dimensions `start_dim … end_dim` into

@@ -54,7 +54,7 @@
 #
 # Module 03's `Linear` connects every input to every output. On a 32×32 colour image that
 # is 3,072 inputs; keeping even a 16-channel 32×32 picture as output takes 50 million
-# weights (section 9 counts them). Worse, a pattern learned in the top-left corner teaches
+# weights (section 8 counts them). Worse, a pattern learned in the top-left corner teaches
 # nothing about the same pattern in the bottom-right: every position has its own weights.
 #
 # A **convolution** makes two assumptions that suit images: what matters first is
@@ -324,7 +324,7 @@ print("same padding keeps 5×5; the old 3×3 output is its centre:\n", same)
 # ## 4. im2col: the whole convolution as one matrix product
 #
 # The loops above do `N · O · OH · OW` small dot products in Python: far too slow (section
-# 10 measures it). But look at what each dot product is: a window of `C · kh · kw` numbers
+# 9 measures it). But look at what each dot product is: a window of `C · kh · kw` numbers
 # times the same weights. Lay every window out as **one column** of a matrix, and all the
 # dot products together become one matrix product:
 #
@@ -1133,7 +1133,9 @@ print(f"one 16×16 image, 3 -> 16 channels: loops {loops * 1e3:.1f} ms, im2col {
 # %% [markdown]
 # Each doubling of the side quadruples the pixels and, once the arrays are large enough
 # that fixed costs stop mattering, the time (about 4×; the smallest sizes grow less). The
-# loops spend nearly all their time in the Python interpreter, not in arithmetic.
+# loops spend nearly all their time in the Python interpreter, not in arithmetic. (On a
+# machine shared with other programs single timings jump around: run the cell twice, and
+# trust the trend more than any one number.)
 #
 # ## 10. On the GPU, and against PyTorch
 #

@@ -421,8 +421,8 @@ def test_conv2d_gradients_match_the_definition(x_shape, w_shape, stride, padding
         pytest.fail(f"conv2d's weight gradient is wrong: {why}", pytrace=False)
     assert np.allclose(db, want_db), "conv2d's bias gradient is the output gradient summed over axes (0, 2, 3)"
     assert np.allclose(dx, want_dx), \
-        "conv2d's input gradient is wrong: dx = col2im(weight.reshape(O, -1).T @ g, padded shape), then the " \
-        "padding cut away"
+        "conv2d's input gradient is wrong: dx = col2im(weight.reshape(O, -1).T @ g) with the forward's stride " \
+        "(window (r, q) starts at (r·sh, q·sw)), then the padding cut away"
 
 
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding", CONV_CASES[1:4], ids=CONV_IDS[1:4])

@@ -150,14 +150,14 @@ def col2im(cols: Any, padded_shape: tuple, kernel_size: tuple[int, int], stride:
             out[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw] += blocks[:, :, i, j]
     return out
 
-# %% ../../modules/09_spatial/spatial_dev.py #3f116d1e
+# %% ../../modules/09_spatial/spatial_dev.py #71975233
 @register_backward("conv2d")
 def conv2d_backward(grad: Any, node) -> tuple:
     """Gradients of conv2d: (dx, dweight) or (dx, dweight, dbias), one per recorded input.
 
     grad: (N, O, OH, OW). dweight = Σ_n g[n] @ cols[n]ᵀ reshaped to (O, C, kh, kw); dbias = grad
-    summed over axes (0, 2, 3); dx = col2im(Wᵀ @ g) with the padding cut away, or None when x
-    does not require a gradient.
+    summed over axes (0, 2, 3); dx = col2im(Wᵀ @ g) with the padding cut away (Wᵀ @ g built whole, or one
+    kernel offset's block at a time), or None when x does not require a gradient.
     """
     x, weight = node.inputs[0], node.inputs[1]
     cols, stride, (ph, pw) = node.saved["cols"], node.saved["stride"], node.saved["padding"]
@@ -167,11 +167,14 @@ def conv2d_backward(grad: Any, node) -> tuple:
     d_weight = xp.matmul(g, cols.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
     d_bias = grad.sum(axis=(0, 2, 3)) if len(node.inputs) == 3 else None
     d_x = None
-    if x.requires_grad:
-        d_cols = xp.matmul(weight.data.reshape(out_channels, -1).T, g)          # (N, C·kh·kw, OH·OW)
-        height, width = x.shape[2:]
-        padded_shape = (n, x.shape[1], height + 2 * ph, width + 2 * pw)
-        d_padded = col2im(d_cols, padded_shape, weight.shape[2:], stride)
+    if x.requires_grad:  # col2im(Wᵀ @ g), one kernel offset's block of Wᵀ @ g at a time
+        channels, height, width = x.shape[1:]
+        (kh, kw), (sh, sw), (out_h, out_w) = weight.shape[2:], stride, grad.shape[2:]
+        d_padded = xp.zeros((n, channels, height + 2 * ph, width + 2 * pw), dtype=grad.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                block = xp.matmul(weight.data[:, :, i, j].T, g)                # (N, C, OH·OW)
+                d_padded[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw] += block.reshape(n, channels, out_h, out_w)
         d_x = d_padded[:, :, ph:ph + height, pw:pw + width]
     return (d_x, d_weight, d_bias)[:len(node.inputs)]
 

@@ -410,13 +410,18 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
     """Convert `data` (Tensor, NumPy/CuPy array, list, number) to an array by TinyTorch's rules.
 
     * a Tensor: its `.data`;
-    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included
-      (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's; `array_module(data)
-      is not np` means a CuPy array);
-    * anything else (Python numbers, nested lists): `np.asarray`, then float32;
-    * `dtype` given: cast to it (`astype(dtype, copy=False)`, so no copy when it already fits);
-    * values that are not numbers (dtype kind other than "b", "i", "u", "f", e.g. from
-      `None` or text): raise TypeError, before any cast (a cast would hide `None` as NaN);
+    * a NumPy or CuPy array (or NumPy scalar such as `np.float32(2.0)`): kept as it is,
+      dtype included (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's;
+      `array_module(data) is not np` means a CuPy array). A NumPy scalar is a fine
+      `.data`: it is what NumPy's own reductions over every axis return;
+    * anything else (Python numbers, nested lists): `np.asarray(data)`, and float32 when
+      no `dtype` is given;
+    * `dtype` given: one cast straight to it (`astype(dtype, copy=False)`: no copy when it
+      already fits). Never pass through float32 first: `[16777217]` with `dtype=np.int64`
+      must stay 16777217, which float32 cannot hold;
+    * values that are not numbers, from a list or in an array alike (dtype kind other than
+      "b", "i", "u", "f": `None`, text, an `object` array): raise TypeError, before any cast
+      (a cast would hide `None` as NaN);
     * last, `_to_device(array, device)` (given) moves it when `device` is set.
     """
     ### BEGIN SOLUTION
@@ -915,19 +920,29 @@ test_unit_matmul()
 # 512)` costs; (2) how many times longer you expect `n = 512` to take than `n = 256`;
 # (3) whether the GFLOP/s rate will be the same for every `n`. Then run the cell: it times
 # *your* `matmul`.
+#
+# How we time: the best of a few runs (the one least disturbed by other programs), on
+# **one** core. NumPy's matrix library (BLAS) starts several threads for a matmul; on a
+# busy or small machine, waking them can cost more than a small product itself, and the
+# numbers jump around from run to run. `threadpoolctl` (a small library made for exactly
+# this) holds BLAS to one thread while we measure, so your numbers are repeatable and
+# comparable with a classmate's.
 
 # %%
 import time
 
+from threadpoolctl import threadpool_limits
+
 
 def best_time(fn, repeats: int = 5) -> float:
-    """The fastest of `repeats` runs of fn(), in seconds (the least disturbed by other programs)."""
-    fn()  # a first call pays for warming up caches and libraries: not counted
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
+    """The fastest of `repeats` runs of fn(), in seconds, with BLAS on one thread."""
+    with threadpool_limits(limits=1):
+        fn()  # a first call pays for warming up caches and libraries: not counted
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
     return best
 
 
@@ -1013,6 +1028,9 @@ def sum(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
 @patch
 def mean(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Average over `axis`; the same axis rules, dtype and keepdims as `sum`.
+
+    A floating tensor keeps its dtype. An integer tensor's mean is float64, as NumPy
+    gives it: the average of integers is not an integer (and integers take no gradient).
 
     Computed with `xp.mean` and recorded as its own op "mean" (not as a sum and a
     division), inputs (self,), saved `axis` (normalised) and `keepdims`.
@@ -1184,7 +1202,7 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
 def permute(self: Tensor, *dims: Any) -> Tensor:
     """Reorder dimensions: output dim i is input dim dims[i]. `(B, T, H, D).permute(0, 2, 1, 3)` is `(B, H, T, D)`.
 
-    `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`; negative dims count from the end.
+    `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`: ints; negative dims count from the end.
     A view: `xp.transpose(self.data, order)` (NumPy's name for a general permute).
     Records op "permute" with inputs (self,), saved `dims`: the order as a tuple of
     non-negative ints (e.g. (2, 0, 1); -1 becomes ndim - 1).
@@ -1287,8 +1305,8 @@ print(f"reshape (a view): {view_seconds * 1e6:8.1f} µs | copy: {copy_seconds * 
 # copy). Two kinds of index need converting before NumPy sees them: a **Tensor** of
 # indices (NumPy does not know Tensors: use its `.data`) and a **list** (turn it into an
 # array on the tensor's device with `xp.asarray`, so that module 05 and CuPy get an
-# array). Inside a tuple index, convert each Tensor element the same way. The backward
-# rule needs the index, so save it, converted.
+# array). Inside a tuple index (`x[[0, 1], [1, 2]]`), convert each element the same way.
+# The backward rule needs the index, so save it, converted.
 #
 # `masked_fill(mask, value)` returns a copy of `x` with `value` wherever `mask` is
 # **True** (PyTorch's convention: True means "replace this"). Attention uses it to hide
@@ -1302,17 +1320,20 @@ def __getitem__(self: Tensor, index: Any) -> Tensor:
     """`self[index]` as in NumPy: ints, slices, None, ..., integer arrays (or Tensors or lists of ints).
 
     Convert the index first: a Tensor becomes its `.data`; a list becomes
-    `xp.asarray(index)` (`xp = array_module(self.data)`); in a tuple, each Tensor element
-    becomes its `.data`. Then `self.data[index]`.
+    `xp.asarray(index)` (`xp = array_module(self.data)`); in a tuple, each element is
+    converted the same way (a Tensor to its `.data`, a list to an array; ints, slices,
+    None and ... stay). Then `self.data[index]`.
     Records op "getitem" with inputs (self,), saved `index`: the converted index.
     """
     ### BEGIN SOLUTION
-    if isinstance(index, tuple):
-        index = tuple(i.data if isinstance(i, Tensor) else i for i in index)
-    elif isinstance(index, Tensor):
-        index = index.data
-    elif isinstance(index, list):
-        index = array_module(self.data).asarray(index)
+    xp = array_module(self.data)
+
+    def convert(part: Any) -> Any:
+        if isinstance(part, Tensor):
+            return part.data
+        return xp.asarray(part) if isinstance(part, list) else part
+
+    index = tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
     return record_op("getitem", self.data[index], (self,), index=index)
     ### END SOLUTION
 
@@ -1327,7 +1348,11 @@ def masked_fill(self: Tensor, mask: Any, value: float) -> Tensor:
     Computed with `xp.where(mask, value, self.data)`, the value cast to self's dtype
     (`xp.asarray(value, dtype=self.dtype)`).
     Records op "masked_fill" with inputs (self,), saved `mask`: the bool array.
-    Raises ValueError naming the mask's shape and self's shape when the mask does not fit.
+    Raises ValueError naming the mask's shape and self's shape when the mask does not fit,
+    also when the two shapes do not broadcast at all (catch `broadcast_shape`'s own
+    ValueError and raise this one, so the message says which call went wrong).
+    `value` must fit self's dtype: filling an integer tensor with `-inf` is an error
+    (NumPy raises OverflowError); attention fills float scores.
     """
     ### BEGIN SOLUTION
     xp = array_module(self.data)

@@ -342,9 +342,11 @@ test_unit_topological_order()
 # 5. **A missing rule is an error**: if `node.op` has no entry in `BACKWARD_RULES`,
 #    raise `RuntimeError` with a message that contains the op name.
 # 6. **Given checks, called by you:** `_check_versions(node, t)` right before running the
-#    rule of `t`'s node (the next paragraph), and `_check_input_gradient(node, i, ig)`
-#    after the unbroadcast and the cast of input `i`'s gradient: it raises RuntimeError
-#    naming the op when a rule returned a gradient that cannot be the input's.
+#    rule of `t`'s node (the next paragraph); `_check_rule_output(node, grads)` on what the
+#    rule returned, before you use it (one array or None per input, never a Tensor or a
+#    number: `unbroadcast` and `.astype` only work on arrays); and
+#    `_check_input_gradient(node, i, ig)` after the unbroadcast and the cast of input `i`'s
+#    gradient (its shape must now be the input's). Each raises RuntimeError naming the op.
 # 7. **Intermediate gradients are released once used**: `grads.pop(id(t))`, so only the
 #    gradients still waiting for their rule are alive at any moment.
 # 8. Inputs whose rule returned `None`, and inputs without `requires_grad`, are skipped.
@@ -397,14 +399,29 @@ def _check_versions(node: Node, output: Tensor) -> None:
             )
 
 
-def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
-    """RuntimeError naming the op when its rule gave input `index` a gradient of the wrong kind or shape."""
-    inp = node.inputs[index]
-    if not hasattr(grad, "shape") or isinstance(grad, Tensor):
+def _check_rule_output(node: Node, grads: Any) -> None:
+    """RuntimeError naming the op unless its rule returned one array (or None) per input.
+
+    Call it on what `rule(g, node)` returned, before anything else touches those values.
+    """
+    count = len(node.inputs)
+    if not isinstance(grads, (tuple, list)) or len(grads) != count:
+        got = f"{len(grads)} value(s)" if isinstance(grads, (tuple, list)) else type(grads).__name__
         raise RuntimeError(
-            f"backward rule for {node.op!r} returned {type(grad).__name__} for input {index}: "
-            "rules return arrays (NumPy/CuPy) or None, computed from .data."
+            f"backward rule for {node.op!r} returned {got}; it must return a tuple with one gradient "
+            f"(an array, or None) per input, in node.inputs order: {count} for this node."
         )
+    for index, grad in enumerate(grads):
+        if grad is not None and (not hasattr(grad, "shape") or isinstance(grad, Tensor)):
+            raise RuntimeError(
+                f"backward rule for {node.op!r} returned {type(grad).__name__} for input {index}: "
+                "rules return arrays (NumPy/CuPy) or None, computed from .data."
+            )
+
+
+def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
+    """RuntimeError naming the op when input `index`'s gradient, after unbroadcast, is not the input's shape."""
+    inp = node.inputs[index]
     if tuple(grad.shape) != inp.shape:
         raise RuntimeError(
             f"backward rule for {node.op!r} gave input {index} (shape {inp.shape}) a gradient of shape "
@@ -423,7 +440,8 @@ def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
 # 1. `g = grads.pop(id(t), None)`; skip `t` when it is `None` (every path to it was cut);
 # 2. store `g` into `t.grad` when `t` is a leaf or retains its gradient (promises 1–3);
 # 3. stop here for a leaf; otherwise look up the rule (promise 5), call
-#    `_check_versions(node, t)`, and run `rule(g, node)`;
+#    `_check_versions(node, t)`, run `rule(g, node)` and pass what it returned to
+#    `_check_rule_output(node, ...)`;
 # 4. for each input `i` with a gradient: `unbroadcast`, cast, `_check_input_gradient`,
 #    then add it into `grads[id(inp)]` (or put it there if it is the first).
 
@@ -463,7 +481,9 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
                 f"@register_backward({node.op!r}) (tinytorch.core.autograd)."
             )
         _check_versions(node, t)
-        for i, (inp, ig) in enumerate(zip(node.inputs, rule(g, node))):
+        input_grads = rule(g, node)
+        _check_rule_output(node, input_grads)
+        for i, (inp, ig) in enumerate(zip(node.inputs, input_grads)):
             if ig is None or not inp.requires_grad:
                 continue
             ig = unbroadcast(ig, inp.shape).astype(inp.dtype, copy=False)
@@ -503,14 +523,18 @@ def test_unit_backward():
         assert x.grad.numpy().tolist() == [6.0, 6.0, 6.0]
 
         a, b = Tensor(np.zeros((2, 3)), requires_grad=True), Tensor(np.zeros(3), requires_grad=True)
-        backward(plus(a, b), np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
-        assert b.grad.shape == (3,) and b.grad.numpy().tolist() == [5.0, 7.0, 9.0]
+        seed = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        backward(plus(a, b), seed)
+        assert b.grad.shape == (3,) and b.grad.numpy().tolist() == [5.0, 7.0, 9.0], "b's gradient: unbroadcast"
+        assert not np.shares_memory(a.grad.data, seed), (
+            "a.grad is the very array that was passed to backward: store a copy (promise 3)")
         assert not np.shares_memory(a.grad.data, b.grad.data), ".grad must hold its own array"
 
         half = Tensor(np.ones(2, dtype=np.float16), requires_grad=True)
         single = Tensor(np.ones(2, dtype=np.float32), requires_grad=True)
         backward(plus(half, single), np.ones(2, dtype=np.float32))  # a float32 result
-        assert half.grad.dtype == np.float16 and single.grad.dtype == np.float32
+        assert half.grad.dtype == np.float16 and single.grad.dtype == np.float32, (
+            f"gradient dtypes {half.grad.dtype} and {single.grad.dtype}: cast each gradient to its input's dtype (promise 4)")
 
         r = double(x)
         r.retain_grad()
@@ -819,14 +843,15 @@ def max_backward(grad, node: Node) -> tuple:
 def test_unit_reduction_rules():
     x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
     (g,) = sum_backward(np.array([1.0, 2.0]), x.sum(axis=1)._node)
-    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]
+    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], f"sum rule gave {g.tolist()}: put the summed axis back, then broadcast"
     (g,) = mean_backward(np.array([3.0, 6.0]), x.mean(axis=1)._node)
-    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]
+    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], f"mean rule gave {g.tolist()}: divide by the count of each average (3 here)"
     (g,) = mean_backward(np.ones((1, 3)), x.mean(axis=0, keepdims=True)._node)
-    assert g.tolist() == [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]
+    assert g.tolist() == [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]], f"mean rule with keepdims gave {g.tolist()}"
     t = Tensor(np.array([[1.0, 3.0, 3.0], [4.0, 0.0, 2.0]]), requires_grad=True)
     (g,) = max_backward(np.array([1.0, 1.0]), t.max(axis=1)._node)
-    assert g.tolist() == [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]]
+    assert g.tolist() == [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]], (
+        f"max rule gave {g.tolist()}: tied maxima share the gradient equally (1/2 each for [1, 3, 3])")
     print("✓ sum, mean, max rules (max([1, 3, 3]) ->", g[0].tolist(), ")")
 
 
@@ -1296,13 +1321,14 @@ def numeric_vjp(fn: Callable[..., Any], arrays: Sequence[np.ndarray], cotangent:
 # %% [markdown]
 # ### Predict, then run: float32 or float64?
 #
-# Precision matters. float32 resolves about 1 part in 10⁷ (`δ ≈ 6e-8` relative), so with
-# `ε = 1e-6` the rounding term `δ/ε` is about `0.06`; float64 (`δ ≈ 1e-16`) leaves about
-# `1e-10`.
+# Precision matters. float32 resolves about 1 part in 10⁷ (`δ ≈ 6e-8` relative). Each
+# value of `f` is rounded by about `δ·|f|`, and the difference quotient divides that by
+# `ε`: the rounding term is about `δ·|f|/ε`. With `ε = 1e-6` and `|f|` near 1 that is
+# `0.06`; it grows with `|f|`. float64 (`δ ≈ 1e-16`) leaves about `1e-10·|f|`.
 #
-# **Predict** before you run the next cell: for `f(x) = Σ x²` at `x` around 1 (true
-# gradient `2x`), how large will the largest error of the central difference be in
-# float32, and in float64? Will each pass a check with `atol=1e-5, rtol=1e-3`? Write your
+# **Predict** before you run the next cell: for `f(x) = Σ x²` over five values between
+# 0.5 and 2 (so `|f|` is about 7; true gradient `2x`), how large will the largest error
+# of the central difference be in float32, and in float64? Will each pass a check with `atol=1e-5, rtol=1e-3`? Write your
 # two numbers down.
 
 # %%
@@ -1362,8 +1388,12 @@ def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Any], eps: float = 1e-
     `numeric_vjp` of f = Σ v ⊙ fn(*inputs), v a random cotangent from
     `np.random.default_rng(seed)`. Returns True, or raises AssertionError naming the
     output's op, the input, the element index and both values. Works on float64 copies:
-    the caller's tensors (and their .grad) are left untouched.
+    the caller's tensors (and their .grad) are left untouched. Raises ValueError (given)
+    when no input requires a gradient: a check of nothing must not pass.
     """
+    if not any(isinstance(t, Tensor) and t.requires_grad for t in inputs):
+        raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check; "
+                         "pass the tensors whose gradients you want checked with requires_grad=True.")
     ### BEGIN SOLUTION
     xs = [_float64_copy(t) for t in inputs]
     checked = [i for i, x in enumerate(xs) if isinstance(x, Tensor) and x.requires_grad]
@@ -1625,10 +1655,10 @@ test_unit_version_check()
 # peak memory that NumPy allocates during `backward` with `tracemalloc` (Python's
 # allocation tracer, which NumPy reports to).
 #
-# **Predict** first: a 4-layer MLP, batch 256, width 512, float32. Its weights hold
-# about 0.8M numbers (3 MB); its activations about 6 × 256 × 512 numbers (3 MB). How much
-# will keeping every activation's gradient add to the peak of `backward`: nothing, about
-# a tenth, or about as much again? Write down a number in MB.
+# **Predict** first: a 4-layer MLP, batch 256, width 512, float32. Its three hidden
+# activations (the ReLU outputs, each `256 × 512` float32 = 0.5 MB) are the tensors that
+# call `retain_grad()`. How many MB will keeping their gradients add to the peak of
+# `backward`, and what fraction of the leaves-only peak is that? Write down both numbers.
 
 # %%
 import tracemalloc
@@ -1666,9 +1696,11 @@ print(f"peak during backward: leaves only {_leaves:.1f} MB, every activation's .
 #    (x,))`) and register its rule. Check it with `gradcheck`. Then break it on purpose
 #    (return `g·x` instead of `2·g·x`): what does gradcheck's message say, and which
 #    number tells you that the factor is 2?
-# 2. **Ones hide mistakes.** Take `softmax` and a rule that returns zeros. Does
-#    `backward` with a cotangent of ones find the mistake? Why does gradcheck use a random
-#    cotangent? Compute `softmax(x).sum()` for a few `x` and explain.
+# 2. **Ones hide mistakes.** Suppose a broken softmax rule returned zeros. Compare it with
+#    central differences contracted with a cotangent of ones
+#    (`numeric_vjp(softmax, [x], np.ones(x.shape))` from `tinytorch.testing`): does the
+#    comparison notice? And with a random cotangent? Compute `softmax(x).sum()` for a few
+#    `x` and explain why gradcheck uses a random cotangent.
 # 3. **Where does ε belong?** Run `central_difference` on `Σ x³` at `x = 1` in float64
 #    with `eps` = 1e-2, 1e-4, 1e-6, 1e-8, 1e-10 and print the error against `3x²`. Where
 #    is it smallest? Which of the two error terms (`ε²` and `δ/ε`) wins on each side?

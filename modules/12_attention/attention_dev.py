@@ -20,7 +20,7 @@
 # looks directly at every other position, computes how relevant each one is, and takes
 # a weighted average of what they offer. One matrix multiplication scores all pairs at
 # once, so the whole sequence is processed in parallel. This module is the heart of the
-# course: modules 13's GPT is little more than this module, stacked.
+# course: module 13's GPT is little more than this module, stacked.
 #
 # ### What you will be able to do
 #
@@ -500,12 +500,22 @@ print("blocked positions of item 1 (padding and causal):\n",
 
 # %%
 def test_unit_blocked_positions():
-    blocked = _blocked_positions([[1, 0], [1, 1]], True, (2, 2, 2), np.zeros(1))
-    assert blocked.dtype == bool and np.array_equal(blocked, [[False, True], [False, False]]), blocked
-    assert np.array_equal(_blocked_positions(None, True, (3, 5), np.zeros(1)), np.triu(np.ones((3, 5)), 1) > 0), \
-        "is_causal with Tq=3, Tk=5: query i must see keys 0..i (top-left aligned)"
-    assert np.array_equal(_blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))[0, 0],
-                          [[False, True], [False, True]]), "a key blocked by the padding mask OR by causality is blocked"
+    causal = _blocked_positions(None, True, (3, 5), np.zeros(1))
+    key, query = np.arange(5)[None, :], np.arange(3)[:, None]
+    assert causal is not None and causal.dtype == bool, f"is_causal=True must give a bool array, got {causal!r}"
+    assert not np.array_equal(causal, key >= query), \
+        f"off by one: the diagonal is blocked, but query i must see key i (itself):\n{causal}"
+    assert not np.array_equal(causal, key > query + 1), f"off by one: query i sees key i+1 (the future):\n{causal}"
+    assert np.array_equal(causal, key > query), \
+        f"is_causal with Tq=3, Tk=5 must block exactly the keys j > i (top-left aligned), got\n{causal}"
+    keep = np.array([[1, 0, 1], [1, 1, 1]])
+    blocked = _blocked_positions(keep, False, (2, 3), np.zeros(1))
+    assert blocked is not None and blocked.dtype == bool, f"a mask must give a bool array, got {blocked!r}"
+    assert not np.array_equal(blocked, keep == 1), "the mask convention is inverted: 1 means attend, so 0 is blocked"
+    assert np.array_equal(blocked, keep == 0), f"a keep mask {keep.tolist()} blocks where it is 0, got\n{blocked}"
+    both = _blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))
+    assert np.array_equal(both[:, 0], [[[False, True], [False, True]], [[False, True], [False, False]]]), \
+        f"a key blocked by the padding mask OR by causality is blocked, got\n{both}"
     assert _blocked_positions(None, False, (2, 2), np.zeros(1)) is None
     keep = np.ones((2, 2), dtype=bool)
     assert _blocked_positions(keep, False, (2, 2), np.zeros(1)) is not keep, "return a new array, not the caller's mask"
@@ -1050,6 +1060,9 @@ def _masked_softmax_(scores: Any, blocked: Any) -> Any:
     Blocked entries come out exactly 0, and a row whose entries are all blocked comes out all
     zeros (never NaN): fill blocked scores with -inf, replace a -inf row maximum by the dtype's
     most negative finite number, and a row sum of 0 by 1. No new (…, Tq, Tk) array.
+    `blocked` is often smaller than scores (a (Tq, Tk) causal mask for (B, H, Tq, Tk)
+    scores), so `scores[blocked] = -inf` does not work; fill through the broadcast with
+    `xp.copyto(scores, -xp.inf, where=blocked)`.
     """
     ### BEGIN SOLUTION
     xp = array_module(scores)
@@ -1077,7 +1090,17 @@ def test_unit_masked_softmax():
     assert out is s, "_masked_softmax_ must work in place and return `scores` itself"
     assert np.allclose(out[0], [0.09003, 0.24473, 0.66524], atol=1e-5), f"row 0: {out[0]}"
     assert out[1, 1] == 0 and np.isclose(out[1].sum(), 1), f"a blocked entry must be exactly 0: {out[1]}"
+    assert not np.isnan(out[2]).any(), \
+        f"a fully blocked row gave {out[2]}: its maximum is -inf and -inf - (-inf) = NaN; replace it by a finite number"
     assert np.all(out[2] == 0), f"a fully blocked row must be all zeros, got {out[2]}"
+    heads = np.zeros((2, 3, 2, 2))  # (B, H, Tq, Tk) scores against a (Tq, Tk) causal mask
+    try:
+        _masked_softmax_(heads, np.array([[False, True], [False, False]]))
+    except IndexError as err:
+        raise AssertionError(f"a (Tq, Tk) mask against (B, H, Tq, Tk) scores raised IndexError ({err}): "
+                             "the mask broadcasts, so fill with xp.copyto(scores, -xp.inf, where=blocked)") from None
+    assert np.all(heads[..., 0, 1] == 0) and np.allclose(heads[..., 1, :], 0.5), \
+        "a broadcast mask must block the same key in every batch item and head"
     plain = _masked_softmax_(np.array([[1.0, 2.0], [3.0, 3.0]]), None)
     assert np.allclose(plain.sum(-1), 1) and np.allclose(plain[1], 0.5), f"rows must sum to 1: {plain}"
     print("✓ masked softmax: in place, stable, blocked entries 0, fully blocked rows 0")
@@ -1323,6 +1346,9 @@ test_unit_sdpa_backward()
 @register_backward("sdpa_weights")
 def sdpa_weights_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK) of "sdpa_weights" from `grad` = dW (…, Tq, Tk): steps 2, 3 and 5 above.
+
+    Never change `grad` in place (module 05's rule contract: the engine may hand the same
+    array to other rules): `grad *= drop` is the tempting line; make a new array instead.
 
     dP = dW ⊙ drop (when there was dropout); dS = P ⊙ (dP − rowsum(dP ⊙ P));
     dQ = dS K · scale; dK = dSᵀ Q · scale. Reads node.inputs (Q, K) and node.saved
@@ -1839,7 +1865,10 @@ for batch, seq, heads in ((1, 512, 12), (8, 1024, 12), (32, 2048, 1), (1, 4096, 
 # m     = m_new
 # ```
 #
-# and at the end `output = acc / l`. This is exact — the same numbers as the full softmax
+# with `m` starting at the dtype's most negative finite number (`finfo.min`, as in section
+# 7's guard), `l` at 0 and `acc` at 0. Not at `-inf`: for a query whose keys in a block
+# are all blocked, `exp(m - m_new)` would be `exp(-inf - (-inf))` = NaN.
+# At the end `output = acc / l` (with `l` of 0, a fully blocked query, giving 0). This is exact — the same numbers as the full softmax
 # — because every term is rescaled to the final maximum. It is the idea behind
 # **FlashAttention** (Dao et al., 2022), which runs these tiles in a GPU's fast on-chip
 # memory. The backward pass needs the weights again; instead of storing them it keeps only
@@ -2542,9 +2571,11 @@ if torch is not None:
 demo_tokens, demo_x = sentence_embeddings()
 for s in (0.0, 0.05, 1 / math.sqrt(32), 1.0):
     w = scaled_dot_product_attention(demo_x, demo_x, demo_x, scale=s)[1].numpy()
-    top_two = {demo_tokens[i]: round(float(w[7, i]), 2) for i in np.argsort(w[7])[::-1][:2]}
+    top = np.argsort(w[7])[::-1][:2]
+    looks = ("every word alike (all weights equal)" if np.allclose(w[7], w[7, 0])
+             else {demo_tokens[i]: round(float(w[7, i]), 2) for i in top})
     print(f"scale {s:5.3f}: mean row entropy {row_entropy(w).mean():.3f} (uniform: {math.log(len(demo_tokens)):.3f}); "
-          f"'it' looks most at {top_two}")
+          f"'it' looks most at {looks}")
 
 # %% [markdown]
 # **2. One head versus many.** (a) Check with `count_parameters` that `MultiHeadAttention(64, 1)`
@@ -2631,10 +2662,12 @@ for model, layers, heads, head_dim, tokens_, nbytes in (("GPT-2 small", 12, 12, 
 
 # %% [markdown]
 # **6. Reading heat maps.** In section 12's four patterns: (a) which pattern has the
-# lowest row entropy, and why is it not exactly 0? (b) In the triangle, what is the weight
+# lowest row entropy, and why is it not exactly 0 (print it with more digits than the
+# table: `:.2e`)? (b) In the triangle, what is the weight
 # in row 3, and what would it be with `scale=1` instead of 0? (c) Make a fifth pattern,
 # the *shifted diagonal* of a head that always looks at the previous token, with your
-# attention and a hand-made mask, and plot it.
+# attention and a hand-made mask, and plot it. (Query 0 has no previous token: its row is
+# fully blocked, so your attention gives it all zeros. Say why that is the right answer.)
 #
 # **7. Questions to answer in words** (run code to support each answer):
 # (a) Why can `Q @ K` without the transpose pass a test that uses square matrices?

@@ -471,6 +471,9 @@ def test_getitem_converts_tensor_and_list_indices():
     assert isinstance(saved, np.ndarray), "getitem must save a Tensor index as its array"
     saved = w[0, Tensor(rows)]._node.saved["index"]
     assert isinstance(saved, tuple) and isinstance(saved[1], np.ndarray), "getitem must save a tuple index with arrays in it"
+    saved = w[0, [2, 0]]._node.saved["index"]
+    assert isinstance(saved[1], np.ndarray), (
+        f"getitem saved {saved!r}: turn a list inside a tuple index into an array (xp.asarray) too")
 
 
 def test_indexing_values():

@@ -588,3 +588,53 @@ def test_to_same_device_keeps_gradients_flowing():
     x = leaf([1.0, 2.0])
     (x.to("cpu") * 2).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_no_grad_object_entered_again_while_active():
+    """One decorated function calling itself enters the same no_grad object twice."""
+    from tinytorch.core.autograd import is_grad_enabled, no_grad
+
+    @no_grad()
+    def countdown(t, n):
+        return t * 2 if n == 0 else countdown(t, n - 1)
+
+    w = leaf([1.0])
+    assert countdown(w, 3)._node is None
+    assert is_grad_enabled(), (
+        "after a recursive @no_grad() function returned, recording is still off: the same no_grad object "
+        "was entered again while active, so remember every previous mode (a stack), not one")
+    shared = no_grad()
+    with shared:
+        with shared:
+            pass
+        assert GradMode.enabled is False, "leaving the inner `with` of one no_grad object turned recording on"
+    assert GradMode.enabled is True
+
+
+@pytest.mark.parametrize("returned, expected", [
+    (lambda g: (g,), "returned 1 value(s)"),
+    (lambda g: g, "returned ndarray"),
+    (lambda g: (Tensor(g), g), "returned Tensor for input 0"),
+], ids=["too-few", "not-a-tuple", "a-Tensor"])
+def test_a_rule_returning_the_wrong_things_is_named(returned, expected):
+    from tinytorch.core.autograd import BACKWARD_RULES, backward, register_backward
+    from tinytorch.core.tensor import record_op
+
+    register_backward("bad_rule_demo")(lambda grad, node: returned(grad))
+    try:
+        a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+        out = record_op("bad_rule_demo", a.data + b.data, (a, b))
+        with pytest.raises(RuntimeError, match="bad_rule_demo") as info:
+            backward(out, np.ones(2))
+        assert expected in str(info.value), (
+            f"a rule that {expected.replace('returned', 'returns')} must be reported by _check_rule_output "
+            f"before unbroadcast runs; got: {info.value}")
+    finally:
+        BACKWARD_RULES.pop("bad_rule_demo", None)
+
+
+def test_gradcheck_of_nothing_is_refused():
+    from tinytorch.core.autograd import gradcheck
+
+    with pytest.raises(ValueError, match="requires_grad"):
+        gradcheck(lambda t: t * 2, [Tensor([1.0, 2.0])])

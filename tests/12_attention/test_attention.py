@@ -137,6 +137,23 @@ def test_fused_is_one_op():
 
 
 # ---- masks -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dropout_p", [0.0, 0.5], ids=["no-dropout", "dropout"])
+def test_backward_rules_leave_the_incoming_gradient_alone(dropout_p):
+    """The engine may hand one gradient array to several rules: a rule must never change it."""
+    from tinytorch.core.autograd import BACKWARD_RULES
+
+    rng = np.random.default_rng(0)
+    Q, K, V = (Tensor(rng.standard_normal((2, 3, 4)), requires_grad=True) for _ in range(3))
+    out, weights = scaled_dot_product_attention(Q, K, V, dropout_p=dropout_p, rng=np.random.default_rng(1))
+    for tensor, op in ((out, "sdpa"), (weights, "sdpa_weights")):
+        grad = rng.standard_normal(tensor.shape)
+        before = grad.copy()
+        BACKWARD_RULES[op](grad, tensor._node)
+        assert np.array_equal(grad, before), (
+            f"the {op} rule changed the gradient it was given in place: make a new array "
+            "(e.g. grad * drop, not grad *= drop), the engine may pass the same array to other rules")
+
+
 @pytest.mark.parametrize("attn", ATTENTIONS, ids=lambda f: f.__name__)
 def test_blocked_weights_exactly_zero(attn, rng):
     q, k, v = (rng.standard_normal((2, 5, 4)) for _ in range(3))
@@ -656,3 +673,4 @@ def test_property_all_paths_agree_with_reference(lead, tq, tk, dk, dv, block, ca
     assert np.all(w.numpy()[~full_keep] == 0)
     assert np.allclose(composed_attention(q, k, v, mask=keep, is_causal=causal)[0].numpy(), ref_out)
     assert np.allclose(flash_attention(q, k, v, mask=keep, is_causal=causal, block_size=block).numpy(), ref_out)
+

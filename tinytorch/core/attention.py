@@ -188,7 +188,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
         weights = weights.masked_fill(blocked, 0.0)
     return _cast(weights @ V, out_dtype), _cast(weights, out_dtype)
 
-# %% ../../modules/12_attention/attention_dev.py #7bbaa11b
+# %% ../../modules/12_attention/attention_dev.py #aca1b494
 def _masked_softmax_(scores: Any, blocked: Any) -> Any:
     """Softmax over the last axis (the keys), computed in place in `scores`, which is returned.
 
@@ -197,6 +197,9 @@ def _masked_softmax_(scores: Any, blocked: Any) -> Any:
     Blocked entries come out exactly 0, and a row whose entries are all blocked comes out all
     zeros (never NaN): fill blocked scores with -inf, replace a -inf row maximum by the dtype's
     most negative finite number, and a row sum of 0 by 1. No new (…, Tq, Tk) array.
+    `blocked` is often smaller than scores (a (Tq, Tk) causal mask for (B, H, Tq, Tk)
+    scores), so `scores[blocked] = -inf` does not work; fill through the broadcast with
+    `xp.copyto(scores, -xp.inf, where=blocked)`.
     """
     xp = array_module(scores)
     if blocked is not None:
@@ -303,10 +306,13 @@ def sdpa_backward(grad: Any, node) -> tuple:
             d_k *= scale
     return d_q, d_k, d_v
 
-# %% ../../modules/12_attention/attention_dev.py #22a642d7
+# %% ../../modules/12_attention/attention_dev.py #49e34aae
 @register_backward("sdpa_weights")
 def sdpa_weights_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK) of "sdpa_weights" from `grad` = dW (…, Tq, Tk): steps 2, 3 and 5 above.
+
+    Never change `grad` in place (module 05's rule contract: the engine may hand the same
+    array to other rules): `grad *= drop` is the tempting line; make a new array instead.
 
     dP = dW ⊙ drop (when there was dropout); dS = P ⊙ (dP − rowsum(dP ⊙ P));
     dQ = dS K · scale; dK = dSᵀ Q · scale. Reads node.inputs (Q, K) and node.saved

@@ -87,7 +87,7 @@ def topological_order(root: Tensor) -> list[Tensor]:
             stack.extend((t, False) for t in tensor._node.inputs if t.requires_grad and id(t) not in visited)
     return order
 
-# %% ../../modules/05_autograd/autograd_dev.py #d734618d
+# %% ../../modules/05_autograd/autograd_dev.py #be5a3cb6
 def _seed_gradient(tensor: Tensor, grad: Any) -> Any:
     """The starting gradient: 1 for a one-element tensor, else the caller's `grad` (same shape)."""
     xp = array_module(tensor.data)
@@ -122,14 +122,29 @@ def _check_versions(node: Node, output: Tensor) -> None:
             )
 
 
-def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
-    """RuntimeError naming the op when its rule gave input `index` a gradient of the wrong kind or shape."""
-    inp = node.inputs[index]
-    if not hasattr(grad, "shape") or isinstance(grad, Tensor):
+def _check_rule_output(node: Node, grads: Any) -> None:
+    """RuntimeError naming the op unless its rule returned one array (or None) per input.
+
+    Call it on what `rule(g, node)` returned, before anything else touches those values.
+    """
+    count = len(node.inputs)
+    if not isinstance(grads, (tuple, list)) or len(grads) != count:
+        got = f"{len(grads)} value(s)" if isinstance(grads, (tuple, list)) else type(grads).__name__
         raise RuntimeError(
-            f"backward rule for {node.op!r} returned {type(grad).__name__} for input {index}: "
-            "rules return arrays (NumPy/CuPy) or None, computed from .data."
+            f"backward rule for {node.op!r} returned {got}; it must return a tuple with one gradient "
+            f"(an array, or None) per input, in node.inputs order: {count} for this node."
         )
+    for index, grad in enumerate(grads):
+        if grad is not None and (not hasattr(grad, "shape") or isinstance(grad, Tensor)):
+            raise RuntimeError(
+                f"backward rule for {node.op!r} returned {type(grad).__name__} for input {index}: "
+                "rules return arrays (NumPy/CuPy) or None, computed from .data."
+            )
+
+
+def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
+    """RuntimeError naming the op when input `index`'s gradient, after unbroadcast, is not the input's shape."""
+    inp = node.inputs[index]
     if tuple(grad.shape) != inp.shape:
         raise RuntimeError(
             f"backward rule for {node.op!r} gave input {index} (shape {inp.shape}) a gradient of shape "
@@ -138,7 +153,7 @@ def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
             "calls unbroadcast."
         )
 
-# %% ../../modules/05_autograd/autograd_dev.py #6cc64fd4
+# %% ../../modules/05_autograd/autograd_dev.py #9c7af99e
 def backward(tensor: Tensor, grad: Any = None) -> None:
     """Accumulate d(tensor)/d(t), contracted with `grad`, into `t.grad` for every leaf t it depends on.
 
@@ -172,7 +187,9 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
                 f"@register_backward({node.op!r}) (tinytorch.core.autograd)."
             )
         _check_versions(node, t)
-        for i, (inp, ig) in enumerate(zip(node.inputs, rule(g, node))):
+        input_grads = rule(g, node)
+        _check_rule_output(node, input_grads)
+        for i, (inp, ig) in enumerate(zip(node.inputs, input_grads)):
             if ig is None or not inp.requires_grad:
                 continue
             ig = unbroadcast(ig, inp.shape).astype(inp.dtype, copy=False)
@@ -512,7 +529,7 @@ class no_grad:
 
         return wrapper
 
-# %% ../../modules/05_autograd/autograd_dev.py #dec2f03f
+# %% ../../modules/05_autograd/autograd_dev.py #278c6845
 def _float64_copy(t: Any) -> Any:
     """A float64 leaf copy (on the host) of a floating Tensor, keeping requires_grad; anything else as is."""
     if isinstance(t, Tensor) and np.issubdtype(t.dtype, np.floating):
@@ -542,8 +559,12 @@ def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Any], eps: float = 1e-
     `numeric_vjp` of f = Σ v ⊙ fn(*inputs), v a random cotangent from
     `np.random.default_rng(seed)`. Returns True, or raises AssertionError naming the
     output's op, the input, the element index and both values. Works on float64 copies:
-    the caller's tensors (and their .grad) are left untouched.
+    the caller's tensors (and their .grad) are left untouched. Raises ValueError (given)
+    when no input requires a gradient: a check of nothing must not pass.
     """
+    if not any(isinstance(t, Tensor) and t.requires_grad for t in inputs):
+        raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check; "
+                         "pass the tensors whose gradients you want checked with requires_grad=True.")
     xs = [_float64_copy(t) for t in inputs]
     checked = [i for i, x in enumerate(xs) if isinstance(x, Tensor) and x.requires_grad]
     out = fn(*xs)

@@ -215,7 +215,7 @@ class Tensor:
 
         run_backward(self, grad)
 
-# %% ../../modules/01_tensor/tensor_dev.py #30a355de
+# %% ../../modules/01_tensor/tensor_dev.py #ff738ebc
 def _to_device(array: Any, device: str | None) -> Any:
     """`array` on `device` (None: leave it where it is). Given code.
 
@@ -240,13 +240,18 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
     """Convert `data` (Tensor, NumPy/CuPy array, list, number) to an array by TinyTorch's rules.
 
     * a Tensor: its `.data`;
-    * a NumPy or CuPy array (or NumPy scalar): kept as it is, dtype included
-      (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's; `array_module(data)
-      is not np` means a CuPy array);
-    * anything else (Python numbers, nested lists): `np.asarray`, then float32;
-    * `dtype` given: cast to it (`astype(dtype, copy=False)`, so no copy when it already fits);
-    * values that are not numbers (dtype kind other than "b", "i", "u", "f", e.g. from
-      `None` or text): raise TypeError, before any cast (a cast would hide `None` as NaN);
+    * a NumPy or CuPy array (or NumPy scalar such as `np.float32(2.0)`): kept as it is,
+      dtype included (`isinstance(data, (np.ndarray, np.generic))` spots NumPy's;
+      `array_module(data) is not np` means a CuPy array). A NumPy scalar is a fine
+      `.data`: it is what NumPy's own reductions over every axis return;
+    * anything else (Python numbers, nested lists): `np.asarray(data)`, and float32 when
+      no `dtype` is given;
+    * `dtype` given: one cast straight to it (`astype(dtype, copy=False)`: no copy when it
+      already fits). Never pass through float32 first: `[16777217]` with `dtype=np.int64`
+      must stay 16777217, which float32 cannot hold;
+    * values that are not numbers, from a list or in an array alike (dtype kind other than
+      "b", "i", "u", "f": `None`, text, an `object` array): raise TypeError, before any cast
+      (a cast would hide `None` as NaN);
     * last, `_to_device(array, device)` (given) moves it when `device` is set.
     """
     if isinstance(data, Tensor):
@@ -444,7 +449,7 @@ def __matmul__(self: Tensor, other) -> Tensor:
 def __rmatmul__(self: Tensor, other) -> Tensor:
     return _operand(other, self).matmul(self)  # other @ self: other is the left operand
 
-# %% ../../modules/01_tensor/tensor_dev.py #78950e05
+# %% ../../modules/01_tensor/tensor_dev.py #f8866154
 def _normalize_dim(dim: int, ndim: int) -> int:
     """A dimension index (negatives count from the end) as a non-negative int. Given code.
 
@@ -492,6 +497,9 @@ def sum(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
 def mean(self: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
     """Average over `axis`; the same axis rules, dtype and keepdims as `sum`.
 
+    A floating tensor keeps its dtype. An integer tensor's mean is float64, as NumPy
+    gives it: the average of integers is not an integer (and integers take no gradient).
+
     Computed with `xp.mean` and recorded as its own op "mean" (not as a sum and a
     division), inputs (self,), saved `axis` (normalised) and `keepdims`.
     """
@@ -532,7 +540,7 @@ def sqrt(self: Tensor) -> Tensor:
     data = array_module(self.data).sqrt(self.data)
     return record_op("sqrt", data, (self,), out=data)
 
-# %% ../../modules/01_tensor/tensor_dev.py #8856b962
+# %% ../../modules/01_tensor/tensor_dev.py #f2ec750d
 @patch
 def reshape(self: Tensor, *shape: Any) -> Tensor:
     """Same values in a new shape: `x.reshape(2, 3)` or `x.reshape((2, 3))`; one size may be -1.
@@ -557,7 +565,7 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
 def permute(self: Tensor, *dims: Any) -> Tensor:
     """Reorder dimensions: output dim i is input dim dims[i]. `(B, T, H, D).permute(0, 2, 1, 3)` is `(B, H, T, D)`.
 
-    `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`; negative dims count from the end.
+    `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`: ints; negative dims count from the end.
     A view: `xp.transpose(self.data, order)` (NumPy's name for a general permute).
     Records op "permute" with inputs (self,), saved `dims`: the order as a tuple of
     non-negative ints (e.g. (2, 0, 1); -1 becomes ndim - 1).
@@ -594,22 +602,25 @@ def transpose(self: Tensor, dim0: int = -2, dim1: int = -1) -> Tensor:
     order[d0], order[d1] = order[d1], order[d0]
     return self.permute(order)
 
-# %% ../../modules/01_tensor/tensor_dev.py #a602f754
+# %% ../../modules/01_tensor/tensor_dev.py #0fe7fa7f
 @patch
 def __getitem__(self: Tensor, index: Any) -> Tensor:
     """`self[index]` as in NumPy: ints, slices, None, ..., integer arrays (or Tensors or lists of ints).
 
     Convert the index first: a Tensor becomes its `.data`; a list becomes
-    `xp.asarray(index)` (`xp = array_module(self.data)`); in a tuple, each Tensor element
-    becomes its `.data`. Then `self.data[index]`.
+    `xp.asarray(index)` (`xp = array_module(self.data)`); in a tuple, each element is
+    converted the same way (a Tensor to its `.data`, a list to an array; ints, slices,
+    None and ... stay). Then `self.data[index]`.
     Records op "getitem" with inputs (self,), saved `index`: the converted index.
     """
-    if isinstance(index, tuple):
-        index = tuple(i.data if isinstance(i, Tensor) else i for i in index)
-    elif isinstance(index, Tensor):
-        index = index.data
-    elif isinstance(index, list):
-        index = array_module(self.data).asarray(index)
+    xp = array_module(self.data)
+
+    def convert(part: Any) -> Any:
+        if isinstance(part, Tensor):
+            return part.data
+        return xp.asarray(part) if isinstance(part, list) else part
+
+    index = tuple(convert(i) for i in index) if isinstance(index, tuple) else convert(index)
     return record_op("getitem", self.data[index], (self,), index=index)
 
 
@@ -623,7 +634,11 @@ def masked_fill(self: Tensor, mask: Any, value: float) -> Tensor:
     Computed with `xp.where(mask, value, self.data)`, the value cast to self's dtype
     (`xp.asarray(value, dtype=self.dtype)`).
     Records op "masked_fill" with inputs (self,), saved `mask`: the bool array.
-    Raises ValueError naming the mask's shape and self's shape when the mask does not fit.
+    Raises ValueError naming the mask's shape and self's shape when the mask does not fit,
+    also when the two shapes do not broadcast at all (catch `broadcast_shape`'s own
+    ValueError and raise this one, so the message says which call went wrong).
+    `value` must fit self's dtype: filling an integer tensor with `-inf` is an error
+    (NumPy raises OverflowError); attention fills float scores.
     """
     xp = array_module(self.data)
     fill_here = to_array(mask, device=self.device).astype(bool)

@@ -301,7 +301,10 @@ sample = [Tensor(np.random.default_rng(2).standard_normal((2, 4, 8)), requires_g
 sample += [Tensor(np.ones(8), requires_grad=True), Tensor(np.zeros(8), requires_grad=True)]
 print("ops recorded: composed", count_ops(layer_norm_composed(*sample)), "| fused", count_ops(layer_norm(*sample)) ,
       "(each count includes the three inputs)")
-fused_t, composed_t = time_fwd_bwd(layer_norm), time_fwd_bwd(layer_norm_composed)
+from threadpoolctl import threadpool_limits  # one BLAS thread: timings that repeat (module 01)
+
+with threadpool_limits(limits=1):
+    fused_t, composed_t = time_fwd_bwd(layer_norm), time_fwd_bwd(layer_norm_composed)
 print(f"forward + backward on (12, 64, 128): fused {fused_t * 1e3:.2f} ms, composed {composed_t * 1e3:.2f} ms "
       f"({composed_t / fused_t:.1f}x)")
 
@@ -1262,10 +1265,11 @@ def tokens_per_second(model: GPT, prompt_length: int, new_tokens: int, use_cache
 
 speed_model = GPT(65, 64, 2, 4, 320, seed=0)
 print(f"{'prompt':>6} | {'no cache':>12} | {'cache':>12} | speed-up")
-for prompt_length in (32, 256):
-    slow = tokens_per_second(speed_model, prompt_length, 24, use_cache=False)
-    fast = tokens_per_second(speed_model, prompt_length, 24, use_cache=True)
-    print(f"{prompt_length:>6} | {slow:8.0f} t/s | {fast:8.0f} t/s | {fast / slow:5.1f}x")
+with threadpool_limits(limits=1):
+    for prompt_length in (32, 256):
+        slow = tokens_per_second(speed_model, prompt_length, 24, use_cache=False)
+        fast = tokens_per_second(speed_model, prompt_length, 24, use_cache=True)
+        print(f"{prompt_length:>6} | {slow:8.0f} t/s | {fast:8.0f} t/s | {fast / slow:5.1f}x")
 
 cache = speed_model.make_cache(1)
 formula = 2 * speed_model.num_layers * speed_model.num_heads * speed_model.max_seq_len * (64 // 4) * 4

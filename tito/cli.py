@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,10 +22,10 @@ from .course import (CourseError, CourseModule, Settings, list_modules, load_set
                      resolve_modules)
 
 if TYPE_CHECKING:
-    from .release import Check, StubCheck
-    from .testing import RunRecord
+    from .release import Check
+    from .testing import RunRecord, TestOptions
 
-console = Console()
+console = Console(soft_wrap=True)  # long lines stay whole (a terminal wraps them itself; a log keeps them)
 
 
 def _mark(ok: bool, yes: str = "yes", no: str = "no") -> str:
@@ -37,16 +38,47 @@ def _rel(path: Path) -> str:
     return relative if len(relative) < len(str(path)) else str(path)
 
 
+# ---------------------------------------------------------------------------- the course
+
+
+def _course() -> Settings:
+    """The course around the current folder; an export a kill interrupted is finished or rolled back first."""
+    from .export import recover_export
+
+    settings = load_settings()
+    done = recover_export(settings)
+    if done:
+        console.print(f"[yellow]Note:[/] {escape(done)}")
+    return settings
+
+
+def _plain(text: str) -> None:
+    """Program output as it is: no markup, no highlighting, no re-wrapping of long lines."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _warn_ipynb(settings: Settings, modules: list[CourseModule]) -> None:
+    from .export import newer_ipynb
+
+    for module in modules:
+        for copy in newer_ipynb(module):
+            console.print(f"[yellow]Warning:[/] {escape(_rel(copy))} was saved after {module.notebook.name}. "
+                          f"tito exports {module.notebook.name}, so edits made in the .ipynb are not in the "
+                          "package: copy them into the .py (and open the .py itself in Jupyter, as the README "
+                          "shows).", highlight=False)
+
+
 # ---------------------------------------------------------------------------- export
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export_modules
 
-    settings = load_settings()
+    settings = _course()
     if not args.all and not args.modules:
         raise CourseError("Name a module (e.g. `tito export 01_tensor`) or use `tito export --all`.")
     modules = resolve_modules(settings, None if args.all else args.modules)
+    _warn_ipynb(settings, modules)
     with console.status(f"Exporting {len(modules)} notebook(s) with nbdev..."):
         results = export_modules(settings, modules)
     for result in results:
@@ -60,71 +92,113 @@ def cmd_export(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- test
 
 
-_PART_STYLE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "no tests": "[yellow]no tests[/]"}
+_VERDICT_STYLE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]",
+                  "not started": "[yellow]not started[/]", "does not export": "[bold red]does not export[/]",
+                  "not run": "[yellow]not run[/]"}
+_PART_NAMES = {"inline": "inline tests", "pytest": "pytest", "notebook": "notebook (Jupyter kernel)"}
 
 
-def _test_table(runs: list[RunRecord]) -> Table:
-    from .testing import PARTS
-
-    table = Table(title="tito test")
-    for column in ("module", *PARTS, "seconds"):
-        table.add_column(column, justify="right" if column == "seconds" else "left")
-    for run in runs:
-        cells = [_PART_STYLE.get(run.parts[p].status, run.parts[p].status) if p in run.parts else "[dim]—[/]"
-                 for p in PARTS]
-        table.add_row(run.name, *cells, f"{run.seconds:.1f}")
-    return table
+def _part_summary(name: str, part) -> str:
+    """A part's one-line result; a script's or notebook's error is left to the failure shown below it."""
+    if part.failed and name != "pytest" and not part.summary.startswith(("timed out", "not run")):
+        return "failed"
+    return part.summary or part.status
 
 
-def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], notebook: bool,
-                             include_extra: bool) -> list[RunRecord]:
+def _run_line(run: RunRecord) -> str:
+    """One line per module: its verdict and each part's one-line summary."""
+    verdict = _VERDICT_STYLE.get(run.verdict, run.verdict)
+    if run.state in ("not started", "not run"):
+        return f"  {run.name}: {verdict}: {escape(run.note)}"
+    if run.state == "does not export":
+        return f"  {run.name}: {verdict}"
+    stubs = f" ({run.stubs_left} stub{'s' if run.stubs_left != 1 else ''} left)" if run.stubs_left else ""
+    parts = "; ".join(f"{_PART_NAMES.get(n, n)} {escape(_part_summary(n, p))}" for n, p in run.parts.items())
+    return f"  {run.name}: {verdict}{stubs}: {parts} ({run.seconds:.1f} s)"
+
+
+def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
+    """The first failure in full; then how many more, and the command that shows them all."""
+    if run.state == "does not export":
+        _plain(run.note)
+        return
+    if verbose:
+        from .reports import tidy_rules
+
+        for name, part in run.parts.items():
+            console.rule(f"{run.name}: {_PART_NAMES.get(name, name)}: everything it printed")
+            _plain(tidy_rules(part.output or part.detail, console.width))
+        return
+    failed = [(name, part) for name, part in run.parts.items() if part.failed]
+    if not failed:
+        return
+    name, first = failed[0]
+    console.rule(f"{run.name}: first failure ({_PART_NAMES.get(name, name)})", style="red")
+    _plain(first.detail or first.summary)
+    others = run.failures - 1
+    more = f"{others} more failure{'s' if others != 1 else ''} in {run.name}; " if others > 0 else ""
+    console.rule(style="red")
+    console.print(f"{more}`{command}` shows everything.", highlight=False, markup=False)
+
+
+def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], options: TestOptions,
+                             include_extra: bool, show_failures: bool = True) -> list[RunRecord]:
     from .testing import run_tests
 
+    verbose = "-v" in options.pytest_args
     with console.status("Testing...") as spinner:
         def progress(name: str, what: str) -> None:
             spinner.update(f"[bold]{name}[/]: {escape(what)}...")
 
         def finished(run: RunRecord) -> None:
-            console.print(f"  {run.name}: {_mark(run.passed, 'passed', 'FAILED')} ({run.seconds:.1f} s)")
+            console.print(_run_line(run), highlight=False)
+            if run.note and run.state not in ("not started", "not run", "does not export"):
+                console.print(f"    [yellow]Note:[/] {escape(run.note)}", highlight=False)
+            if show_failures and (not run.passed and run.state in ("", "does not export") or verbose):
+                is_module = run.name in {m.key for m in modules}
+                command = (f"tito test {run.name}{' --notebook' if options.notebook else ''} -v" if is_module
+                           else f"python -m pytest {run.name}  (from {_rel(settings.root) or '.'})")
+                _show_failure(run, verbose, command)
 
-        return run_tests(settings, modules, notebook=notebook, include_extra=include_extra,
+        return run_tests(settings, modules, options=options, include_extra=include_extra,
                          progress=progress, finished=finished)
 
 
-def _warn_unexported(settings: Settings, modules: list[CourseModule]) -> None:
-    """pytest tests the package, so a notebook edited since its export tests old code: say so."""
-    from .export import module_in_sync
-
-    with console.status("Checking that the package matches the notebooks..."):
-        stale = [(m, module_in_sync(settings, m)) for m in modules]
-    for module, (in_sync, detail) in stale:
-        if not in_sync:
-            console.print(f"[yellow]Warning:[/] {module.key}: {escape(detail)}; pytest tests the package, "
-                          f"so run `tito export {module.number}` first.")
+def _summary_line(runs: list[RunRecord]) -> tuple[str, bool]:
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.verdict] = counts.get(run.verdict, 0) + 1
+    # The plain "N passed, N failed" form that CI systems read, then what else there was.
+    failed = counts.get("failed", 0) + counts.get("does not export", 0)
+    text = f"Summary: {counts.get('passed', 0)} passed, {failed} failed"
+    for state in ("not started", "not run"):
+        if counts.get(state):
+            text += f", {counts[state]} {state}"
+    return text, all(run.passed for run in runs)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from .testing import results_path
+    from .testing import TestOptions, results_path
 
-    settings = load_settings()
+    settings = _course()
     everything = args.all or not args.modules
     modules = list_modules(settings) if everything else resolve_modules(settings, args.modules)
-    _warn_unexported(settings, modules)
-    runs = _run_tests_with_progress(settings, modules, args.notebook, include_extra=everything)
-    for run in runs:
-        for name, part in run.parts.items():
-            if part.failed:
-                console.rule(f"[red]{run.name}: {name} failed")
-                console.print(escape(part.detail), highlight=False)
-    console.print(_test_table(runs))
-    failed = [run.name for run in runs if not run.passed]
+    _warn_ipynb(settings, modules)
+    timeout_s = None if args.timeout is None else args.timeout * 60
+    if timeout_s is not None and timeout_s <= 0:
+        raise CourseError("--timeout takes a positive number of minutes, e.g. --timeout 5.")
+    options = TestOptions(notebook=args.notebook, timeout_s=timeout_s,
+                          pytest_args=tuple(flag for flag, on in (("-x", args.x), ("-v", args.verbose)) if on))
+    runs = _run_tests_with_progress(settings, modules, options, include_extra=everything)
+    not_started = [run for run in runs if run.state == "not started"]
+    if not_started and len(not_started) == len([r for r in runs if r.name in {m.key for m in modules}]):
+        first = not_started[0].name.split("_", 1)[0]
+        console.print(f"Nothing written yet: start with {not_started[0].name} (open its notebook, write the "
+                      f"first stub, then `tito export {first}` and `tito test {first}`).", highlight=False)
     console.print(f"[dim]Recorded in {_rel(results_path(settings))}[/]")
-    if failed:
-        console.print(f"[bold red]Failed:[/] {', '.join(failed)}")
-    # The closing line in the plain "N passed, N failed" form that CI systems read.
-    colour = "red" if failed else "green"
-    console.print(f"[bold {colour}]Summary: {len(runs) - len(failed)} passed, {len(failed)} failed[/]")
-    return 1 if failed else 0
+    summary, ok = _summary_line(runs)
+    console.print(f"[bold {'green' if ok else 'red'}]{summary}[/]", highlight=False)
+    return 0 if ok else 1
 
 
 # ---------------------------------------------------------------------------- status
@@ -132,62 +206,100 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import course_status
+    from .testing import TestOptions
 
-    settings = load_settings()
+    settings = _course()
     if args.run:
-        runs = _run_tests_with_progress(settings, list_modules(settings), False, include_extra=False)
-        console.print(_test_table(runs))
+        runs = _run_tests_with_progress(settings, list_modules(settings), TestOptions(), include_extra=False,
+                                        show_failures=False)
+        console.print(_summary_line(runs)[0], highlight=False)
     with console.status("Checking each module against its notebook..."):
         rows = course_status(settings)
     table = Table(title=f"{settings.lib_name} {settings.version}: status")
-    for column in ("module", "exported", "in sync", "tests (last recorded run)"):
+    for column in ("module", "exported", "in sync", "stubs", "tests (last recorded run)"):
         table.add_column(column)
     for row in rows:
         tests = escape(row.tests)
         if row.last_run is not None:
             colour = "green" if row.last_run.passed and not row.notebook_changed else (
-                "yellow" if row.last_run.passed else "red")
+                "yellow" if row.last_run.passed or row.last_run.state == "not started" else "red")
             tests = f"[{colour}]{tests}[/]"
-        table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)), tests)
+        table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)),
+                      escape(row.stubs), tests)
     console.print(table)
+    for row in rows:
+        for copy in row.newer_ipynb:
+            console.print(f"[yellow]Warning:[/] {escape(_rel(copy))} is newer than {row.module.notebook.name}: "
+                          "tito exports the .py, so edits made in the .ipynb are not in the package.",
+                          highlight=False)
     return 0
 
 
 # ---------------------------------------------------------------------------- module reset
 
 
-def cmd_module_reset(args: argparse.Namespace) -> int:
-    from .reset import find_backup, list_backups, reset_module, restore_backup
+def _backup_advice(settings: Settings, module: CourseModule) -> None:
+    from .reset import list_backups, newest_with_work
 
-    settings = load_settings()
-    module = resolve_module(settings, args.module)
+    backups = list_backups(settings, module)
+    number = newest_with_work(backups)
+    if number is None:
+        if backups:
+            console.print("None of the backups holds solution code.")
+        return
+    backup = backups[number - 1]
+    when = backup.saved_at.astimezone().strftime("%Y-%m-%d %H:%M") if backup.saved_at else "?"
+    console.print(f"Bring your work back with `tito module reset {module.key} --restore {number}` "
+                  f"(saved {when}, {backup.holds}).", highlight=False, markup=False)
+
+
+def _saved(path: Path) -> None:
+    from .reset import describe_backup
+
+    console.print(f"Saved your notebook to [bold]{escape(_rel(path))}[/] ({describe_backup(path).holds}).",
+                  soft_wrap=True, highlight=False)
+
+
+def _backup_table(settings: Settings, module: CourseModule) -> None:
+    from .reset import list_backups
+
+    backups = list_backups(settings, module)
+    if not backups:
+        console.print(f"No backups of {module.key} yet.")
+        return
+    table = Table(title=f"Backups of {module.key} (newest first)")
+    for column in ("#", "saved", "holds", "file"):
+        table.add_column(column, justify="right" if column == "#" else "left",
+                         overflow="fold" if column == "file" else "ellipsis")
+    for number, backup in enumerate(backups, start=1):
+        when = backup.saved_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if backup.saved_at else "?"
+        table.add_row(str(number), when, escape(backup.holds), escape(_rel(backup.path)))
+    console.print(table)
+    console.print(f"Restore one with `tito module reset {module.key} --restore N`.", markup=False, highlight=False)
+
+
+def cmd_module_reset(args: argparse.Namespace) -> int:
+    from .reset import find_backup, module_for_restore, reset_module, restore_backup
+
+    settings = _course()
     if args.restore is None:
+        module = resolve_module(settings, args.module)
         with console.status(f"Resetting {module.key} to its student stub..."):
-            result = reset_module(settings, module)
-        console.print(f"Saved your notebook to [bold]{_rel(result.backup)}[/]", soft_wrap=True)
+            result = reset_module(settings, module, saved=_saved)
+        if result.backup is None:
+            console.print("Your notebook held no solution code (it was the stub already): nothing needed saving.")
         console.print(f"Reset {_rel(module.notebook)} to the student stub and re-exported "
-                      f"{settings.lib_name}.{result.export.target}.")
-        console.print(f"Bring your version back with `tito module reset {module.key} --restore 1`.")
+                      f"{settings.lib_name}.{result.export.target}.", highlight=False)
+        _backup_advice(settings, module)
         return 0
+    module = module_for_restore(settings, args.module)
     if args.restore == "":
-        backups = list_backups(settings, module)
-        if not backups:
-            console.print(f"No backups of {module.key} yet.")
-            return 0
-        table = Table(title=f"Backups of {module.key} (newest first)")
-        table.add_column("#", justify="right")
-        table.add_column("file")
-        for number, path in enumerate(backups, start=1):
-            table.add_row(str(number), _rel(path))
-        console.print(table)
-        console.print(f"Restore one with `tito module reset {module.key} --restore N`.")
+        _backup_table(settings, module)
         return 0
     backup = find_backup(settings, module, args.restore)
     with console.status(f"Restoring {backup.name}..."):
-        result = restore_backup(settings, module, backup)
-    console.print(f"Saved the notebook you had to [bold]{_rel(result.backup)}[/]", soft_wrap=True)
-    console.print(f"Restored {_rel(module.notebook)} from {_rel(backup)} and re-exported "
-                  f"{settings.lib_name}.{result.export.target}.")
+        restore_backup(settings, module, backup, saved=_saved)
+    console.print(f"Restored {_rel(module.notebook)} from {_rel(backup)} and re-exported it.", highlight=False)
     return 0
 
 
@@ -197,7 +309,7 @@ def cmd_module_reset(args: argparse.Namespace) -> int:
 def cmd_release_student(args: argparse.Namespace) -> int:
     from .release import write_student_edition
 
-    settings = load_settings()
+    settings = _course()
     with console.status("Writing the student edition (stubs, package from the stubs, checks)..."):
         result = write_student_edition(settings, Path(args.dir), force=args.force)
     console.print(f"[bold green]Student edition written to {result.dest}[/]: {len(result.modules)} module(s), "
@@ -209,7 +321,7 @@ def cmd_release_student(args: argparse.Namespace) -> int:
 def cmd_release_check(args: argparse.Namespace) -> int:
     from .release import MistakeCheck, check_release, modules_with_solutions
 
-    settings = load_settings()
+    settings = _course()
     modules = resolve_modules(settings, args.modules) if args.modules else modules_with_solutions(
         list_modules(settings))
     if not modules:
@@ -270,7 +382,7 @@ def cmd_release_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import required_problems, run_checks
 
-    settings = load_settings()
+    settings = _course()
     with console.status("Checking Python, packages, nbdev/jupytext export, CuPy and GPU..."):
         checks = run_checks(settings)
     table = Table(title="tito doctor")
@@ -307,7 +419,7 @@ def _program_table(title: str, programs) -> Table:
 def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]) -> int:
     from .programs import find_program, list_programs, run_program
 
-    settings = load_settings()
+    settings = _course()
     folder = settings.root / folder_name
     if name is None:
         programs = list_programs(folder)
@@ -337,7 +449,7 @@ def cmd_milestone_run(args: argparse.Namespace) -> int:
         return _list_or_run("milestones", "milestone", args.name, extra)
     from .programs import list_programs
 
-    settings = load_settings()
+    settings = _course()
     results = {p.name: _list_or_run("milestones", "milestone", p.name, extra)
                for p in list_programs(settings.root / "milestones")}
     table = Table(title="milestones")
@@ -372,6 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--all", action="store_true",
                       help="every module plus the test folders that belong to no module")
     test.add_argument("--notebook", action="store_true", help="also run each notebook in a Jupyter kernel")
+    test.add_argument("-x", "--exitfirst", dest="x", action="store_true",
+                      help="pytest stops at the first failing test (passed on to pytest)")
+    test.add_argument("-v", "--verbose", action="store_true",
+                      help="show everything: every failure, every part's whole output (and pytest -v)")
+    test.add_argument("--timeout", type=float, metavar="MINUTES",
+                      help="time limit for one module's tests (default: test_timeout_minutes in settings.ini)")
     test.set_defaults(func=cmd_test)
 
     status = sub.add_parser("status", help="per module: exported, in sync, last test result")
@@ -423,12 +541,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop(signum, frame) -> None:
+    """SIGTERM and SIGHUP end tito as Ctrl-C does: `finally` blocks run, so the programs it
+    started are stopped with it and an export in progress is rolled back or finished."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for name in ("SIGTERM", "SIGHUP"):
+        try:
+            signal.signal(getattr(signal, name), _stop)
+        except (AttributeError, ValueError):  # no such signal here, or not the main thread
+            pass
     try:
         return args.func(args)
     except CourseError as err:
-        console.print(f"[bold red]Error:[/] {escape(str(err))}", highlight=False)
+        console.print(f"[bold red]Error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted.[/]")

@@ -27,6 +27,7 @@ class Settings:
     state_path: Path
     version: str
     min_python: str
+    test_timeout_minutes: float = 10.0  # one module's tests, all parts together
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,18 @@ def load_settings(root: Path | None = None) -> Settings:
         state_path=root / cfg.get("state_path", ".tito"),
         version=cfg["version"],
         min_python=cfg.get("min_python", "3.10"),
+        test_timeout_minutes=_minutes(cfg.get("test_timeout_minutes", "10"), root / SETTINGS_FILE),
     )
+
+
+def _minutes(text: str, where: Path) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise CourseError(f"{where}: test_timeout_minutes = {text!r} must be a positive number of minutes.")
+    return value
 
 
 def list_modules(settings: Settings) -> list[CourseModule]:

@@ -28,6 +28,8 @@ PACKAGES = [
     ("hypothesis", True, INSTALL_DEV),
     ("nbclient", True, INSTALL_DEV),
     ("ipykernel", True, INSTALL_DEV),
+    ("filelock", True, INSTALL_DEV),
+    ("jupyterlab", False, 'pip install -e ".[lab]"  (JupyterLab, to open the notebooks as notebooks)'),
     ("torch", False, "pip install torch  (the PyTorch comparison tests skip without it)"),
     ("cupy", False, 'pip install -e ".[gpu]"  (NVIDIA GPUs only)'),
 ]

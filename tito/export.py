@@ -2,16 +2,21 @@
 
 jupytext reads the percent-format notebook; nbdev's `NBProcessor` and
 `ExportModuleProc` pick the `#| export` cells and nbdev's `ModuleMaker` writes the
-module named by `#| default_exp`.  tito adds three things around that:
+module named by `#| default_exp`.  tito adds these around that:
 
-* checks first (syntax, solution markers, one `default_exp`), with file and line;
+* checks first, each naming file and line: syntax, solution markers, exactly one
+  `default_exp`, a module name inside the package, and no two notebooks writing the
+  same package file;
 * solution-marker lines removed from what reaches the package;
-* all-or-nothing: modules are generated into a staging folder and copied over the
-  package only when every notebook succeeded, so a failed export changes nothing.
+* all or nothing: every module is generated into a staging folder first, and the package
+  is switched to the new files by `transaction.switch_files`, which survives errors and
+  kills (see there).
 """
 from __future__ import annotations
 
+import keyword
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +26,11 @@ from nbdev.export import ExportModuleProc
 from nbdev.maker import ModuleMaker
 from nbdev.process import NBProcessor
 
-from .course import CourseModule, Settings
-from .notebook import (NotebookError, check_syntax, find_solution_blocks, read_notebook,
-                       read_text, strip_markers)
+from .course import CourseError, CourseModule, Settings, list_modules
+from .locks import course_lock
+from .notebook import (NotebookError, check_syntax, find_solution_blocks, read_notebook, read_text,
+                       strip_markers)
+from .transaction import needs_recovery, recover, switch_files
 
 PACKAGE_INIT = '''"""TinyTorch: a deep-learning framework built from scratch, one notebook at a time.
 
@@ -33,6 +40,16 @@ Submodules are imported on use (`from tinytorch.core.tensor import Tensor`), so
 """
 __version__ = "{version}"
 '''
+# `#| default_exp NAME` and `#| export NAME` (nbdev's secondary target), at the start of a line.
+_TARGET_LINE = re.compile(r"^#[ \t]*\|[ \t]*(default_exp|export[is]?)[ \t]+(\S+)", re.MULTILINE)
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+DOES_NOT_EXPORT = "notebook does not export"
+
+
+class ExportWriteError(CourseError):
+    """The package could not be written (a read-only folder, a full disk); nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -47,15 +64,58 @@ def _relative(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
-def _parse(module: CourseModule) -> list[tuple[str, list, list]]:
+def _directive_line(text: str, target: str) -> int:
+    for match in _TARGET_LINE.finditer(text):
+        if match.group(2) == target:
+            return text.count("\n", 0, match.start()) + 1
+    return 1
+
+
+def check_target(settings: Settings, target: str, text: str, path: Path) -> None:
+    """A target must be a dotted module name inside the package (`core.tensor`), nothing else."""
+    parts = target.split(".")
+    if not _DOTTED.match(target):
+        problem = "is not a dotted Python module name (letters, digits and _ between dots)"
+    elif any(keyword.iskeyword(p) for p in parts):
+        problem = f"uses the Python keyword {next(p for p in parts if keyword.iskeyword(p))!r}, which cannot be imported"
+    elif any(p.startswith("__") and p.endswith("__") for p in parts):
+        problem = "names a special file (`__init__`, `__main__`): tito writes the package's __init__ files itself"
+    elif parts[0] == settings.lib_name:
+        problem = f"starts with the package name: write `{'.'.join(parts[1:]) or 'core.name'}`, without `{settings.lib_name}.`"
+    else:
+        return
+    raise NotebookError(
+        f"{path}:{_directive_line(text, target)}: the export target `{target}` {problem}; "
+        f"name a module inside {settings.lib_name}, e.g. `#| default_exp core.tensor`."
+    )
+
+
+def _lenient_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def scan_targets(module: CourseModule, default_only: bool = False) -> list[str]:
+    """The targets a notebook names, read leniently (a notebook that does not export names none).
+
+    `default_only`: only its `#| default_exp` (not the secondary `#| export NAME` targets).
+    """
+    return [m.group(2) for m in _TARGET_LINE.finditer(_lenient_text(module.notebook))
+            if not default_only or m.group(1) == "default_exp"]
+
+
+def _parse(settings: Settings, module: CourseModule, text: str | None = None) -> list[tuple[str, list, list]]:
     """Check a notebook and return [(dotted module name, cells to write, cells for __all__)].
 
     The first entry is the notebook's `#| default_exp` module. A cell marked
     `#| export other.name` goes to `other.name` instead (nbdev's own rule); module 05
     uses that for `tinytorch.testing`, given code that tests and notebooks share.
+    `text` replaces the notebook's text on disk (reset exports a stub before writing it).
     """
     path = module.notebook
-    text = read_text(path)
+    text = read_text(path) if text is None else text
     check_syntax(text, path)
     find_solution_blocks(text, path)
     nb = dict2nb(read_notebook(text, path))
@@ -76,14 +136,54 @@ def _parse(module: CourseModule) -> list[tuple[str, list, list]]:
         for cell in cells:
             if cell.cell_type == "code":
                 cell.source = strip_markers(cell.source)
-        parsed.append((targets[0].strip() if key == "#" else key.strip(), cells, all_cells))
+        target = targets[0].strip() if key == "#" else key.strip()
+        check_target(settings, target, text, path)
+        parsed.append((target, cells, all_cells))
     return parsed
 
 
-def _make_module(settings: Settings, module: CourseModule, staging_lib: Path) -> list[tuple[str, Path]]:
+def check_targets_unique(settings: Settings, made: list[tuple[CourseModule, str]]) -> None:
+    """No two notebooks write one package file, and no module sits where a package folder must.
+
+    `made` are the (module, target) pairs being exported now; every other notebook of the
+    course is scanned for its targets, because exporting module 02 with module 01's
+    `default_exp` would overwrite 01's file even when 01 is not exported in this call.
+    """
+    owners: dict[str, list[CourseModule]] = {}
+    exporting = {module.key for module, _ in made}
+    for module in list_modules(settings):
+        if module.key not in exporting:
+            for target in scan_targets(module):
+                owners.setdefault(target, []).append(module)
+    for module, target in made:
+        owners.setdefault(target, []).append(module)
+    for module, target in made:
+        others = [m for m in owners[target] if m is not module]
+        if others:
+            where = settings.lib_path / Path(*target.split(".")).with_suffix(".py")
+            listed = " and ".join(str(m.notebook) for m in [module, *others])
+            raise NotebookError(
+                f"{module.notebook}:{_directive_line(_lenient_text(module.notebook), target)}: two notebooks export "
+                f"`{target}`: {listed}. Both would write {_relative(where, settings.root)}, and the later "
+                f"would silently replace the earlier. Give each notebook its own module name "
+                f"(e.g. `#| default_exp core.{module.name}`)."
+            )
+        inside = sorted(t for t in owners if t.startswith(target + "."))
+        folder = settings.lib_path / Path(*target.split("."))
+        if inside or folder.is_dir():
+            holds = f" (it holds `{inside[0]}`)" if inside else ""
+            raise NotebookError(
+                f"{module.notebook}:1: the export target `{target}` is the package folder "
+                f"{_relative(folder, settings.root)}/{holds}; a module file of that name would be shadowed by the "
+                f"folder. Name a module inside it instead, e.g. `{target}.{module.name}`."
+            )
+
+
+def _make_module(settings: Settings, module: CourseModule, staging_lib: Path,
+                 text: str | None) -> list[tuple[str, Path]]:
     """Write a notebook's module(s) into `staging_lib`; return [(dotted name, path relative to the lib)]."""
     made = []
-    for target, cells, all_cells in _parse(module):
+    for target, cells, all_cells in _parse(settings, module, text):
         relative = Path(*target.split(".")).with_suffix(".py")
         maker = ModuleMaker(dest=staging_lib, name=target, nb_path=module.notebook, is_new=True)
         # The header comment names the notebook relative to the *real* package file,
@@ -109,39 +209,72 @@ def _package_inits(settings: Settings, staging_lib: Path, relatives: list[Path])
     return list(inits)
 
 
-def render_modules(settings: Settings, modules: list[CourseModule], staging_lib: Path):
+def render_modules(settings: Settings, modules: list[CourseModule], staging_lib: Path,
+                   texts: dict[str, str] | None = None):
     """Generate `modules` (plus __init__ files) into `staging_lib`.
 
     Returns [(module, dotted name, relative path)] (a notebook can write more than one
-    module) and the relative __init__ paths.
-    Raises NotebookError, naming file and line, for the first notebook that fails.
+    module) and the relative __init__ paths. `texts` ({module key: notebook text})
+    replaces notebooks' text on disk. Raises NotebookError naming file and line, with
+    one paragraph per notebook that fails, when any does.
     """
-    made = []
+    made, problems = [], []
     for module in modules:
-        made.extend((module, target, relative) for target, relative in _make_module(settings, module, staging_lib))
+        try:
+            text = (texts or {}).get(module.key)
+            made.extend((module, target, relative)
+                        for target, relative in _make_module(settings, module, staging_lib, text))
+        except NotebookError as err:
+            problems.append(str(err))
+    if not problems:
+        try:
+            check_targets_unique(settings, [(m, t) for m, t, _ in made])
+        except NotebookError as err:
+            problems.append(str(err))
+    if problems:
+        raise NotebookError("\n".join(problems))
     inits = _package_inits(settings, staging_lib, [r for _, _, r in made])
     return made, inits
 
 
-def export_modules(settings: Settings, modules: list[CourseModule]) -> list[ExportResult]:
-    """Export `modules` into the package; all of them, or (on any error) none."""
-    with tempfile.TemporaryDirectory(prefix="tito-export-") as tmp:
-        staging_lib = Path(tmp) / settings.lib_path.name
-        made, inits = render_modules(settings, modules, staging_lib)
-        results = []
-        for relative in [*inits, *(r for _, _, r in made)]:
-            new_text = (staging_lib / relative).read_text(encoding="utf-8")
-            final = settings.lib_path / relative
-            old_text = final.read_text(encoding="utf-8") if final.is_file() else None
-            if old_text != new_text:
-                final.parent.mkdir(parents=True, exist_ok=True)
-                scratch = final.with_name(final.name + ".tito-new")
-                scratch.write_text(new_text, encoding="utf-8")
-                os.replace(scratch, final)
-            if relative not in inits:
-                module, target = next((m, t) for m, t, r in made if r == relative)
-                results.append(ExportResult(module, target, final, old_text != new_text))
-        return results
+def recover_export(settings: Settings) -> str | None:
+    """Finish or roll back an export that a kill interrupted (see transaction.py); what was done.
+
+    Cheap when there is nothing to do (no lock is taken); otherwise it waits for any export
+    in progress and looks again, so it never touches the files of a live export.
+    """
+    if not needs_recovery(settings):
+        return None
+    with course_lock(settings, "export"):
+        return recover(settings)
+
+
+def export_modules(settings: Settings, modules: list[CourseModule],
+                   texts: dict[str, str] | None = None) -> list[ExportResult]:
+    """Export `modules` into the package; all of them, or (on any error) none.
+
+    `texts` ({module key: notebook text}) exports that text instead of the notebook on disk.
+    """
+    try:
+        with tempfile.TemporaryDirectory(prefix="tito-export-") as tmp:
+            staging_lib = Path(tmp) / settings.lib_path.name
+            made, inits = render_modules(settings, modules, staging_lib, texts)
+            with course_lock(settings, "export"):
+                recover(settings)
+                changed: dict[Path, bytes] = {}
+                for relative in [*inits, *(r for _, _, r in made)]:
+                    new = (staging_lib / relative).read_bytes()
+                    final = settings.lib_path / relative
+                    if not final.is_file() or final.read_bytes() != new:
+                        changed[relative] = new
+                switch_files(settings, changed)
+    except OSError as err:  # a read-only folder, a full disk: switch_files has already undone its part
+        where = err.filename or "a temporary file"
+        raise ExportWriteError(
+            f"Could not write the package: {where}: {err.strerror or err}. Nothing was changed: the "
+            "package is as it was. Fix the cause (a read-only folder, a full disk) and export again."
+        ) from err
+    return [ExportResult(m, t, settings.lib_path / r, r in changed) for m, t, r in made]
 
 
 def module_in_sync(settings: Settings, module: CourseModule) -> tuple[bool, str]:
@@ -151,11 +284,23 @@ def module_in_sync(settings: Settings, module: CourseModule) -> tuple[bool, str]
         try:
             made, _ = render_modules(settings, [module], staging_lib)
         except NotebookError as err:
-            return False, f"notebook does not export: {err}"
+            return False, f"{DOES_NOT_EXPORT}: {err}"
         for _, _, relative in made:
             final = settings.lib_path / relative
             if not final.is_file():
                 return False, "not exported yet"
-            if final.read_text(encoding="utf-8") != (staging_lib / relative).read_text(encoding="utf-8"):
+            if final.read_bytes() != (staging_lib / relative).read_bytes():
                 return False, "notebook changed since the last export"
         return True, "in sync"
+
+
+def newer_ipynb(module: CourseModule) -> list[Path]:
+    """`.ipynb` files in the module's folder saved after its `.py` notebook.
+
+    tito exports the `.py`; edits made in a converted `.ipynb` copy never reach the package.
+    """
+    try:
+        mtime = module.notebook.stat().st_mtime
+    except OSError:
+        return []
+    return sorted(p for p in module.folder.glob("*.ipynb") if p.stat().st_mtime > mtime)

@@ -6,6 +6,7 @@ checks them, and turns them into stubs for the student edition.
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from .course import CourseError
 
 BEGIN_MARKER = "### BEGIN SOLUTION"
 END_MARKER = "### END SOLUTION"
+STUB_LINE = "raise NotImplementedError("  # how every stub body starts
 _MARKER_LINE = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 _DEF_LINE = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
 # `@patch def sum(self: Tensor, ...)` (fastcore) adds a method to a class from outside it.
@@ -35,11 +37,32 @@ class SolutionBlock:
     owner: str  # the qualified name of the function the block sits in, e.g. "Tensor.__add__"
 
 
+def decode_text(data: bytes, path: Path) -> str:
+    """UTF-8 text of a file's bytes (a leading byte-order mark is dropped, as Python itself does).
+
+    A byte that is not UTF-8 is a NotebookError naming the file, the line and the byte offset,
+    so one badly saved file is reported as itself and breaks nothing else.
+    """
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise NotebookError(
+            f"{path}:{line}: byte 0x{data[err.start]:02X} at offset {err.start} (line {line}, column "
+            f"{column}) is not UTF-8. The file was saved in another encoding (often Latin-1 or "
+            "Windows-1252): open it in your editor, retype that character and save the file as UTF-8."
+        ) from None
+
+
 def read_text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as err:
-        raise NotebookError(f"{path}: cannot read the notebook ({err.strerror}).") from err
+        raise NotebookError(f"{path}: cannot read the file ({err.strerror}).") from err
+    return decode_text(data, path)
 
 
 def find_solution_blocks(text: str, path: Path) -> list[SolutionBlock]:
@@ -119,10 +142,45 @@ def _enclosing_function(lines: list[str], index: int, indent: str) -> str | None
 
 
 def stub_message(block: SolutionBlock, notebook_relpath: str, module_key: str) -> str:
+    """What a stub raises. It names the function and the file, never a line number: lines move
+    as soon as the student writes code in an earlier block (or resets the module)."""
     return (
-        f"{block.owner} is not implemented yet: write it between the solution markers in "
-        f"{notebook_relpath} (line {block.begin_line}), then run `tito export {module_key}`."
+        f"{block.owner} is not implemented yet: write its body between the solution markers "
+        f"in {notebook_relpath}, then run `tito export {module_key}`."
     )
+
+
+def is_stub_body(body: list[str]) -> bool:
+    """True when a solution block's lines hold nothing but the stub's `raise NotImplementedError(...)`."""
+    code = [line.strip() for line in body if line.strip()]
+    return len(code) == 1 and code[0].startswith(STUB_LINE)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a student got in one notebook, read from its solution blocks."""
+
+    blocks: int
+    stubs_left: int  # blocks that still hold only their stub
+    solution_lines: int  # non-blank lines written in the blocks that are no longer stubs
+
+    @property
+    def not_started(self) -> bool:
+        return self.blocks > 0 and self.stubs_left == self.blocks
+
+
+def solution_progress(text: str, path: Path) -> Progress:
+    """Stubs left and solution lines written; raises NotebookError when the markers are broken."""
+    lines = text.splitlines()
+    blocks = find_solution_blocks(text, path)
+    stubs, written = 0, 0
+    for block in blocks:
+        body = lines[block.begin_line : block.end_line - 1]
+        if is_stub_body(body):
+            stubs += 1
+        else:
+            written += sum(1 for line in body if line.strip())
+    return Progress(len(blocks), stubs, written)
 
 
 def stub_text(text: str, path: Path, notebook_relpath: str, module_key: str) -> str:

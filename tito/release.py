@@ -26,8 +26,8 @@ from typing import Callable
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .export import export_modules
 from .mistakes import CATALOGUE_FILE, MIN_MISTAKES, Mistake, load_catalogue
-from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax,
-                       find_solution_blocks, read_text, stub_text)
+from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax, find_solution_blocks,
+                       is_stub_body, read_text, stub_text)
 from .runner import ProcessResult, describe_pytest, pytest_counts, run_python
 from .testing import PROGRAM_TIMEOUT_S
 
@@ -37,7 +37,6 @@ EDITION_ITEMS = ("tests", "tito", "milestones", "datasets", "benchmarks", ".ci",
 # mistakes.toml quotes the reference solutions: it never leaves the reference edition.
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.ipynb",
                                  ".pytest_cache", ".hypothesis", "*.tito-new", CATALOGUE_FILE)
-STUB_LINE = "raise NotImplementedError("
 # `release check` runs modules in threads; nbdev was not written for that, so exports
 # (a second each) take turns while the tests (the slow part) run side by side.
 _EXPORT_LOCK = threading.Lock()
@@ -115,15 +114,30 @@ tito doctor
 
 ## The workflow, for every module
 
-1. **Edit** the notebook, e.g. `modules/{first}/` (open it in Jupyter, or in any editor:
-   it is a plain Python file).
+1. **Edit** the notebook, e.g. `modules/{first}/`: in JupyterLab (below) or in any editor
+   (it is a plain Python file). Write each part in place of its `raise NotImplementedError(...)`.
 2. **Export** it into the `{settings.lib_name}` package: `tito export {number}`.
 3. **Test** it: `tito test {number}` (the notebook's own tests and `tests/{first}/`).
-   Everything is red at first; your module is done when the whole row is green.
+   A module you have not started is one line, "not started: N stubs left". Once you have
+   started, tito shows the first failure in full and how many more there are;
+   `tito test {number} -v` shows everything, `-x` stops at the first failing test.
+   Your module is done when it says passed.
 
-`tito status` shows every module: exported, in sync with its notebook, last test result.
+`tito status` shows every module: exported, in sync with its notebook, stubs left, last test result.
 `tito module reset {number}` starts a module over (your version is saved first in
-`.tito/backups/`; `tito module reset {number} --restore` brings it back).
+`.tito/backups/`; `tito module reset {number} --restore` lists what each backup holds and
+brings one back, even when the notebook was deleted).
+
+## JupyterLab
+
+```bash
+jupytext-config set-default-viewer python   # once: a double click opens a .py as a notebook
+jupyter lab
+```
+
+(Or right-click a `.py` and choose *Open With → Notebook*.) Saving writes the `.py` itself.
+Do not convert a lesson to `.ipynb` and work in the copy: tito exports the `.py`, so edits in
+the copy would not reach the package (`tito status` warns when it sees one).
 
 A module uses the earlier modules through the package, so do them in order:
 
@@ -167,8 +181,7 @@ def verify_edition(edition: Settings) -> None:
                                 "student edition (it quotes the reference solutions).")
         lines = read_text(module.notebook).splitlines()
         for block in find_solution_blocks("\n".join(lines), module.notebook):
-            body = [l for l in lines[block.begin_line : block.end_line - 1] if l.strip()]
-            if len(body) != 1 or not body[0].strip().startswith(STUB_LINE):
+            if not is_stub_body(lines[block.begin_line : block.end_line - 1]):
                 raise NotebookError(
                     f"{module.notebook}:{block.begin_line}: the student edition still has solution code here."
                 )

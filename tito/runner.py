@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .faults import FAULT_ENV
 
 # pytest's exit codes (pytest.ExitCode), spelled out so reports can name them.
 PYTEST_EXIT = {
@@ -27,12 +31,16 @@ PYTEST_EXIT = {
 _SUMMARY_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 
 
+INTERRUPT_GRACE_S = 5.0  # after Ctrl-C (SIGINT) a program gets this long to print where it was
+
+
 @dataclass(frozen=True)
 class ProcessResult:
     command: list[str]
-    returncode: int
+    returncode: int  # 124 when it was stopped for running past its time limit
     output: str  # stdout and stderr, interleaved as the program wrote them
     seconds: float
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -50,30 +58,57 @@ def course_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str
     env["MPLBACKEND"] = "Agg"  # notebooks that plot must not need a display
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("PYTHONIOENCODING", "utf-8")
+    env.pop(FAULT_ENV, None)  # a fault meant for tito itself, not for the programs it runs
     if extra:
         env.update(extra)
     return env
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group has already exited
 
 
 def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = None,
                env: dict[str, str] | None = None) -> ProcessResult:
     """`python ARGS` in `cwd` with `root`'s package first; output captured, never raises on failure.
 
+    The program runs in its own process group. When it exits, whatever it left running
+    (a child it started and forgot) is killed with the group, so it cannot keep tito
+    waiting. Past `timeout` seconds it gets Ctrl-C (so Python and pytest print where they
+    were), then, after a few seconds, the whole group is killed; `timed_out` says so.
+    Output goes to a file, not a pipe: a grandchild holding the pipe open cannot stall us.
     `env` adds to (or overrides) the course environment, e.g. {"COLUMNS": "400"}.
     """
     command = [sys.executable, *args]
     start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, cwd=cwd, env=course_env(root, env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            encoding="utf-8", errors="replace", timeout=timeout,
-        )
-        code, output = done.returncode, done.stdout
-    except subprocess.TimeoutExpired as err:
-        partial = err.stdout if isinstance(err.stdout, str) else (err.stdout or b"").decode("utf-8", "replace")
-        code, output = 124, partial + f"\n[tito] stopped after {timeout:.0f} s"
-    return ProcessResult(command, code, output, time.perf_counter() - start)
+    timed_out = False
+    with tempfile.TemporaryFile() as sink:
+        process = subprocess.Popen(command, cwd=cwd, env=course_env(root, env), stdin=subprocess.DEVNULL,
+                                   stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            try:
+                code = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _signal_group(process.pid, signal.SIGINT)
+                try:
+                    process.wait(timeout=INTERRUPT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait()
+                code = 124
+        finally:
+            _signal_group(process.pid, signal.SIGKILL)  # leftovers; and the child itself if tito was interrupted
+            process.wait()
+        sink.seek(0)
+        output = sink.read().decode("utf-8", "replace")
+    if timed_out:
+        output += f"\n[tito] stopped after {timeout:.0f} s"
+    return ProcessResult(command, code, output, time.perf_counter() - start, timed_out)
 
 
 def pytest_counts(output: str) -> dict[str, int]:

@@ -1,21 +1,20 @@
 """`tito status`: where each module stands, from facts only.
 
-Exported and in-sync are computed now; the test column is the last *recorded*
-`tito test` run (with its time), or "not run". A result recorded for an older
-version of the notebook says so instead of passing for the current one.
+Exported, in sync and the stubs left are computed now; the test column is the last
+*recorded* `tito test` run (with its time), or "not run". A result recorded for an
+older version of the notebook says so instead of passing for the current one. A
+`.ipynb` copy saved after the `.py` notebook is flagged: tito exports the `.py`, so
+edits made in the copy would be lost. One module that cannot be read never hides the others.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .course import CourseModule, Settings, list_modules
-from .export import module_in_sync
-from .notebook import read_text
+from .export import module_in_sync, newer_ipynb, scan_targets
+from .notebook import NotebookError, Progress, read_text, solution_progress
 from .testing import RunRecord, load_results, notebook_digest
-
-_DEFAULT_EXP = re.compile(r"^#\|\s*default_exp\s+(\S+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -25,36 +24,53 @@ class ModuleStatus:
     exported: bool
     in_sync: bool
     sync_detail: str
+    progress: Progress | None  # None when the notebook's markers (or bytes) cannot be read
     last_run: RunRecord | None
     notebook_changed: bool  # the notebook differs from the one the last run tested
+    newer_ipynb: list[Path]  # .ipynb copies saved after the .py notebook
+
+    @property
+    def stubs(self) -> str:
+        """"3 of 15 left", "done (15 written)", or "?" when the notebook cannot be read."""
+        if self.progress is None:
+            return "?"
+        if self.progress.blocks == 0:
+            return "none"
+        if self.progress.stubs_left == 0:
+            return f"none left ({self.progress.blocks} written)"
+        return f"{self.progress.stubs_left} of {self.progress.blocks} left"
 
     @property
     def tests(self) -> str:
         """"not run", or e.g. "passed 2026-11-21 06:10 UTC (inline passed, pytest passed)"."""
         if self.last_run is None:
             return "not run"
-        state = "passed" if self.last_run.passed else "failed"
         when = self.last_run.finished_at.replace("T", " ")[:16] + " UTC"
         parts = ", ".join(f"{name} {part.status}" for name, part in self.last_run.parts.items())
+        state = self.last_run.verdict
         note = "; the notebook changed since" if self.notebook_changed else ""
-        return f"{state} {when} ({parts}){note}"
+        return f"{state} {when}" + (f" ({parts})" if parts else "") + note
 
 
 def package_file(settings: Settings, module: CourseModule) -> Path | None:
     """The package file a module exports to, read from its `#| default_exp` line."""
-    match = _DEFAULT_EXP.search(read_text(module.notebook))
-    if not match:
+    targets = scan_targets(module, default_only=True)
+    if not targets:
         return None
-    return settings.lib_path / Path(*match.group(1).split(".")).with_suffix(".py")
+    return settings.lib_path / Path(*targets[0].split(".")).with_suffix(".py")
 
 
 def module_status(settings: Settings, module: CourseModule, runs: dict[str, RunRecord]) -> ModuleStatus:
     target = package_file(settings, module)
     exported = target is not None and target.is_file()
     in_sync, detail = module_in_sync(settings, module)
+    try:
+        progress = solution_progress(read_text(module.notebook), module.notebook)
+    except NotebookError:
+        progress = None
     last = runs.get(module.key)
     changed = last is not None and last.notebook_sha256 not in (None, notebook_digest(module))
-    return ModuleStatus(module, target, exported, in_sync, detail, last, changed)
+    return ModuleStatus(module, target, exported, in_sync, detail, progress, last, changed, newer_ipynb(module))
 
 
 def course_status(settings: Settings, modules: list[CourseModule] | None = None) -> list[ModuleStatus]:

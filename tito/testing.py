@@ -8,8 +8,15 @@ A module passes when every part that ran passed:
 * notebook (`--notebook`): the notebook executed cell by cell in a real Jupyter
   kernel, as a student runs it; any cell error fails it.
 
-Results are recorded in `.tito/results.json` so `tito status` can report the
-last run honestly (with its time), and never a run that did not happen.
+Before any of that: a notebook whose every solution block is still its stub is "not
+started" (nothing is run), and a notebook that does not export fails without running
+(pytest would otherwise test the stale package and could pass). All parts of a module
+share one time limit (`test_timeout_minutes` in settings.ini, or `--timeout`); a run
+past it is stopped, and the result names the test or cell that was running.
+
+Each module's result is written to `.tito/results.json` as soon as it finishes (under a
+lock, so two `tito test` runs at once both keep theirs), so `tito status` can report the
+last run honestly, with its time, and never a run that did not happen.
 """
 from __future__ import annotations
 
@@ -18,28 +25,42 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 from .course import CourseModule, Settings, list_modules
-from .notebook import read_notebook, read_text
-from .runner import ProcessResult, course_env, describe_pytest, run_python
+from .export import DOES_NOT_EXPORT, module_in_sync
+from .locks import course_lock
+from .notebook import NotebookError, read_notebook, read_text, solution_progress
+from .pytest_plugin import CURRENT_TEST_ENV
+from .reports import error_line, first_pytest_failure, last_traceback, strip_ansi, where_in_notebook
+from .runner import course_env, describe_pytest, pytest_counts, run_python
 
 RESULTS_FILE = "results.json"
 PARTS = ("inline", "pytest", "notebook")
-PROGRAM_TIMEOUT_S = 1800  # a whole notebook or test folder; generous, but a hang must not hang CI
-CELL_TIMEOUT_S = 600
+PROGRAM_TIMEOUT_S = 1800  # for programs outside `tito test` (release check's stub runs)
+PYTEST_COLUMNS = "250"  # pytest cuts each failure's one-line reason to the terminal width
 
 Progress = Callable[[str, str], None]  # (row name, what is running now)
+
+
+@dataclass
+class TestOptions:
+    notebook: bool = False  # also run the notebook in a Jupyter kernel
+    timeout_s: float | None = None  # per module; None: the course's test_timeout_minutes
+    pytest_args: tuple[str, ...] = ()  # passed on to pytest, e.g. ("-x",) or ("-v",)
 
 
 @dataclass
 class PartResult:
     status: str  # "passed", "failed" or "no tests"
     seconds: float
-    detail: str = ""  # a summary when it passed, the end of the output when it failed
+    summary: str = ""  # one line: "12 ✓ line(s)", "3 failed, 40 passed", "timed out after 2 min in ..."
+    detail: str = ""  # when it failed: the first failure in full (whole lines, no colour codes)
+    failures: int = 0  # how many tests failed (a script or a notebook stops at its first)
+    output: str = field(default="", repr=False, compare=False)  # all it printed; not recorded
 
     @property
     def failed(self) -> bool:
@@ -55,63 +76,142 @@ class RunRecord:
     seconds: float = 0.0
     finished_at: str = ""  # ISO 8601, UTC
     notebook_sha256: str | None = None  # what was tested, so status can tell when it changed
+    state: str = ""  # "" (judged by its parts), "not started", "does not export" or "not run"
+    note: str = ""  # why, for those states; or a warning (an out-of-date package)
+    stubs_left: int | None = None
+    blocks: int | None = None
 
     @property
     def passed(self) -> bool:
-        return not any(part.failed for part in self.parts.values())
+        return not self.state and not any(part.failed for part in self.parts.values())
+
+    @property
+    def verdict(self) -> str:
+        return self.state or ("passed" if self.passed else "failed")
+
+    @property
+    def failures(self) -> int:
+        return sum(part.failures for part in self.parts.values() if part.failed)
 
 
-def _from_process(result: ProcessResult, summary: str) -> PartResult:
-    if result.ok:
-        return PartResult("passed", result.seconds, summary)
-    return PartResult("failed", result.seconds, result.tail())
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
-def notebook_digest(module: CourseModule) -> str:
-    return hashlib.sha256(module.notebook.read_bytes()).hexdigest()
+def notebook_digest(module: CourseModule) -> str | None:
+    try:
+        return hashlib.sha256(module.notebook.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
-def run_inline(settings: Settings, module: CourseModule) -> PartResult:
+def run_inline(settings: Settings, module: CourseModule, timeout_s: float | None = None) -> PartResult:
     """The notebook as a plain script, from its own folder (where Jupyter would run it)."""
-    result = run_python([module.notebook.name], module.folder, settings.root, PROGRAM_TIMEOUT_S)
-    checks = sum(1 for line in result.output.splitlines() if line.lstrip().startswith("✓"))
-    return _from_process(result, f"{checks} ✓ line(s)" if checks else "ran to the end")
+    result = run_python([module.notebook.name], module.folder, settings.root, timeout_s)
+    output = strip_ansi(result.output)
+    checks = sum(1 for line in output.splitlines() if line.lstrip().startswith("✓"))
+    if result.ok:
+        return PartResult("passed", result.seconds, f"{checks} ✓ line(s)" if checks else "ran to the end",
+                          output=output)
+    traceback = last_traceback(output)
+    if result.timed_out:
+        where = where_in_notebook(output, module.notebook) or "somewhere that ignored Ctrl-C, so it was killed"
+        summary = f"timed out after {_minutes(timeout_s or 0)}: it was running {where}"
+        return PartResult("failed", result.seconds, summary, traceback or result.tail(), 1, output)
+    summary = error_line(traceback) if traceback else f"exit code {result.returncode}"
+    if checks:
+        summary += f" (after {checks} ✓)"
+    return PartResult("failed", result.seconds, summary, traceback or result.tail(), 1, output)
 
 
-def run_pytest(settings: Settings, targets: list[Path]) -> PartResult:
-    """pytest on `targets` from the repository root, so its settings and conftest apply."""
-    relative = [str(t.relative_to(settings.root)) for t in targets]
-    result = run_python(["-m", "pytest", *relative, "-q"], settings.root, settings.root,
-                        PROGRAM_TIMEOUT_S)
+def run_pytest(settings: Settings, targets: list[Path], timeout_s: float | None = None,
+               args: tuple[str, ...] = (), limit_s: float | None = None) -> PartResult:
+    """pytest on `targets` from the repository root, so its settings and conftest apply.
+
+    `timeout_s` is the time left; `limit_s` the module's whole limit, which a timeout names.
+    """
+    relative = [t.relative_to(settings.root).as_posix() for t in targets]
+    with tempfile.TemporaryDirectory(prefix="tito-pytest-") as tmp:
+        current = Path(tmp) / "current-test"
+        quiet = [] if "-v" in args else ["-q"]  # -q and -v cancel out
+        result = run_python(["-m", "pytest", *relative, *quiet, "--tb=short", "--color=no",
+                             "-o", "console_output_style=classic", "-p", "tito.pytest_plugin", *args],
+                            settings.root, settings.root, timeout_s,
+                            env={"COLUMNS": PYTEST_COLUMNS, CURRENT_TEST_ENV: str(current)})
+        running = current.read_text(encoding="utf-8") if current.is_file() else None
+    output = strip_ansi(result.output)
+    if result.timed_out:
+        summary = (f"timed out after {_minutes(limit_s or timeout_s or 0)}: it was running "
+                   f"{running or 'the collection of the tests'}")
+        return PartResult("failed", result.seconds, summary, _interrupted_at(output), 1, output)
     if result.returncode == 5:  # the folder exists but holds no tests: nothing passed or failed
-        return PartResult("no tests", result.seconds, "no tests collected")
-    return _from_process(result, describe_pytest(result))
+        return PartResult("no tests", result.seconds, "no tests collected", output=output)
+    if result.ok:
+        return PartResult("passed", result.seconds, describe_pytest(result), output=output)
+    counts = pytest_counts(output)
+    first = first_pytest_failure(output)
+    detail = f"{first[0]}\n{first[1]}" if first else result.tail()
+    failures = max(1, counts.get("failed", 0) + counts.get("errors", 0))
+    return PartResult("failed", result.seconds, describe_pytest(result), detail, failures, output)
 
 
-def run_in_kernel(settings: Settings, module: CourseModule) -> PartResult:
-    """Execute the notebook in a Jupyter kernel; the first failing cell fails it."""
+def _interrupted_at(output: str) -> str:
+    """What pytest printed when it was stopped: from its KeyboardInterrupt banner to the end."""
+    lines = output.rstrip().splitlines()
+    start = next((i for i in range(len(lines) - 1, -1, -1) if "KeyboardInterrupt" in lines[i] and "!" in lines[i]), None)
+    return "\n".join(lines[start:] if start is not None else lines[-15:])
+
+
+def run_in_kernel(settings: Settings, module: CourseModule, timeout_s: float | None = None,
+                  limit_s: float | None = None) -> PartResult:
+    """Execute the notebook in a Jupyter kernel, cell by cell; the first failing cell fails it.
+
+    `timeout_s` is the time left; `limit_s` the module's whole limit, which a timeout names.
+    """
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     start = time.perf_counter()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     nb = read_notebook(read_text(module.notebook), module.notebook)
-    client = NotebookClient(nb, kernel_name="python3", timeout=CELL_TIMEOUT_S)
+    client = NotebookClient(nb, kernel_name="python3", shutdown_kernel="immediate")
+    code_cells = 0
+
+    def failed(summary: str, detail: str) -> PartResult:
+        return PartResult("failed", time.perf_counter() - start, summary, detail, 1)
+
     # The kernel's own log (startup warnings) goes to a file, not over tito's output;
     # it is shown only when the kernel dies, where it is the only clue.
     with tempfile.TemporaryFile("w+", encoding="utf-8") as kernel_log:
         try:
-            client.execute(cwd=str(module.folder), env=course_env(settings.root), stderr=kernel_log)
-        except (CellExecutionError, CellTimeoutError) as err:
-            return PartResult("failed", time.perf_counter() - start, str(err)[-3000:])
+            with client.setup_kernel(cwd=str(module.folder), env=course_env(settings.root), stderr=kernel_log):
+                for index, cell in enumerate(nb.cells):  # cells counted as Jupyter shows them, from 1
+                    if cell.cell_type != "code":
+                        continue
+                    code_cells += 1
+                    client.timeout = None if deadline is None else max(1, int(deadline - time.monotonic()))
+                    try:
+                        client.execute_cell(cell, index)
+                    except CellTimeoutError:
+                        return failed(f"timed out after {_minutes(limit_s or timeout_s or 0)}: it was running "
+                                      f"cell {index + 1}", _cell_head(cell.source))
+                    except CellExecutionError as err:
+                        traceback = strip_ansi(err.traceback)
+                        return failed(f"cell {index + 1} raised {err.ename}: {err.evalue}".strip(),
+                                      f"{_cell_head(cell.source)}\n{traceback}")
         except DeadKernelError as err:
             kernel_log.seek(0)
-            return PartResult("failed", time.perf_counter() - start, f"{err}\n{kernel_log.read()[-3000:]}")
+            return failed(f"the kernel died: {err}", strip_ansi(kernel_log.read())[-3000:])
         except NoSuchKernel:
-            return PartResult("failed", time.perf_counter() - start,
-                              'no "python3" Jupyter kernel: pip install -e ".[dev]" (it brings ipykernel)')
-    cells = sum(1 for c in nb.cells if c.cell_type == "code")
-    return PartResult("passed", time.perf_counter() - start, f"{cells} code cells ran")
+            return failed('no "python3" Jupyter kernel', 'pip install -e ".[dev]" (it brings ipykernel)')
+    return PartResult("passed", time.perf_counter() - start, f"{code_cells} code cells ran")
+
+
+def _cell_head(source: str, lines: int = 4) -> str:
+    head = source.splitlines()[:lines]
+    more = "\n    ..." if len(source.splitlines()) > lines else ""
+    return "The cell:\n" + "\n".join(f"    {line}" for line in head) + more
 
 
 def module_tests_folder(settings: Settings, module: CourseModule) -> Path:
@@ -134,54 +234,109 @@ def extra_test_targets(settings: Settings, modules: list[CourseModule]) -> dict[
     return targets
 
 
-def run_module_tests(settings: Settings, module: CourseModule, notebook: bool,
+def _time_left(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+def run_module_tests(settings: Settings, module: CourseModule, options: TestOptions | None = None,
                      progress: Progress | None = None) -> RunRecord:
     """Every part of one module's tests; the parts run even after one fails, to show all."""
+    options = options or TestOptions()
     report = progress or (lambda name, what: None)
     run = RunRecord(module.key, notebook_sha256=notebook_digest(module))
-    report(module.key, "inline tests (notebook as a script)")
-    run.parts["inline"] = run_inline(settings, module)
+    try:
+        done = solution_progress(read_text(module.notebook), module.notebook)
+    except NotebookError as err:
+        return _finish(run, state="does not export", note=str(err))
+    run.stubs_left, run.blocks = done.stubs_left, done.blocks
+    if done.not_started:
+        return _finish(run, state="not started",
+                       note=f"{done.stubs_left} stub{'s' if done.stubs_left != 1 else ''} left")
+    report(module.key, "checking that the notebook exports")
+    in_sync, detail = module_in_sync(settings, module)
+    if not in_sync and detail.startswith(DOES_NOT_EXPORT):
+        return _finish(run, state="does not export", note=detail.removeprefix(DOES_NOT_EXPORT).lstrip(": "))
+    if not in_sync:
+        run.note = (f"{detail}: pytest tested the package as last exported; run `tito export {module.number}` "
+                    "and test again")
+    timeout_s = options.timeout_s or settings.test_timeout_minutes * 60
+    deadline = time.monotonic() + timeout_s
+    report(module.key, "inline tests (the notebook as a script)")
+    run.parts["inline"] = run_inline(settings, module, timeout_s)
     folder = module_tests_folder(settings, module)
-    if folder.is_dir():
-        report(module.key, f"pytest {folder.relative_to(settings.root).as_posix()}")
-        run.parts["pytest"] = run_pytest(settings, [folder])
-    if notebook:
-        report(module.key, "notebook in a Jupyter kernel")
-        run.parts["notebook"] = run_in_kernel(settings, module)
+    for part, wanted in (("pytest", folder.is_dir()), ("notebook", options.notebook)):
+        if not wanted:
+            continue
+        left = _time_left(deadline)
+        if left <= 0:
+            run.parts[part] = PartResult("failed", 0.0, f"not run: the module's {_minutes(timeout_s)} were used up",
+                                         failures=1)
+        elif part == "pytest":
+            report(module.key, f"pytest {folder.relative_to(settings.root).as_posix()}")
+            run.parts[part] = run_pytest(settings, [folder], left, options.pytest_args, timeout_s)
+        else:
+            report(module.key, "notebook in a Jupyter kernel")
+            run.parts[part] = run_in_kernel(settings, module, left, timeout_s)
     return _finish(run)
 
 
-def run_folder_tests(settings: Settings, name: str, targets: list[Path],
+def run_folder_tests(settings: Settings, name: str, targets: list[Path], options: TestOptions | None = None,
                      progress: Progress | None = None) -> RunRecord:
+    options = options or TestOptions()
     if progress:
         progress(name, f"pytest {name}")
-    return _finish(RunRecord(name, {"pytest": run_pytest(settings, targets)}))
+    timeout_s = options.timeout_s or settings.test_timeout_minutes * 60
+    return _finish(RunRecord(name, {"pytest": run_pytest(settings, targets, timeout_s, options.pytest_args)}))
 
 
-def _finish(run: RunRecord) -> RunRecord:
+def _finish(run: RunRecord, state: str = "", note: str = "") -> RunRecord:
+    run.state = state or run.state
+    run.note = note or run.note
     run.seconds = sum(part.seconds for part in run.parts.values())
     run.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return run
 
 
-def run_tests(settings: Settings, modules: list[CourseModule], *, notebook: bool = False,
+def modules_with_stubs(settings: Settings) -> list[str]:
+    """The modules whose notebooks still hold stubs (or cannot be read): a student's course in progress."""
+    keys = []
+    for module in list_modules(settings):
+        try:
+            if solution_progress(read_text(module.notebook), module.notebook).stubs_left:
+                keys.append(module.key)
+        except NotebookError:
+            keys.append(module.key)
+    return keys
+
+
+def run_tests(settings: Settings, modules: list[CourseModule], *, options: TestOptions | None = None,
               include_extra: bool = False, progress: Progress | None = None,
               finished: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
-    """Test `modules` (and, with `include_extra`, the folders that belong to no module); record it all.
+    """Test `modules` (and, with `include_extra`, the folders that belong to no module).
 
-    `progress` hears what starts, `finished` gets each row as soon as it is done.
+    Each row is recorded the moment it is done (a kill keeps what finished), and handed
+    to `finished`; `progress` hears what starts. The folders of no module (integration
+    tests) need every module, so while some module still has stubs they are not run.
     """
     runs = []
-    for module in modules:
-        runs.append(run_module_tests(settings, module, notebook, progress))
+
+    def done(run: RunRecord) -> None:
+        if run.state != "not run":
+            record_results(settings, [run])
+        runs.append(run)
         if finished:
-            finished(runs[-1])
+            finished(run)
+
+    for module in modules:
+        done(run_module_tests(settings, module, options, progress))
     if include_extra:
+        unfinished = modules_with_stubs(settings)
         for name, targets in extra_test_targets(settings, list_modules(settings)).items():
-            runs.append(run_folder_tests(settings, name, targets, progress))
-            if finished:
-                finished(runs[-1])
-    record_results(settings, runs)
+            if unfinished:
+                done(_finish(RunRecord(name), state="not run",
+                             note=f"it tests the modules together, and {len(unfinished)} module(s) still have stubs"))
+            else:
+                done(run_folder_tests(settings, name, targets, options, progress))
     return runs
 
 
@@ -189,31 +344,62 @@ def results_path(settings: Settings) -> Path:
     return settings.state_path / RESULTS_FILE
 
 
-def load_results(settings: Settings) -> dict[str, RunRecord]:
-    """The last recorded run of every row; an unreadable file counts as no record at all."""
-    path = results_path(settings)
+def _known(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _run_from_json(name: str, data) -> RunRecord | None:
+    """One recorded row, or None when it is not the shape tito writes (a hand edit, an older tito)."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        parts = {str(k): PartResult(**_known(PartResult, v)) for k, v in data.get("parts", {}).items()}
+        values = _known(RunRecord, data)
+        values.pop("name", None)
+        values["parts"] = parts
+        run = RunRecord(name, **values)
+        if not isinstance(run.finished_at, str) or not all(isinstance(p.status, str) for p in parts.values()):
+            return None
+        return run
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def load_results(settings: Settings) -> dict[str, RunRecord]:
+    """The last recorded run of every row; anything unreadable counts as no record at all."""
+    try:
+        raw = json.loads(results_path(settings).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    rows = raw.get("runs") if isinstance(raw, dict) else None
+    if not isinstance(rows, dict):
+        return {}
     runs = {}
-    for name, data in raw.get("runs", {}).items():
-        parts = {k: PartResult(**v) for k, v in data.get("parts", {}).items()}
-        runs[name] = RunRecord(name, parts, data.get("seconds", 0.0), data.get("finished_at", ""),
-                             data.get("notebook_sha256"))
+    for name, data in rows.items():
+        run = _run_from_json(str(name), data) if isinstance(data, dict) else None
+        if run is not None:
+            runs[str(name)] = run
     return runs
 
 
 def record_results(settings: Settings, runs: list[RunRecord]) -> Path:
-    """Merge `runs` into the results file (other rows keep their last result); atomic write."""
-    merged = load_results(settings)
-    merged.update({run.name: run for run in runs})
-    payload = {"runs": {name: {**asdict(run), "passed": run.passed} for name, run in merged.items()}}
-    for entry in payload["runs"].values():
-        entry.pop("name")
+    """Merge `runs` into the results file (other rows keep their last result).
+
+    Under the course's results lock, so concurrent `tito test` runs never lose each
+    other's rows; written to a scratch file of its own and renamed, so the file is always whole.
+    """
     path = results_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tito-new")
-    scratch.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(scratch, path)
+    with course_lock(settings, "results"):
+        merged = load_results(settings)
+        merged.update({run.name: run for run in runs})
+        payload = {"runs": {}}
+        for name, run in merged.items():
+            entry = {**asdict(run), "passed": run.passed}
+            entry.pop("name")
+            for part in entry["parts"].values():
+                part.pop("output", None)
+            payload["runs"][name] = entry
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=path.name + ".",
+                                         suffix=".tito-new", delete=False) as scratch:
+            scratch.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        os.replace(scratch.name, path)
     return path

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -57,6 +58,11 @@ def copy_course(dest: Path) -> Path:
     return dest
 
 
+def flat(text: str) -> str:
+    """Output with its line breaks and runs of spaces made single spaces (rich wraps long lines)."""
+    return " ".join(text.split())
+
+
 def line_of(text: str, fragment: str, occurrence: int = 1) -> int:
     """1-based number of the line holding the `occurrence`-th `fragment`."""
     hits = [n for n, line in enumerate(text.splitlines(), start=1) if fragment in line]
@@ -68,6 +74,7 @@ class CourseCopy:
 
     TOY = TOY  # the tiny notebook above, for tests that add a module
     line_of = staticmethod(line_of)
+    flat = staticmethod(flat)
 
     def __init__(self, root: Path):
         self.root = root
@@ -90,13 +97,55 @@ class CourseCopy:
         return {p.relative_to(lib).as_posix(): p.read_bytes()
                 for p in sorted(lib.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
-    def tito(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """`python -m tito ARGS` with this copy's tito, from `cwd` (default: deep inside the copy)."""
-        env = dict(os.environ, PYTHONPATH=str(self.root), COLUMNS="250", NO_COLOR="1")
+    def env(self, **extra: str) -> dict[str, str]:
+        return dict(os.environ, PYTHONPATH=str(self.root), COLUMNS="250", NO_COLOR="1", **extra)
+
+    def command(self, *args: str, prefix: Sequence[str] = ()) -> list[str]:
+        return [*prefix, sys.executable, "-m", "tito", *args]
+
+    def tito(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+             prefix: Sequence[str] = (), **popen) -> subprocess.CompletedProcess:
+        """`python -m tito ARGS` with this copy's tito, from `cwd` (default: deep inside the copy).
+
+        `env` replaces the environment (see `env()`); `prefix` goes before python (e.g. `UNPRIVILEGED`).
+        """
         return subprocess.run(
-            [sys.executable, "-m", "tito", *args], cwd=cwd or self.root / "modules" / "01_tensor",
-            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+            self.command(*args, prefix=prefix), cwd=cwd or self.root / "modules" / "01_tensor",
+            env=env or self.env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+            **popen,
         )
+
+    def start_tito(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A tito running in the background, in its own process group (so a test can kill it all)."""
+        return subprocess.Popen(self.command(*args), cwd=self.root, env=env or self.env(),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+
+    def add_tests(self, key: str, text: str) -> Path:
+        folder = self.root / "tests" / key
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"test_{key.split('_', 1)[1]}.py"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+
+def _unprivileged() -> list[str]:
+    """A command prefix that takes root's power to ignore file permissions away (nothing when not root).
+
+    A read-only folder stops an ordinary user but not root, and CI may run as either; the
+    tests that need a folder tito cannot write run tito through this prefix.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: a read-only folder cannot stop root")
+    return [setpriv, "--bounding-set=-all", "--inh-caps=-all"]
+
+
+@pytest.fixture
+def unprivileged() -> list[str]:
+    return _unprivileged()
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ def test_this_environment_is_ready(course):
     checks = {c.name: c for c in run_checks(course.settings)}
     assert required_problems(list(checks.values())) == []
     assert checks["nbdev + jupytext export"].detail == "01_tensor → tinytorch.core.tensor"
-    assert {"numpy", "nbdev", "jupytext", "nbclient", "ipykernel", "torch", "cupy"} <= set(checks)
-    assert not checks["cupy"].required and not checks["torch"].required
+    assert {"numpy", "nbdev", "jupytext", "nbclient", "ipykernel", "filelock", "jupyterlab", "torch",
+            "cupy"} <= set(checks)
+    assert not checks["cupy"].required and not checks["torch"].required and not checks["jupyterlab"].required
 
 
 def test_a_broken_first_notebook_is_a_problem_with_a_fix(course):

@@ -48,6 +48,25 @@ def test_the_edition_has_stubs_and_no_solution(edition_course):
     assert (edition / "tests" / "01_tensor").is_dir() and (edition / "tito" / "cli.py").is_file()
 
 
+def test_stub_messages_name_the_function_and_the_file_but_no_line(edition):
+    """A line number from the reference edition is wrong in the student's file (and moves as they write)."""
+    student = (edition / "modules" / "01_tensor" / "tensor_dev.py").read_text(encoding="utf-8")
+    stubs = [line.strip() for line in student.splitlines() if "raise NotImplementedError(" in line]
+    assert len(stubs) > 5
+    for stub in stubs:
+        assert "between the solution markers in modules/01_tensor/tensor_dev.py" in stub, stub
+        assert "(line " not in stub and "tito export 01_tensor" in stub
+
+
+def test_a_fresh_edition_tests_as_one_line_per_module(edition):
+    done = _python(edition, "-m", "tito", "test", "--all")
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert done.returncode == 1
+    assert lines[0].startswith("  01_tensor: not started: ") and lines[0].endswith(" stubs left"), done.stdout
+    assert lines[-1] == "Summary: 0 passed, 0 failed, 1 not started"
+    assert len(lines) <= 5 and "Traceback" not in done.stdout + done.stderr
+
+
 def test_the_stubbed_package_imports(edition):
     done = _python(edition, "-c", "import tinytorch, tinytorch.core.tensor as t; print(t.__file__)")
     assert done.returncode == 0, done.stderr

@@ -392,7 +392,7 @@ def to_backward(grad, node: Node) -> tuple:
     """The gradient goes back to the input's device (saved device): returns (g on that device,)."""
     return (to_array(grad, device=node.saved["device"]),)
 
-# %% ../../modules/05_autograd/autograd_dev.py #cfce24f3
+# %% ../../modules/05_autograd/autograd_dev.py #5d1694ee
 @register_backward("relu")
 def relu_backward(grad, node: Node) -> tuple:
     """Slope 1 where x > 0, else 0: returns (g · (x > 0),)."""
@@ -422,9 +422,23 @@ def gelu_backward(grad, node: Node) -> tuple:
     """Derivative of 0.5·x·(1 + tanh(c·(x + 0.044715·x³))), c = _GELU_C: returns (g · slope,)."""
     xp = array_module(grad)
     x = node.inputs[0].data
-    t = xp.tanh(_GELU_C * (x + 0.044715 * x**3))
-    slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
-    return (grad * slope,)
+    x2 = x * x  # x * x, never x**3: NumPy's general power is ~100x slower on float32
+    t = x2 * 0.044715
+    t += 1
+    t *= x
+    t *= _GELU_C
+    xp.tanh(t, out=t)  # t = tanh(c·(x + 0.044715·x³))
+    slope = x2  # in place from here on: one new array for the whole rule
+    slope *= 3 * 0.044715
+    slope += 1
+    slope *= x
+    slope *= _GELU_C  # c·x·(1 + 3·0.044715·x²)
+    slope *= 1 - t * t
+    slope += t
+    slope += 1
+    slope *= 0.5  # 0.5·(1 + t) + 0.5·x·(1 − t²)·c·(1 + 3·0.044715·x²)
+    slope *= grad
+    return (slope,)
 
 
 @register_backward("softmax")

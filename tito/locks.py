@@ -1,0 +1,34 @@
+"""Locks between tito processes of one course (two `tito test` runs at once, an export and a status).
+
+A lock is a file in the course's state folder (`.tito/NAME.lock`) held with the operating
+system's file locking (the `filelock` package): a process that dies releases it, so a
+kill never leaves a stale lock behind.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from filelock import FileLock, Timeout
+
+from .course import CourseError, Settings
+
+WAIT_S = 300.0  # an export takes seconds; waiting longer means something is stuck
+
+
+@contextmanager
+def course_lock(settings: Settings, name: str, wait_s: float = WAIT_S) -> Iterator[None]:
+    settings.state_path.mkdir(parents=True, exist_ok=True)
+    path = settings.state_path / f"{name}.lock"
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=wait_s)
+    except Timeout:
+        raise CourseError(
+            f"Another tito has held {path} for {wait_s:.0f} s; wait for it to finish "
+            "(or stop it) and run this command again."
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()

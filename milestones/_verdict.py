@@ -13,3 +13,12 @@ def verdict(console: Console, label: str, value: float, threshold: float, starte
     console.print(f"{label} {100 * value:.2f}% vs threshold {100 * threshold:.2f}%: "
                   + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
     return 0 if passed else 1
+
+
+def verdict_at_most(console: Console, label: str, value: float, threshold: float, started: float) -> int:
+    """For a metric where lower is better (a loss): `label value vs threshold at most t: PASS/FAIL`."""
+    passed = value <= threshold
+    console.print(f"done in {time.perf_counter() - started:.1f}s")
+    console.print(f"{label} {value:.4f} vs threshold at most {threshold:.4f}: "
+                  + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
+    return 0 if passed else 1

@@ -1,4 +1,4 @@
-"""Shared pytest setup: hypothesis profiles and the random generator fixture."""
+"""Shared pytest setup: hypothesis profiles, the random generator fixture, grad mode reset."""
 import os
 
 import numpy as np
@@ -15,3 +15,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def _grad_mode_on():
+    """Every test starts and ends with recording on.
+
+    A `no_grad` that fails to restore the mode (a student's bug) then fails the tests
+    that check `no_grad`, instead of switching gradients off for every test after it.
+    """
+    from tinytorch.core.tensor import GradMode
+
+    GradMode.enabled = True
+    yield
+    GradMode.enabled = True

@@ -21,6 +21,8 @@ END_MARKER = "### END SOLUTION"
 STUB_LINE = "raise NotImplementedError("  # how every stub body starts
 _MARKER_LINE = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 _DEF_LINE = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
+# `@patch def sum(self: Tensor, ...)` (fastcore) adds a method to a class from outside it.
+_PATCHED_METHOD = re.compile(r"^(?:async\s+)?def\s+[A-Za-z_][A-Za-z0-9_]*\s*\(\s*self\s*:\s*([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class NotebookError(CourseError):
@@ -128,6 +130,9 @@ def _enclosing_function(lines: list[str], index: int, indent: str) -> str | None
         match = _DEF_LINE.match(line)
         if match:
             scopes.append((match.group(2), match.group(3)))
+            patched = _PATCHED_METHOD.match(line)
+            if line_level == 0 and patched:  # a patched method is named after its class: Tensor.sum
+                scopes.append(("class", patched.group(1)))
         level = line_level
         if level == 0:
             break

@@ -15,13 +15,34 @@
 #
 # > The bends that let stacked layers learn more than a straight line.
 #
+# **What you will be able to do** after this module:
+#
+# * explain, with numbers, why two linear layers without an activation are one layer;
+# * write ReLU, Sigmoid, Tanh, GELU, Softmax and LogSoftmax as TinyTorch operations that
+#   record themselves for autograd (module 05), saving exactly what their derivatives need;
+# * state each activation's formula, range and derivative, and check a derivative
+#   numerically;
+# * make exponentials safe: `sigmoid(-1000)`, `softmax([1000, 1001, 1002])` and a float16
+#   softmax over 70,000 classes all give the right finite numbers, not `nan`, `inf` or 0;
+# * pick the dimension a softmax normalises over, and say what goes wrong with the other one.
+#
+# **Time:** about 2 hours: 75 minutes for the six functions and their tests, 45 for the
+# measurements and the exercises at the end.
+#
+# **How to work through it.** Each section explains why, shows a worked example with
+# printed numbers, then gives you a function to write between the `BEGIN SOLUTION` and
+# `END SOLUTION` marker lines. The docstring of that function is its contract: everything the
+# tests check is stated there or in the prose just above it. A `test_unit_*` check runs
+# right after each function and prints one `✓` line when it passes. Where the lesson
+# says **Predict, then run**, write your prediction down before running the cell.
+#
+# ## Why activations
+#
 # A layer computes `x @ W + b`. Stack two of them and you get
 # `(x @ W1 + b1) @ W2 + b2 = x @ (W1 @ W2) + (b1 @ W2 + b2)`: one layer again. However
 # deep a stack of linear maps is, it can only draw straight boundaries. An **activation
 # function** applied elementwise between the layers breaks that collapse, and with it a
 # network can approximate curved functions.
-#
-# In this module you build the activations every later model uses:
 #
 # | name | formula | range | used in |
 # |---|---|---|---|
@@ -31,15 +52,6 @@
 # | GELU | `x · Φ(x)` (tanh approximation) | `≈ [-0.17, ∞)` | Transformers (GPT, BERT) |
 # | Softmax | `e^(x_i) / Σ_j e^(x_j)` | `(0, 1)`, sums to 1 | class probabilities, attention |
 # | LogSoftmax | `x_i - log Σ_j e^(x_j)` | `(-∞, 0]` | cross-entropy (module 04) |
-#
-# For each one you will see its formula, its range, its derivative (module 05 turns the
-# derivatives into backward rules) and a plot, and you will make the exponential ones
-# **numerically stable**: `sigmoid(-1000)` and `softmax([1000, 1001, 1002])` must give
-# numbers, not `nan`.
-#
-# Every activation returns its result through `record_op` with the operation names
-# listed in `CONTRIBUTING.md` (`relu`, `sigmoid`, `tanh`, `gelu`, `softmax`,
-# `log_softmax`), so module 05 can differentiate them without touching this notebook.
 
 # %%
 #| default_exp core.activations
@@ -49,27 +61,35 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
-from tinytorch.core.tensor import Tensor, array_module, record_op
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op, to_host
 
 # %% [markdown]
-# The lesson draws curves with matplotlib. Nothing is saved to disk; under a
-# non-interactive backend (scripts run with `MPLBACKEND=Agg`) the figures are built and
-# then closed.
+# The lesson draws curves with matplotlib. Under a non-interactive backend (scripts run
+# with `MPLBACKEND=Agg`) the figures are saved as PNG files in your temporary folder (the
+# path is printed) instead of being shown; in Jupyter they appear inline. The derivative checks use
+# `central_difference` from `tinytorch.testing`, the course's one copy of numerical
+# derivatives (module 05 builds its gradient checks on it).
 
 # %%
-import matplotlib
+import tempfile
+from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 
+from tinytorch.testing import central_difference
 
-def show(fig) -> None:
-    """Display `fig` in Jupyter or a GUI; under a non-interactive backend just close it."""
+
+def show(fig, name: str) -> None:
+    """Show `fig` in Jupyter or a GUI; under a non-interactive backend save it as a PNG in the temp folder."""
     backend = matplotlib.get_backend().lower()
     if "agg" in backend and "inline" not in backend:
+        path = Path(tempfile.gettempdir()) / f"tinytorch_{name}.png"
+        fig.savefig(path, dpi=80)
+        print(f"(figure saved to {path})")
         plt.close(fig)
     else:
         plt.show()
@@ -89,17 +109,54 @@ one_layer = x0 @ (W1 @ W2) + (b1 @ W2 + b2)
 print("two linear layers == one linear layer:", np.allclose(two_layers.numpy(), one_layer.numpy()))
 
 # %% [markdown]
-# ## 1. Two helpers: accepting arrays, and naming a dimension
+# ## 1. The contract every function here follows
 #
-# Every function here accepts a `Tensor` (the usual case) or anything `Tensor()`
-# accepts (a list, a NumPy array). Softmax works along one dimension `dim`; like NumPy
-# and PyTorch, `dim=-1` means the last one, and an out-of-range `dim` is an error that
-# says what the valid range is.
+# Every function accepts a `Tensor` (the usual case) or anything `Tensor()` accepts (a
+# list, a NumPy array): `as_tensor` from module 01 turns the argument into a Tensor, and
+# each function below starts with it (given code). Then it computes the result **as a
+# raw array** with `xp = array_module(x.data)` (NumPy, or CuPy on a GPU: never call `np.`
+# on the data) and returns it through module 01's `record_op`:
+#
+# ```python
+# return record_op("op_name", result_array, (x,), name_of_saved_field=value, ...)
+# ```
+#
+# `record_op` wraps the array in a Tensor and, when `x.requires_grad` is True, attaches a
+# `Node` holding the op name, the inputs `(x,)` and the saved fields; module 05 looks the
+# backward rule up by the op name and reads the saved fields by name. So the names below
+# are part of the contract (you can inspect them as `y._node.op`, `y._node.inputs`,
+# `y._node.saved`):
+#
+# | function | op name | inputs | saved fields | result |
+# |---|---|---|---|---|
+# | `relu(x)` | `"relu"` | `(x,)` | none | shape and dtype of `x` |
+# | `sigmoid(x)` | `"sigmoid"` | `(x,)` | `out`: the result array | shape and dtype of `x` |
+# | `tanh(x)` | `"tanh"` | `(x,)` | `out`: the result array | shape and dtype of `x` |
+# | `gelu(x)` | `"gelu"` | `(x,)` | none | shape and dtype of `x` |
+# | `softmax(x, dim)` | `"softmax"` | `(x,)` | `dim`: non-negative int; `out`: the result array | shape and dtype of `x` |
+# | `log_softmax(x, dim)` | `"log_softmax"` | `(x,)` | `dim`: non-negative int; `out`: the result array | shape and dtype of `x` |
+#
+# Two rules hold for every one of them: **the result has the input's dtype** (float16
+# in, float16 out; a float32 model must not silently become float64), and **the result
+# is finite for every finite input**.
+#
+# Softmax works along one dimension `dim`; like NumPy and PyTorch, `dim=-1` means the
+# last one. Checking the arguments of the softmax functions is given code, called on
+# their first lines:
+#
+# * `_normalize_dim` turns a negative `dim` into the non-negative one (`-1` on a 3-d
+#   tensor is `2`), and raises `ValueError` for a 0-d tensor or an out-of-range `dim`,
+#   saying what the valid range is. Its result is the `dim` the softmax functions save.
+# * `_check_floating` raises `TypeError` for an integer tensor: probabilities are
+#   fractions, and cast back to an integer dtype they would all be 0.
 
 # %%
 #| export
-def _as_tensor(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
+def _check_floating(x: Tensor, name: str) -> None:
+    """TypeError unless x holds floating-point numbers (float16, float32 or float64)."""
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} needs a floating-point tensor, got dtype {x.dtype}: "
+                        f"convert it first, e.g. Tensor(values, dtype=np.float32).")
 
 
 def _normalize_dim(dim: int, ndim: int, name: str) -> int:
@@ -114,6 +171,13 @@ def _normalize_dim(dim: int, ndim: int, name: str) -> int:
     return int(dim) % ndim
 
 
+# %%
+print("dim=-1 on a 3-d tensor is", _normalize_dim(-1, 3, "softmax"), "; dim=-3 is", _normalize_dim(-3, 3, "softmax"))
+try:
+    _normalize_dim(3, 3, "softmax")
+except ValueError as err:
+    print("ValueError:", err)
+
 # %% [markdown]
 # ## 2. ReLU: the default choice
 #
@@ -124,14 +188,21 @@ def _normalize_dim(dim: int, ndim: int, name: str) -> int:
 # whose input is negative for every example passes no gradient at all (a "dead" ReLU).
 # At `x = 0` the derivative is undefined; frameworks (PyTorch and TinyTorch) use 0.
 #
-# The forward saves nothing: module 05's rule only needs the input's sign, and the
-# input is already in `node.inputs`.
+# Worked example: `relu([-2, -0.5, 0, 0.5, 3]) = [0, 0, 0, 0.5, 3]`.
+#
+# The forward **saves nothing**: module 05's rule only needs the input's sign, and the
+# input is already in `node.inputs`. Keep the input's dtype: compare with the Python
+# number `0` (an array of zeros in float64 would upcast a float32 input).
 
 # %%
 #| export
 def relu(x: Tensor) -> Tensor:
-    """max(0, x) elementwise; any shape, dtype kept. Records op "relu" (saves nothing)."""
-    x = _as_tensor(x)
+    """max(0, x) elementwise.
+
+    x: a Tensor (or list/array) of any shape. Returns the same shape and dtype.
+    Records op "relu" with inputs (x,) and saves nothing.
+    """
+    x = as_tensor(x)
     ### BEGIN SOLUTION
     xp = array_module(x.data)
     return record_op("relu", xp.maximum(x.data, 0), (x,))
@@ -140,11 +211,12 @@ def relu(x: Tensor) -> Tensor:
 
 # %%
 def test_unit_relu():
-    y = relu(Tensor([-2.0, -0.0, 0.0, 0.5, 3.0]))
+    y = relu(Tensor([-2.0, -0.5, 0.0, 0.5, 3.0]))
     assert np.array_equal(y.numpy(), [0.0, 0.0, 0.0, 0.5, 3.0]) and y.dtype == np.float32
     assert relu(Tensor(np.array([-1.0, 2.0], dtype=np.float16))).dtype == np.float16
     w = Tensor([[-1.0, 1.0]], requires_grad=True)
-    assert relu(w)._node.op == "relu" and relu(w)._node.inputs[0] is w
+    node = relu(w)._node
+    assert node.op == "relu" and node.inputs[0] is w and node.saved == {}
     print("✓ relu")
 
 
@@ -160,14 +232,10 @@ test_unit_relu()
 # of sigmoids learn slowly.
 #
 # **The trap.** Written literally, `1 / (1 + exp(-x))` computes `exp(1000)` for
-# `x = -1000`: that overflows to `inf` (float32 tops out near `3.4e38 ≈ e^88.7`), NumPy
-# warns, and the result is only right by luck. The fix: never exponentiate a positive
-# number. With `e = exp(-|x|)`, which lies in `(0, 1]`,
+# `x = -1000`: float32 tops out near `3.4e38 ≈ e^88.7`, so that is an overflow.
 #
-# * for `x ≥ 0`: `σ(x) = 1 / (1 + e)`,
-# * for `x < 0`: `σ(x) = e^x / (1 + e^x) = e / (1 + e)`.
-#
-# Both branches are exact algebra, and neither can overflow.
+# **Predict, then run.** What does the literal formula return for `x = -1000, 0, 1000`
+# in float32, and does NumPy complain? Write it down, then run the cell.
 
 # %%
 import warnings
@@ -179,17 +247,29 @@ with warnings.catch_warnings(record=True) as caught:
 print("naive sigmoid:", naive, "| warnings:", [str(w.message) for w in caught])
 
 # %% [markdown]
-# The forward saves its output as `out`: the derivative `σ(1 - σ)` is cheaper from the
-# output than from the input.
+# The answer `0` is right only by luck (`1 / (1 + inf) = 0`), and the warning is a bug
+# report: in a loss, in float16, or in the derivative, the same `inf` becomes `nan`. The
+# fix: never exponentiate a positive number. With `e = exp(-|x|)`, which lies in `(0, 1]`,
+#
+# * for `x ≥ 0`: `σ(x) = 1 / (1 + e)`,
+# * for `x < 0`: `σ(x) = e^x / (1 + e^x) = e / (1 + e)`.
+#
+# Both branches are exact algebra, and neither can overflow. `xp.where(cond, a, b)` picks
+# per element. Worked example: `σ(-1) = e^-1 / (1 + e^-1) = 0.2689`, `σ(1) = 0.7311`.
+#
+# The forward **saves its output as `out`**: the derivative `σ(1 - σ)` is cheaper from
+# the output than from the input.
 
 # %%
 #| export
 def sigmoid(x: Tensor) -> Tensor:
-    """1 / (1 + e^-x) elementwise, computed from e^-|x| so it never overflows.
+    """1 / (1 + e^-x) elementwise, computed from e^-|x| so that nothing overflows.
 
-    Any shape, dtype kept. Records op "sigmoid" with saved `out` (the result array).
+    x: a Tensor (or list/array) of any shape. Returns the same shape and dtype, values in
+    [0, 1]; no overflow warning for any finite input (e.g. ±1000).
+    Records op "sigmoid" with inputs (x,) and saves `out`: the result array.
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     ### BEGIN SOLUTION
     xp = array_module(x.data)
     e = xp.exp(-xp.abs(x.data))
@@ -220,14 +300,18 @@ test_unit_sigmoid()
 #
 # Range `(-1, 1)`, centred at zero (a sigmoid stretched and shifted), with slope 1 at
 # the origin. NumPy's `tanh` is already stable (it saturates to ±1 without computing
-# `e^1000`), so the work here is recording the op and saving the output for the
-# derivative `1 - out²`.
+# `e^1000`), so the work here is recording the op and **saving the output as `out`**
+# for the derivative `1 - out²`. Worked example: `tanh(0.5) = 0.4621`.
 
 # %%
 #| export
 def tanh(x: Tensor) -> Tensor:
-    """Hyperbolic tangent elementwise; any shape, dtype kept. Records op "tanh", saved `out`."""
-    x = _as_tensor(x)
+    """Hyperbolic tangent elementwise.
+
+    x: a Tensor (or list/array) of any shape. Returns the same shape and dtype, values in [-1, 1].
+    Records op "tanh" with inputs (x,) and saves `out`: the result array.
+    """
+    x = as_tensor(x)
     ### BEGIN SOLUTION
     out = array_module(x.data).tanh(x.data)
     return record_op("tanh", out, (x,), out=out)
@@ -238,10 +322,11 @@ def tanh(x: Tensor) -> Tensor:
 def test_unit_tanh():
     xs = np.array([-1000.0, -0.5, 0.0, 0.5, 1000.0], dtype=np.float32)
     y = tanh(Tensor(xs))
-    assert np.allclose(y.numpy(), [-1.0, -0.46211716, 0.0, 0.46211716, 1.0])
+    assert np.allclose(y.numpy(), [-1.0, -0.46211716, 0.0, 0.46211716, 1.0]) and y.dtype == np.float32
     assert np.allclose(y.numpy(), 2 * sigmoid(Tensor(2 * xs)).numpy() - 1, atol=1e-6)
     w = Tensor([1.0], requires_grad=True)
-    assert tanh(w)._node.op == "tanh" and np.allclose(tanh(w)._node.saved["out"], [math.tanh(1.0)])
+    node = tanh(w)._node
+    assert node.op == "tanh" and np.allclose(node.saved["out"], [math.tanh(1.0)])
     print("✓ tanh")
 
 
@@ -252,25 +337,30 @@ test_unit_tanh()
 #
 # GELU weights each input by how likely a standard normal variable is to be below it:
 # `GELU(x) = x · Φ(x)`, with `Φ` the normal CDF. Unlike ReLU it is smooth, and it dips
-# slightly below zero (minimum ≈ -0.17 near `x ≈ -0.75`) before flattening to 0.
-# GPT-2 and BERT use it.
+# slightly below zero before flattening to 0. GPT-2 and BERT use it.
 #
 # `Φ` needs the error function, which NumPy does not provide, so TinyTorch uses the
 # **tanh approximation** (the one GPT-2 was trained with):
 #
 # $$\mathrm{GELU}(x) \approx \tfrac12\, x \left(1 + \tanh\!\left(\sqrt{2/\pi}\,(x + 0.044715\,x^3)\right)\right)$$
 #
-# This is exactly `torch.nn.functional.gelu(x, approximate="tanh")`; it differs from the
-# exact erf form (PyTorch's default) by less than `5e-4` anywhere, measured below.
+# The two constants are given below as `SQRT_2_OVER_PI` (`√(2/π) ≈ 0.79788`, not
+# `√(2π)`) and `GELU_COEFF` (`0.044715`). This is exactly
+# `torch.nn.functional.gelu(x, approximate="tanh")`. Two other formulas go by the same
+# name and are **not** this one: the exact `x·Φ(x)` (PyTorch's default) and the cruder
+# `x·σ(1.702x)`.
 #
 # Derivative, with `k = √(2/π)` and `t = tanh(k(x + 0.044715x³))`:
 #
 # $$\mathrm{GELU}'(x) = \tfrac12(1 + t) + \tfrac12\, x\,(1 - t^2)\, k\,(1 + 3 \cdot 0.044715\, x^2)$$
 #
-# The forward saves nothing; module 05's rule recomputes `t` from the input.
+# The forward **saves nothing**; module 05's rule recomputes `t` from the input.
+#
+# Worked example: `GELU(1) = 0.5 · (1 + tanh(0.79788 · 1.044715)) = 0.5 · (1 + 0.68239) = 0.84119`.
 #
 # For `|x|` large, `x³` can overflow in float16 (to ±inf); `tanh(±inf) = ±1`, so the
-# result is still `x` or `0`, never `nan`.
+# result is still `x` or `0`, never `nan` (wrap the cube in `np.errstate(over="ignore")`
+# to keep NumPy quiet about it).
 
 # %%
 #| export
@@ -281,10 +371,11 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def gelu(x: Tensor) -> Tensor:
     """GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 
-    Equal to torch.nn.functional.gelu(x, approximate="tanh"). Any shape, dtype kept.
-    Records op "gelu" (saves nothing).
+    Equal to torch.nn.functional.gelu(x, approximate="tanh") (not the exact erf form).
+    x: a Tensor (or list/array) of any shape. Returns the same shape and dtype.
+    Records op "gelu" with inputs (x,) and saves nothing.
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
     ### BEGIN SOLUTION
     xp = array_module(x.data)
     a = x.data
@@ -296,13 +387,6 @@ def gelu(x: Tensor) -> Tensor:
 
 
 # %%
-grid = np.linspace(-6, 6, 2001)
-exact = grid * 0.5 * (1 + np.vectorize(math.erf)(grid / math.sqrt(2)))  # lesson only: erf per point
-approx = gelu(Tensor(grid)).numpy()
-print(f"max |tanh-approximate GELU - exact GELU| on [-6, 6]: {np.abs(approx - exact).max():.2e}")
-print(f"minimum of GELU: {approx.min():.4f} at x = {grid[approx.argmin()]:.3f}")
-
-# %%
 def test_unit_gelu():
     xs = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
     t = np.tanh(math.sqrt(2 / math.pi) * (xs + 0.044715 * xs**3))
@@ -311,11 +395,23 @@ def test_unit_gelu():
     assert abs(gelu(Tensor([1.0])).item() - 0.8411920071) < 1e-6
     half = gelu(Tensor(np.array([-1000.0, 1000.0], dtype=np.float16)))
     assert half.dtype == np.float16 and half.numpy().tolist() == [0.0, 1000.0]
-    assert gelu(Tensor([2.0], requires_grad=True))._node.op == "gelu"
+    node = gelu(Tensor([2.0], requires_grad=True))._node
+    assert node.op == "gelu" and node.saved == {}
     print("✓ gelu (tanh approximation)")
 
 
 test_unit_gelu()
+
+# %% [markdown]
+# **Predict, then run.** How far apart are the tanh approximation and the exact
+# `x·Φ(x)` at worst on `[-6, 6]`: `1e-2`, `1e-4` or `1e-8`? And where is GELU's minimum?
+
+# %%
+grid = np.linspace(-6, 6, 2001)
+exact = grid * 0.5 * (1 + np.vectorize(math.erf)(grid / math.sqrt(2)))  # lesson only: erf per point
+approx = to_host(gelu(Tensor(grid)))
+print(f"max |tanh-approximate GELU - exact GELU| on [-6, 6]: {np.abs(approx - exact).max():.2e}")
+print(f"minimum of GELU: {approx.min():.4f} at x = {grid[approx.argmin()]:.3f}")
 
 # %% [markdown]
 # ## 6. Softmax: scores into probabilities, stably
@@ -325,7 +421,8 @@ test_unit_gelu()
 # Every output is in `(0, 1)` and they sum to 1 along `dim`: a probability
 # distribution over classes (or, in module 12, over the words to attend to). The
 # derivative is a matrix, `∂s_i/∂x_j = s_i(δ_ij - s_j)`; applied to an upstream gradient
-# `g` it is `s · (g - Σ_j g_j s_j)`, which is why the forward saves its output `out`.
+# `g` it is `s · (g - Σ_j g_j s_j)`, which is why the forward saves its output `out`
+# (and `dim`, the axis of that sum).
 #
 # **The trap.** `e^1000` is `inf` in every float type, so the textbook formula turns
 # `[1000, 1001, 1002]` into `inf / inf = nan`. The fix is one line of algebra:
@@ -335,6 +432,9 @@ test_unit_gelu()
 #
 # and with `m = max_j x_j` every exponent is `≤ 0`: no term exceeds 1, and the largest
 # is exactly 1, so the sum is at least 1 and never 0.
+#
+# **Predict, then run.** What does the textbook formula give for `[1000, 1001, 1002]`?
+# And the shifted one? (Hint: the shifted input is `[-2, -1, 0]`.)
 
 # %%
 big = np.array([1000.0, 1001.0, 1002.0], dtype=np.float32)
@@ -345,25 +445,80 @@ print("naive   softmax([1000, 1001, 1002]) =", naive)
 print("shifted softmax([1000, 1001, 1002]) =", np.round(shifted, 4), "= softmax([0, 1, 2])")
 
 # %% [markdown]
+# ### Which axis: `dim`, and keeping it
+#
 # `dim` picks the axis the probabilities run along: for logits of shape `(batch,
-# classes)` it is the last one (`dim=-1`, the default); softmax over `dim=0` would
+# classes)` it is the last one (`dim=-1`, the default). Softmax over `dim=0` would
 # normalise each class across the batch instead, a classic bug.
+#
+# The max and the sum are taken **along `dim` with `keepdims=True`**, so that they keep
+# a size-1 axis there and broadcast back against `x`. Without it a `(3, 3)` matrix minus
+# its row maxima of shape `(3,)` subtracts `m_j` from **column** `j`: no error, just a
+# wrong answer (and on a `(2, 3)` matrix, a broadcasting error).
+#
+# **Predict, then run.** In the matrix below, which rows come out right without
+# `keepdims`, and which come out wrong?
+
+# %%
+square = np.array([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])
+kept = square - square.max(axis=-1, keepdims=True)
+lost = square - square.max(axis=-1)
+print("max along the rows, keepdims=True (each row shifted by its own max):\n", kept)
+print("max along the rows, keepdims lost (column j shifted by row j's max):\n", lost)
+
+# %% [markdown]
+# ### float16: when the sum itself overflows
+#
+# Subtracting the max keeps every term `≤ 1`, but the **sum** can still be too big for
+# the type: float16's largest finite number is 65,504. A softmax over 70,000 classes with
+# equal logits adds 70,000 ones: `inf` in float16, and every probability becomes
+# `1 / inf = 0`. (Language models have vocabularies this big: 50,257 for GPT-2, 128,000
+# for Llama 3.)
+#
+# **Predict, then run.** What is `sum(exp(0))` over 70,000 float16 zeros, computed in
+# float16? And in float32?
+
+# %%
+ones16 = np.exp(np.zeros(70_000, dtype=np.float16))
+with np.errstate(over="ignore"):
+    print("float16 sum of 70,000 ones:", ones16.sum(), "| float32 sum:", ones16.sum(dtype=np.float32))
+
+# %% [markdown]
+# Each probability, `1/70000 ≈ 1.4e-5`, fits in float16; only the running sum does not.
+# So the rule is: **compute in at least float32, return the input's dtype**. The working
+# dtype is `np.promote_types(x.dtype, np.float32)`: float32 for a float16 input, and the
+# input's own dtype for float32 and float64 (so they are not copied or upcast). Convert
+# with `array.astype(work_dtype, copy=False)` going in, and `.astype(x.dtype, copy=False)`
+# coming out. (`np.promote_types` only looks at dtypes, so it is safe on GPU data too.)
+#
+# Now write softmax. It records op `"softmax"` with inputs `(x,)`, and saves `dim` (the
+# normalised, non-negative int `d` that the given first lines compute, not the caller's
+# `-1`) and `out` (the very array it returns, in the input's dtype).
 
 # %%
 #| export
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along `dim` (negative allowed), shifted by the max: no overflow.
+    """exp(x) / sum(exp(x)) along `dim`, computed as exp(x - max) / sum(exp(x - max)).
 
-    Same shape and dtype as `x`; slices along `dim` sum to 1. Records op "softmax" with
-    saved `dim` (non-negative int) and `out` (the result array).
+    x: a Tensor (or list/array) with at least 1 dimension; dim: the axis to normalise
+    (negative counts from the end). Returns the same shape and dtype as x; the slices
+    along dim sum to 1; finite for any finite input. float16 is computed in float32 (the
+    sum of 70,000 ones overflows float16) and returned as float16.
+    Raises (given code) TypeError for an integer x, ValueError for a 0-d x or an
+    out-of-range dim.
+    Records op "softmax" with inputs (x,) and saves `dim` (the non-negative int d) and
+    `out` (the result array).
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
+    _check_floating(x, "softmax")
     d = _normalize_dim(dim, x.ndim, "softmax")
     ### BEGIN SOLUTION
     xp = array_module(x.data)
-    shifted = x.data - xp.max(x.data, axis=d, keepdims=True)
-    e = xp.exp(shifted)
-    out = e / xp.sum(e, axis=d, keepdims=True)
+    work = x.data.astype(np.promote_types(x.dtype, np.float32), copy=False)
+    shifted = work - xp.max(work, axis=d, keepdims=True)  # a new array: safe to reuse below
+    e = xp.exp(shifted, out=shifted)
+    e /= xp.sum(e, axis=d, keepdims=True)
+    out = e.astype(x.dtype, copy=False)
     return record_op("softmax", out, (x,), dim=d, out=out)
     ### END SOLUTION
 
@@ -372,12 +527,16 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 def test_unit_softmax():
     with np.errstate(over="raise", invalid="raise"):
         y = softmax(Tensor([1000.0, 1001.0, 1002.0]))
-    assert np.allclose(y.numpy(), [0.09003057, 0.24472847, 0.66524096], atol=1e-6)
+    assert np.allclose(y.numpy(), [0.09003057, 0.24472847, 0.66524096], atol=1e-6) and y.dtype == np.float32
+    rows = softmax(Tensor([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])).numpy()
+    assert np.allclose(rows[1], 1 / 3) and np.allclose(rows[0], [0.09003057, 0.24472847, 0.66524096])
     x = np.random.default_rng(0).standard_normal((2, 3, 4))
     for dim in (0, 1, 2, -1, -2):
         s = softmax(Tensor(x), dim=dim).numpy()
         assert np.allclose(s.sum(axis=dim), 1.0) and s.dtype == np.float64
         assert np.allclose(s, np.exp(x) / np.exp(x).sum(axis=dim, keepdims=True))
+    half = softmax(Tensor(np.zeros((2, 70_000), dtype=np.float16)))
+    assert half.dtype == np.float16 and np.allclose(half.numpy().astype(np.float64).sum(axis=-1), 1.0, atol=1e-2)
     node = softmax(Tensor(x, requires_grad=True), dim=-2)._node
     assert node.op == "softmax" and node.saved["dim"] == 1 and node.saved["out"].shape == x.shape
     try:
@@ -386,7 +545,7 @@ def test_unit_softmax():
         assert "dim=3" in str(err)
     else:
         raise AssertionError("dim=3 on a 3-d tensor must raise ValueError")
-    print("✓ softmax (stable, any dim)")
+    print("✓ softmax (stable, any dim, float16 over 70,000 classes)")
 
 
 test_unit_softmax()
@@ -396,49 +555,70 @@ test_unit_softmax()
 #
 # $$\log\mathrm{softmax}(x)_i = x_i - \log\sum_j e^{x_j} = (x_i - m) - \log\sum_j e^{x_j - m}$$
 #
-# The second term is the **log-sum-exp**, computed with the same max shift as softmax.
-# Why not just `log(softmax(x))`? Because a probability that rounds to 0 (anything
-# below about `1e-45` in float32) turns into `log(0) = -inf`, although its true log is
-# a perfectly ordinary number. Cross-entropy (module 04) takes exactly this log, so
-# this matters for training:
+# The second term is the **log-sum-exp**, computed with the same max shift as softmax
+# (and, for float16, in float32 like softmax). Range `(-∞, 0]`. Why not just
+# `log(softmax(x))`? Because a probability that rounds to 0 (anything below about
+# `1e-45` in float32) turns into `log(0) = -inf`, although its true log is a perfectly
+# ordinary number. Cross-entropy (module 04) takes exactly this log, so this matters for
+# training.
+#
+# **Predict, then run.** `softmax([0, 200])` in float32 is `[e^-200, 1]` up to rounding.
+# What does `log` of it give, and what should the answer be?
 
 # %%
 logits = np.array([0.0, 200.0], dtype=np.float32)
 with np.errstate(divide="ignore"):
-    via_softmax = np.log(softmax(Tensor(logits)).numpy())
-print("log(softmax([0, 200])) =", via_softmax)
+    via_softmax = np.log(to_host(softmax(Tensor(logits))))
+print("log(softmax([0, 200])) =", via_softmax, "  (true answer: [-200, 0])")
+
+# %% [markdown]
+# Write log-softmax. It records op `"log_softmax"` with inputs `(x,)` and saves `dim`
+# (non-negative int) and `out` (the result array, the log-probabilities; module 05 gets
+# the probabilities back as `exp(out)`).
 
 # %%
 #| export
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """log(softmax(x)) along `dim`, computed as (x - m) - log(sum(exp(x - m))), m = max.
 
-    Same shape and dtype as `x`; finite for any finite input. Records op "log_softmax"
-    with saved `dim` (non-negative int) and `out` (the result array).
+    x: a Tensor (or list/array) with at least 1 dimension; dim: the axis (negative counts
+    from the end). Returns the same shape and dtype as x, values ≤ 0; finite for any
+    finite input (never log of a rounded-off 0). float16 is computed in float32 and
+    returned as float16.
+    Raises (given code) TypeError for an integer x, ValueError for a 0-d x or an
+    out-of-range dim.
+    Records op "log_softmax" with inputs (x,) and saves `dim` (the non-negative int d)
+    and `out` (the result array).
     """
-    x = _as_tensor(x)
+    x = as_tensor(x)
+    _check_floating(x, "log_softmax")
     d = _normalize_dim(dim, x.ndim, "log_softmax")
     ### BEGIN SOLUTION
     xp = array_module(x.data)
-    shifted = x.data - xp.max(x.data, axis=d, keepdims=True)
-    out = shifted - xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
+    work = x.data.astype(np.promote_types(x.dtype, np.float32), copy=False)
+    shifted = work - xp.max(work, axis=d, keepdims=True)
+    shifted -= xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
+    out = shifted.astype(x.dtype, copy=False)
     return record_op("log_softmax", out, (x,), dim=d, out=out)
     ### END SOLUTION
 
 
 # %%
-print("log_softmax([0, 200])  =", log_softmax(Tensor(logits)).numpy())
+print("log_softmax([0, 200])  =", to_host(log_softmax(Tensor(logits))))
 
 # %%
 def test_unit_log_softmax():
     y = log_softmax(Tensor([0.0, 200.0]))
-    assert np.allclose(y.numpy(), [-200.0, 0.0]) and np.isfinite(y.numpy()).all()
+    assert np.allclose(y.numpy(), [-200.0, 0.0]) and np.isfinite(y.numpy()).all() and y.dtype == np.float32
     assert np.allclose(log_softmax(Tensor([1000.0, 1001.0, 1002.0])).numpy(),
                        np.log([0.09003057, 0.24472847, 0.66524096]), atol=1e-5)
     x = np.random.default_rng(1).standard_normal((3, 5))
     assert np.allclose(log_softmax(Tensor(x), dim=0).numpy(), np.log(softmax(Tensor(x), dim=0).numpy()))
-    node = log_softmax(Tensor(x, requires_grad=True), dim=-1)._node
-    assert node.op == "log_softmax" and node.saved["dim"] == 1
+    half = log_softmax(Tensor(np.zeros(70_000, dtype=np.float16)))
+    assert half.dtype == np.float16 and np.allclose(half.numpy()[:3], -math.log(70_000), atol=1e-2)
+    y = log_softmax(Tensor(x, requires_grad=True), dim=-1)
+    assert y._node.op == "log_softmax" and y._node.saved["dim"] == 1
+    assert np.array_equal(y._node.saved["out"], y.numpy())
     print("✓ log_softmax")
 
 
@@ -448,8 +628,12 @@ test_unit_log_softmax()
 # ## 8. Seeing the curves and their slopes
 #
 # The derivatives below are the formulas from each section, checked against central
-# differences `(f(x + h) - f(x - h)) / 2h` so that you can trust them when module 05
-# turns them into backward rules.
+# differences `(f(x + h) - f(x - h)) / 2h` computed on **your** functions with
+# `tinytorch.testing.central_difference`. Module 05 turns these formulas into backward
+# rules; here you confirm them first.
+#
+# **Predict, then run.** Which activation's formula will disagree most with the
+# numerical slope, and at which `x`? (Think about where a function has a kink.)
 
 # %%
 xs = np.linspace(-5, 5, 401)
@@ -471,16 +655,15 @@ curves = {
     "Tanh": (tanh, lambda x: 1 - np.tanh(x) ** 2),
     "GELU": (gelu, gelu_slope),
 }
-h = 1e-6
 for name, (fn, slope) in curves.items():
-    numeric = (fn(Tensor(xs + h)).numpy() - fn(Tensor(xs - h)).numpy()) / (2 * h)
-    away_from_kink = np.abs(xs) > 1e-3
-    error = np.abs(numeric - slope(xs))[away_from_kink].max()
-    print(f"{name:8s} derivative formula vs central difference: max error {error:.1e}")
+    # Elementwise f: the derivative of sum(f(x)) with respect to x_i is f'(x_i).
+    numeric = central_difference(lambda v, fn=fn: float(fn(Tensor(v)).numpy().sum()), xs)
+    error = np.abs(numeric - slope(xs))
+    print(f"{name:8s} formula vs central difference: max error {error.max():.1e} at x = {xs[error.argmax()]:+.3f}")
 
 fig, (ax_f, ax_d) = plt.subplots(1, 2, figsize=(10, 4))
 for name, (fn, slope) in curves.items():
-    ax_f.plot(xs, fn(Tensor(xs)).numpy(), label=name)
+    ax_f.plot(xs, to_host(fn(Tensor(xs))), label=name)
     ax_d.plot(xs, slope(xs), label=name)
 ax_f.set_title("activation f(x)")
 ax_d.set_title("derivative f'(x)")
@@ -488,9 +671,13 @@ for ax in (ax_f, ax_d):
     ax.axhline(0, color="grey", lw=0.5)
     ax.axvline(0, color="grey", lw=0.5)
     ax.legend()
-show(fig)
+show(fig, "activation_curves")
 
 # %% [markdown]
+# (At `x = 0` ReLU has a kink: the central difference straddles it and returns `0.5`,
+# while the rule uses 0. Everywhere else the formulas agree to better than `1e-7`, the
+# rounding error of a central difference of a 401-term sum with `h = 1e-6`.)
+#
 # Softmax is not elementwise, so it gets its own picture: the probabilities of three
 # classes as the score of class 0 moves while the others stay at 0. Raising one score
 # takes probability from all the others; they always sum to 1.
@@ -498,24 +685,57 @@ show(fig)
 # %%
 scores = np.zeros((201, 3))
 scores[:, 0] = np.linspace(-6, 6, 201)
-probs = softmax(Tensor(scores)).numpy()
+probs = to_host(softmax(Tensor(scores)))
 fig, ax = plt.subplots(figsize=(5, 3.5))
 for k in range(3):
     ax.plot(scores[:, 0], probs[:, k], label=f"p(class {k})")
 ax.set_xlabel("score of class 0 (others fixed at 0)")
 ax.legend()
-show(fig)
+show(fig, "softmax_curves")
 print("rows sum to 1:", np.allclose(probs.sum(-1), 1.0))
 
 # %% [markdown]
-# ## 9. Activations as layer objects
+# ## 9. What they cost
+#
+# Everything here is elementwise or one pass along an axis, so time grows linearly with
+# the number of elements. The constants differ: ReLU is one comparison per element,
+# softmax a max, a subtraction, an exponential, a sum and a division. Memory matters
+# as much: what a forward saves stays alive until backward. ReLU saves nothing; softmax
+# saves an array as big as its input.
+#
+# **Predict, then run.** On a `(1024, 1024)` float32 input, how many times slower is
+# your softmax than your relu: 2×, 5× or 20×? How many MB does softmax keep in
+# `node.saved` for backward?
+
+# %%
+import time
+
+big_input = Tensor(np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32), requires_grad=True)
+
+
+def seconds(fn, repeats=5):
+    best = float("inf")
+    for _ in range(repeats):  # the best of a few runs: the least disturbed by other programs
+        start = time.perf_counter()
+        fn(big_input)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+t_relu, t_softmax = seconds(relu), seconds(softmax)
+saved_bytes = sum(v.nbytes for v in softmax(big_input)._node.saved.values() if hasattr(v, "nbytes"))
+print(f"relu {t_relu * 1e3:.2f} ms, softmax {t_softmax * 1e3:.2f} ms: softmax/relu = {t_softmax / t_relu:.1f}×")
+print(f"softmax keeps {saved_bytes / 2**20:.1f} MB for backward (the input itself is {big_input.data.nbytes / 2**20:.1f} MB)")
+
+# %% [markdown]
+# ## 10. Activations as layer objects
 #
 # Models are built from objects you call: `act = ReLU(); y = act(x)`. Module 03
 # introduces `Module`, the base class of everything with parameters; an activation has
 # none, so here a tiny base class `Activation` is enough: `__call__` runs `forward`. It
 # also carries a `training` flag with `train()`/`eval()` and an empty `parameters()`,
 # so that module 03's `Module`, `Sequential` and `ModuleList` accept activations as
-# children like any layer.
+# children like any layer. (Given code: nothing new to write.)
 
 # %%
 #| export
@@ -631,7 +851,48 @@ test_unit_activation_layers()
 # * ReLU `max(0, x)`: slope 1 or 0; Sigmoid `(0, 1)` with slope `σ(1-σ) ≤ 0.25`; Tanh
 #   `(-1, 1)` with slope `1 - tanh²`; GELU: smooth, here in its tanh approximation.
 # * Exponentials overflow: compute sigmoid from `e^-|x|`, and shift softmax and
-#   log-softmax by the maximum; `log(softmax(x))` is worse than `log_softmax(x)`.
+#   log-softmax by the maximum along `dim` (with `keepdims=True`); `log(softmax(x))` is
+#   worse than `log_softmax(x)`; float16 sums overflow at 65,504, so compute in float32
+#   and return float16.
 # * Each function records one op (`relu`, `sigmoid`, `tanh`, `gelu`, `softmax`,
-#   `log_softmax`); sigmoid, tanh, softmax and log-softmax save their output `out`,
-#   softmax and log-softmax also `dim`, for module 05's backward rules.
+#   `log_softmax`) with inputs `(x,)`; sigmoid, tanh, softmax and log-softmax save their
+#   output `out`, softmax and log-softmax also the non-negative `dim`, for module 05's
+#   backward rules.
+#
+# ## Exercises
+#
+# Answer each by running your own functions (add cells below).
+#
+# 1. **Saturation.** Find the smallest `x` (to 0.1) for which your float32 `sigmoid(x)`
+#    returns exactly `1.0`. What is `σ'(x) = out·(1 - out)` there, computed from the saved
+#    `out`? What does that mean for a network whose sigmoid units sit at that input?
+# 2. **Dead units.** Draw a `(1000, 64)` array of pre-activations from a normal
+#    distribution with mean `-1` and standard deviation 1. What fraction of the ReLU outputs
+#    are 0? For what fraction of the 64 units is *every* one of the 1000 outputs 0? Repeat
+#    with `gelu`: how many outputs are exactly 0 now?
+# 3. **Temperature.** Compute `softmax(z / T)` for `z = [1, 2, 3]` and `T = 0.1, 1, 10`.
+#    Predict first: which `T` gives almost one-hot, which almost uniform? Module 12 calls
+#    this the temperature of attention.
+# 4. **Underflow.** Find (to 0.5) the gap `d` at which your float32 `softmax([0, d])[0]`
+#    becomes exactly 0. Compare with `log_softmax([0, d])[0]` at the same `d`.
+# 5. **The float16 limit.** With equal float16 logits, for how many classes does a float16
+#    sum of the exponentials first become `inf`? Check that your `softmax` and
+#    `log_softmax` still give `1/C` and `-ln C` for `C = 100_000`.
+# 6. **The wrong axis.** Make a `(4, 3)` batch of logits. Compute `softmax(x, dim=0)` and
+#    `softmax(x, dim=-1)`: which one sums to 1 per example? Change one example's logits
+#    and see which outputs of each change.
+#
+# ## Questions
+#
+# 1. Sigmoid and tanh save their output; GELU saves nothing. Using the derivative
+#    formulas, explain why each choice is the cheaper one. What would saving the output
+#    of `relu` cost on the `(1024, 1024)` input of section 9?
+# 2. Softmax is unchanged when you add the same constant to every input along `dim`.
+#    Check it on your code with a constant of 500. Why does that make the max shift free?
+# 3. Your softmax computes float16 inputs in float32. How much memory does it allocate
+#    while it runs, compared with the input? Measure the peak with `tracemalloc` (NumPy
+#    reports its arrays to it) on a `(4, 64, 50257)` float16 input, then scale the answer
+#    to a GPT-2 sized batch of logits, `(64, 256, 50257)`.
+# 4. `tanh(x) = 2σ(2x) - 1`. Verify it numerically with your two functions on
+#    `[-1000, 1000]`. Why does the identity survive at ±1000 only because your sigmoid is
+#    stable?

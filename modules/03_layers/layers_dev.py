@@ -15,6 +15,22 @@
 #
 # > Parameters, the containers that own them, and the first real layer.
 #
+# **When you finish this module you will be able to**
+#
+# * say what makes a tensor a *parameter* (what an optimizer will update), and build a
+#   `Module` that finds all of a model's parameters by itself, with PyTorch's names and order;
+# * switch a whole model between training and evaluation, save it, load it, and move it
+#   (with its non-learned *buffers*) to another device in one call;
+# * write `Linear` with PyTorch's initialisation, and show by measurement why its scale
+#   divides by the **fan-in**;
+# * write inverted `Dropout`, and explain why it multiplies by `1/(1-p)` in training
+#   and does nothing in evaluation;
+# * count a model's parameters by hand and check the count with your code.
+#
+# **Time:** about 2 hours: 50 minutes for `Module` (sections 1 to 3), 30 for `Linear`
+# and its initialisation, 20 for `Dropout`, 20 for the containers and counting, then
+# the exercises at the end.
+#
 # A model is a function with knobs. The knobs are the **parameters**: tensors with
 # `requires_grad=True` that an optimizer (module 06) will nudge after every batch. A
 # real model has thousands to billions of them, spread over layers nested inside
@@ -22,12 +38,13 @@
 #
 # * **find** every parameter, in a fixed order, with a readable name (`fc1.weight`);
 # * **switch** every layer between training and evaluation (dropout behaves differently);
-# * **save and load** all parameters at once (`state_dict`).
+# * **save and load** all parameters at once (`state_dict`), and **move** them between
+#   devices (`to`).
 #
 # `Module` does that bookkeeping. Assigning a parameter tensor or a child module to an
 # attribute (`self.fc1 = Linear(4, 8)`) **registers** it; everything else follows from
-# the registry. On top of `Module` you build `Linear` (with the initialisation PyTorch
-# uses, and why it scales by the fan-in), `Dropout`, `Sequential` and `ModuleList`.
+# the registry. On top of `Module` you build `Linear`, `Dropout`, `Sequential` and
+# `ModuleList`.
 #
 # Layers compute with `Tensor` operations (`@`, `+`, `*`) only, so module 05's
 # autograd differentiates them with no extra code here.
@@ -45,21 +62,23 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from tinytorch.core.activations import Activation
-from tinytorch.core.tensor import Tensor, array_module, to_array
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_array, to_host
 
 # %% [markdown]
-# ## 1. What counts as a parameter, and what counts as a child
+# ## 1. Parameters: the tensors an optimizer will update
 #
-# Two small predicates decide what an attribute assignment registers:
+# Training repeats one move for every parameter `p`: read its gradient, then replace its
+# values, `p.data = p.data - lr * p.grad.data`. Two things follow:
 #
-# * a **parameter** is a `Tensor` with `requires_grad=True` that was created directly
-#   (a *leaf*: no recorded operation made it). A tensor *computed* from parameters also
-#   requires a gradient, but caching one (`self.last_scores = q @ k`) must not turn it
-#   into something the optimizer updates, so it is not registered;
-# * a **child** is a `Module` or an activation layer from module 02 (no parameters, but
-#   it switches train/eval with its parent and shows in the printout); a plain `list`
-#   (or tuple) of children and parameters is a child too, its items named `name.0`,
-#   `name.1`, ... exactly as PyTorch's `ModuleList` names them.
+# * the optimizer must be handed **the parameter tensors themselves**, not copies: the
+#   model keeps pointing at the same `Tensor` objects, so when the optimizer replaces
+#   `p.data` the model computes with the new values at once;
+# * only some tensors are parameters. A **parameter** is a `Tensor` with
+#   `requires_grad=True` that was created directly (a *leaf*: no recorded operation made
+#   it). A tensor *computed* from parameters also requires a gradient, but caching one
+#   (`self.last_scores = q @ k`) must not turn it into something the optimizer updates.
+#
+# A worked example with one parameter and one computed tensor:
 
 # %%
 #| export
@@ -76,33 +95,56 @@ def _is_child_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(_is_child(v) or _is_parameter(v) for v in value)
 
 
+# %%
+w = Tensor([[0.5, -1.0]], requires_grad=True)  # made directly: a parameter
+doubled = w * 2                                 # computed from w: requires a gradient, but not a parameter
+constant = Tensor([3.0])                        # no gradient wanted: plain data
+print("parameter?  w:", _is_parameter(w), "| w * 2:", _is_parameter(doubled), "| constant:", _is_parameter(constant))
+
+w.grad = Tensor([[0.2, -0.4]])  # pretend a backward pass wrote this gradient
+holder = [w]                    # what an optimizer holds: the same object, not a copy
+holder[0].data = holder[0].data - 0.5 * holder[0].grad.data
+print("after one step of size 0.5, w =", w.numpy(), "(the change is visible through every reference)")
+
 # %% [markdown]
 # ## 2. `Module`: registration by assignment
 #
 # Python calls `__setattr__` for every `self.name = value`. `Module` overrides it to
 # keep two ordered registries (dicts used as ordered sets of attribute names):
 # `_param_names` for parameters and `_child_names` for children, then stores the value
-# as usual. Re-assigning a name keeps its place in the order; assigning something of
-# another kind (e.g. `self.bias = None`) moves or removes it from the registries.
+# as usual. What counts as what:
+#
+# * a **parameter**: `_is_parameter(value)` (section 1);
+# * a **child**: a `Module`, or an activation layer from module 02 (no parameters, but
+#   it switches train/eval with its parent and shows in the printout): `_is_child(value)`;
+#   a plain `list` (or tuple) of children and parameters is a child too
+#   (`_is_child_list(value)`), its items named `name.0`, `name.1`, ... exactly as
+#   PyTorch's `ModuleList` names them;
+# * anything else (numbers, strings, `None`, tensors without `requires_grad`): removed
+#   from both registries, so `self.bias = None` un-registers a bias.
+#
+# Re-assigning a name keeps its place in the order (`dict.setdefault` does not move an
+# existing key).
 #
 # The order is **deterministic**: a module's own parameters in the order they were
 # assigned, then each child's, recursively, in the order the children were assigned.
 # That is PyTorch's order too, so `named_parameters()` gives the same names in the same
-# order as the equivalent PyTorch model (with one difference, below: our `Linear`
-# stores its weight as `(in, out)`).
+# order as the equivalent PyTorch model (with one difference: our `Linear` stores its
+# weight as `(in, out)`, section 4).
 #
-# What the registry buys:
+# What the registry buys (you write the methods marked ✎):
 #
 # | method | does |
 # |---|---|
-# | `named_parameters()` | `[("fc1.weight", Tensor), ...]`, each tensor once (shared weights are not repeated) |
-# | `parameters()` | the tensors of `named_parameters()`: what an optimizer receives |
-# | `zero_grad()` | every parameter's `.grad = None` |
-# | `train(mode=True)` / `eval()` | set `.training` on this module and every child |
-# | `state_dict()` | `{name: NumPy copy}` of every parameter, then every buffer |
-# | `load_state_dict(d)` | copy values back in; refuses missing or extra names and wrong shapes |
-# | `register_buffer(name, t)` / `buffers()` | state that is saved and moved but not learned (no gradient) |
-# | `to(device)` | move every parameter and buffer to `"cpu"` or `"cuda"`, in place |
+# | `__setattr__` ✎ | registers parameters and children as they are assigned |
+# | `named_parameters()` ✎ | `[("fc1.weight", Tensor), ...]`, each tensor once (shared weights are not repeated) |
+# | `parameters()` ✎ | the tensors of `named_parameters()`: what an optimizer receives |
+# | `zero_grad()` ✎ | every parameter's `.grad = None`, children's included |
+# | `train(mode=True)` ✎ / `eval()` | set `.training` on this module and every child, recursively |
+# | `state_dict()` ✎ | `{name: NumPy copy}` of every parameter, then every buffer |
+# | `load_state_dict(d)` ✎ | copy values back in; refuses missing or extra names and wrong shapes (given) |
+# | `register_buffer(name, t)`, `buffers()` | state that is saved and moved but not learned (section 3) |
+# | `to(device)` | move every parameter and buffer to `"cpu"` or `"cuda"`, in place (section 3) |
 #
 # A subclass defines `__init__` (calling `super().__init__()` first) and `forward`;
 # `module(x)` calls `forward(x)`.
@@ -129,7 +171,15 @@ class Module:
         return self.__dict__.setdefault(kind, {})
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """Store the attribute; register it as a parameter or a child if it is one."""
+        """Store `value` as the attribute `name` and keep the registries in step.
+
+        `params = self._registry("_param_names")`, `children = self._registry("_child_names")`:
+        a parameter (`_is_parameter(value)`) gets `name` in `params` and out of `children`;
+        a child (`_is_child(value)` or `_is_child_list(value)`) gets `name` in `children`
+        and out of `params`; anything else takes `name` out of both. A name already
+        registered keeps its position (`setdefault(name, None)`). Store the value itself
+        with `object.__setattr__(self, name, value)` (plain `setattr` would call this method again).
+        """
         ### BEGIN SOLUTION
         params, children = self._registry("_param_names"), self._registry("_child_names")
         if _is_parameter(value):
@@ -197,8 +247,12 @@ class Module:
 
     # ---- parameters ------------------------------------------------------------------------
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:
-        """[(dotted name, parameter)] in registration order, own parameters first, then each
-        child's; a tensor reachable twice (shared weights) is listed once, under its first name.
+        """[(dotted name, parameter)]: own parameters first, in `_param_names` order; then,
+        for each name in `_child_names` in order: a Module child's `named_parameters()`
+        under `name.`; a list child item by item, item i named `name.i` (a parameter item
+        is itself, a Module item's parameters go under `name.i.`). Activations have none.
+        A tensor already listed (the same object, compare `id`) is skipped: shared weights
+        appear once, under their first name. Every name starts with `prefix`.
         """
         ### BEGIN SOLUTION
         found: list[tuple[str, Tensor]] = []
@@ -249,13 +303,14 @@ class Module:
         return self
 
     def parameters(self) -> list[Tensor]:
-        """Every parameter, once, in the order of `named_parameters()`."""
+        """Every parameter, once, in the order of `named_parameters()` (the tensors only)."""
         ### BEGIN SOLUTION
         return [tensor for _, tensor in self.named_parameters()]
         ### END SOLUTION
 
     def zero_grad(self) -> None:
-        """Forget accumulated gradients: every parameter's `.grad` becomes None."""
+        """Forget accumulated gradients: `.grad = None` for every tensor of `self.parameters()`
+        (children's included). None, not zeros: no memory, and "no gradient" stays visible."""
         ### BEGIN SOLUTION
         for tensor in self.parameters():
             tensor.grad = None
@@ -263,7 +318,9 @@ class Module:
 
     # ---- modes ----------------------------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
-        """Set `.training = mode` here and in every child, recursively; returns self."""
+        """Set `self.training = bool(mode)`, then call `child.train(mode)` for every child of
+        `self.children()` (Modules and activations alike), so the whole tree switches.
+        Returns self (so `model = Model().train()` works)."""
         ### BEGIN SOLUTION
         self.training = bool(mode)
         for child in self.children():
@@ -277,41 +334,39 @@ class Module:
 
     # ---- saving and loading -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{name: NumPy copy}: every parameter in `named_parameters()` order, then every buffer."""
+        """{name: NumPy array}: every parameter in `named_parameters()` order, then every
+        buffer in `named_buffers()` order. Each array is an independent copy on the host
+        (`to_host(tensor).copy()`), so later changes to the model do not change it."""
         ### BEGIN SOLUTION
         tensors = [*self.named_parameters(), *self.named_buffers()]
-        return {name: np.array(tensor.numpy(), copy=True) for name, tensor in tensors}
+        return {name: to_host(tensor).copy() for name, tensor in tensors}
         ### END SOLUTION
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list[str], list[str]]:
         """Copy values (arrays, Tensors or lists) into the parameters and buffers, by name.
 
-        Each value is copied and cast to its parameter's dtype and device. With
-        strict=True, missing or unexpected names raise KeyError listing them; a value
-        whose shape differs raises ValueError naming both shapes. Nothing is changed
-        unless everything checks out. Returns (missing names, unexpected names).
+        The checks are given: with strict=True, missing or unexpected names raise KeyError
+        listing them; a value whose shape differs raises ValueError naming both shapes;
+        nothing is changed unless everything checks out. Then (your part), for each
+        `name, array` of `arrays`: replace `own[name].data` by a new array with the
+        tensor's dtype, on its device (`arrays` are already there), never sharing memory
+        with the value given (`array_module(array).array(array, dtype=..., copy=True)`).
+        Returns (missing names, unexpected names).
         """
-        ### BEGIN SOLUTION
         own = dict([*self.named_parameters(), *self.named_buffers()])
         missing = [name for name in own if name not in state_dict]
         unexpected = [name for name in state_dict if name not in own]
         if strict and (missing or unexpected):
-            raise KeyError(
-                f"load_state_dict for {type(self).__name__}: missing keys {missing}, "
-                f"unexpected keys {unexpected}."
-            )
-        new_values = {}
-        mismatched = []
-        for name, value in state_dict.items():
-            if name not in own:
-                continue
-            array = to_array(value, device=own[name].device)
-            if tuple(array.shape) != own[name].shape:
-                mismatched.append(f"{name}: checkpoint shape {tuple(array.shape)}, model shape {own[name].shape}")
-            new_values[name] = array
+            raise KeyError(f"load_state_dict for {type(self).__name__}: missing keys {missing}, "
+                           f"unexpected keys {unexpected}.")
+        arrays = {name: to_array(value, device=own[name].device)
+                  for name, value in state_dict.items() if name in own}
+        mismatched = [f"{name}: checkpoint shape {tuple(array.shape)}, model shape {own[name].shape}"
+                      for name, array in arrays.items() if tuple(array.shape) != own[name].shape]
         if mismatched:
             raise ValueError(f"load_state_dict for {type(self).__name__}: shape mismatch for " + "; ".join(mismatched))
-        for name, array in new_values.items():
+        ### BEGIN SOLUTION
+        for name, array in arrays.items():
             own[name].data = array_module(array).array(array, dtype=own[name].dtype, copy=True)
         return missing, unexpected
         ### END SOLUTION
@@ -328,16 +383,10 @@ class Module:
         return f"{type(self).__name__}(\n" + "\n".join(lines) + "\n)"
 
 
-def count_parameters(module: Module) -> int:
-    """Number of scalar parameters (each shared tensor counted once)."""
-    ### BEGIN SOLUTION
-    return sum(tensor.size for tensor in module.parameters())
-    ### END SOLUTION
-
-
 # %% [markdown]
-# A first module by hand: a parameter assigned in `__init__`, a list of parameters,
-# and a child. The names come out in registration order.
+# A first module by hand: a parameter assigned in `__init__`, a list holding a parameter
+# and a module, and a child. The names come out in registration order: own parameters
+# (`offset`) before the children's, although `inner` was assigned first.
 
 # %%
 class Scale(Module):
@@ -366,6 +415,9 @@ pair = Pair()
 for name, p in pair.named_parameters():
     print(f"{name:15s} shape {p.shape}")
 print(pair)
+print("pair(3) =", pair(Tensor([3.0])).numpy(), "= 3·gain + offset")
+pair.parameters()[1].data = np.array([10.0], dtype=np.float32)  # what an optimizer does to inner.gain
+print("after changing parameters()[1] (inner.gain) to 10: pair(3) =", pair(Tensor([3.0])).numpy())
 
 # %%
 def test_unit_module_registration():
@@ -402,6 +454,8 @@ def test_unit_module_modes_and_state():
     other = Pair()
     other.load_state_dict(state)
     assert other.offset.numpy()[0] == 99.0
+    state["offset"][0] = -1.0  # loading copied too: `other` keeps 99
+    assert other.offset.numpy()[0] == 99.0
     try:
         other.load_state_dict({"offset": np.zeros(1)})
     except KeyError as err:
@@ -414,7 +468,92 @@ def test_unit_module_modes_and_state():
 test_unit_module_modes_and_state()
 
 # %% [markdown]
-# ## 3. `Linear`: `y = x @ W + b`
+# ## 3. Buffers, and moving a model to another device
+#
+# Some tensors belong to a model without being learned: a fixed table of position
+# encodings (module 11), the mean and standard deviation used to normalise the inputs,
+# a running statistic. They must be **saved** with the model and **moved** with it, but
+# the optimizer must never see them. Such a tensor is a **buffer**:
+# `self.register_buffer("mean", Tensor(...))` keeps it as `self.mean`, lists it in
+# `named_buffers()` / `buffers()` (children's included, with dotted names), and
+# `state_dict()` saves it after all the parameters (PyTorch interleaves parameters and
+# buffers module by module; the names are the same). It refuses a tensor with
+# `requires_grad=True`: that would be a parameter.
+#
+# **`to(device)`** moves a whole model: every parameter and every buffer gets its
+# `.data` (and `.grad`, if any) replaced by a copy on the other device, `"cuda"` (a
+# CuPy array on the GPU, when CuPy and a GPU are there) or `"cpu"`. Two design choices:
+#
+# * it works **in place** and returns the model itself, so `model = Net().to("cuda")`
+#   and `model.to("cuda")` both work;
+# * the tensors stay **the same objects**, so an optimizer made before the move still
+#   holds the model's parameters (PyTorch moves in place too, and still advises
+#   creating the optimizer after the move; both orders work here).
+#
+# Everything else follows from section 2's rule that ops take their array library from
+# their inputs: after `to("cuda")` the forward runs on the GPU, and inputs must be moved
+# too (`x.to("cuda")`); mixing devices raises an error that says so. `state_dict()`
+# always returns NumPy arrays (so a checkpoint can be written from either device), and
+# `load_state_dict` puts each value on its tensor's device.
+#
+# A worked example: inputs standardised with fixed statistics held in buffers.
+
+# %%
+class Standardize(Module):
+    """(x − mean) / std with fixed, saved statistics: buffers, not parameters."""
+
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", Tensor(mean))
+        self.register_buffer("std", Tensor(std))
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+class Scorer(Module):
+    def __init__(self):
+        super().__init__()
+        self.prep = Standardize([10.0, 100.0], [2.0, 20.0])
+        self.weight = Tensor([[1.0], [-1.0]], requires_grad=True)
+
+    def forward(self, x):
+        return self.prep(x) @ self.weight
+
+
+scorer = Scorer()
+print("parameters:", [n for n, _ in scorer.named_parameters()], "| buffers:", [n for n, _ in scorer.named_buffers()])
+print("state_dict keys:", list(scorer.state_dict()))
+print("score of [12, 80]:", scorer(Tensor([[12.0, 80.0]])).numpy(), "= (12−10)/2 − (80−100)/20")
+weight_before = scorer.weight
+print("to('cpu') returns the model:", scorer.to("cpu") is scorer, "| same weight object:", scorer.weight is weight_before)
+
+# %%
+def test_unit_buffers_and_to():
+    s = Scorer()
+    assert [n for n, _ in s.named_buffers()] == ["prep.mean", "prep.std"]
+    assert all(b is not p for b in s.buffers() for p in s.parameters()), "a buffer is not a parameter"
+    state = s.state_dict()
+    assert list(state) == ["weight", "prep.mean", "prep.std"], "parameters first, then buffers"
+    other = Scorer()
+    other.prep.mean.data = np.zeros(2, dtype=np.float32)
+    other.load_state_dict(state)
+    assert np.array_equal(other.prep.mean.numpy(), [10.0, 100.0]), "load_state_dict restores buffers"
+    weight = s.weight
+    assert s.to("cpu") is s and s.weight is weight and s.weight.device == "cpu"
+    try:
+        s.register_buffer("bad", Tensor([1.0], requires_grad=True))
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("a tensor with requires_grad is a parameter, not a buffer")
+    print("✓ buffers saved and loaded, not parameters; to() moves in place")
+
+
+test_unit_buffers_and_to()
+
+# %% [markdown]
+# ## 4. `Linear`: `y = x @ W + b`
 #
 # The fully connected layer. With `in_features = n` and `out_features = m`:
 #
@@ -422,7 +561,8 @@ test_unit_module_modes_and_state()
 #   plain `x @ W`; PyTorch stores the transpose `(m, n)` and computes `x @ W.T`);
 # * `bias` has shape `(m,)`, or is `None` with `bias=False`;
 # * `x` may have any leading dimensions: `(n,)`, `(B, n)`, `(B, T, n)` give `(m,)`,
-#   `(B, m)`, `(B, T, m)`; the matmul batches over them and the bias broadcasts.
+#   `(B, m)`, `(B, T, m)`; the matmul batches over them and the bias broadcasts, so
+#   nothing needs reshaping.
 #
 # It has `n·m + m` parameters and costs `2·n·m` FLOPs per input row.
 #
@@ -433,7 +573,8 @@ test_unit_module_modes_and_state()
 # variance `n·σ²·v`. With `σ = 1` every layer multiplies the variance by `n`: after a
 # few layers of width 256 the numbers overflow, and the gradients with them. To keep
 # the variance steady the weight scale must shrink like `1/√n`, where `n`, the number
-# of inputs feeding each output, is the **fan-in**.
+# of inputs feeding each output, is the **fan-in**. (The fan-out, `m`, is how many
+# outputs each input feeds; it does not enter the forward variance.)
 #
 # TinyTorch draws weight and bias from `uniform(-1/√n, 1/√n)`, as PyTorch's
 # `nn.Linear` does. A uniform variable on `(-a, a)` has variance `a²/3`, so here
@@ -448,6 +589,16 @@ test_unit_module_modes_and_state()
 # reproducible while giving each layer different weights. With neither, each layer
 # draws fresh random weights. `dtype=` (float32 by default) and `device=` pick where
 # the parameters live.
+#
+# **What you write.** In `__init__` (after the given checks, with `generator` ready):
+# `self.weight`, a Tensor of shape `(in_features, out_features)` drawn with
+# `generator.uniform(-bound, bound, shape)` where `bound = 1/√in_features`, then, if
+# `bias`, `self.bias` of shape `(out_features,)` from the same generator and bound
+# (otherwise `self.bias = None`); both with `requires_grad=True`, `dtype=dtype`,
+# `device=device`. Draw the weight first, then the bias, so that a seed gives the same
+# layer as the reference. In `forward` (after the given shape check): `x @ self.weight`,
+# then `+ self.bias` when there is one: the graph records `matmul` with inputs
+# `(x, weight)`, then `add` with inputs `(that product, bias)`.
 
 # %%
 #| export
@@ -472,8 +623,8 @@ class Linear(Module):
     dtype        -- parameter dtype (float32 default); device -- "cpu" or "cuda"
     rng / seed   -- a numpy Generator or int seed for reproducible initialisation
 
-    weight: (n, m), bias: (m,) or None, both uniform(-1/sqrt(n), 1/sqrt(n)) as in PyTorch.
-    x: (..., n) -> y: (..., m).
+    weight: (n, m), bias: (m,) or None, both uniform(-1/sqrt(n), 1/sqrt(n)) as in PyTorch
+    (the weight drawn first). x: (..., n) -> y: (..., m).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
@@ -495,8 +646,8 @@ class Linear(Module):
         ### END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (..., in_features) -> (..., out_features)."""
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        """x: (..., in_features) -> (..., out_features): x @ weight, then + bias if any."""
+        x = as_tensor(x)
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
                 f"Linear({self.in_features} -> {self.out_features}) expects inputs of shape "
@@ -519,7 +670,8 @@ print(layer, "weight", layer.weight.shape, "bias", layer.bias.shape)
 x = Tensor([[1.0, 2.0, 3.0]])
 print("layer(x)          =", layer(x).numpy())
 print("x @ W + b by hand =", x.numpy() @ layer.weight.numpy() + layer.bias.numpy())
-print("a (4, 5, 3) batch ->", layer(Tensor(np.ones((4, 5, 3)))).shape)
+print("a (4, 5, 3) batch ->", layer(Tensor(np.ones((4, 5, 3)))).shape, "| a single (3,) vector ->", layer(Tensor(np.ones(3))).shape)
+print(f"largest |weight| = {np.abs(layer.weight.numpy()).max():.4f} <= 1/√3 = {1 / math.sqrt(3):.4f}")
 
 # %%
 def test_unit_linear():
@@ -531,7 +683,7 @@ def test_unit_linear():
     layer.weight.data = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
     layer.bias.data = np.array([0.5, -0.5], dtype=np.float32)
     assert np.allclose(layer(Tensor([[1.0, 2.0, 3.0]])).numpy(), [[4.5, 4.5]])
-    assert layer(Tensor(np.ones((4, 5, 3)))).shape == (4, 5, 2)
+    assert layer(Tensor(np.ones((4, 5, 3)))).shape == (4, 5, 2) and layer(Tensor(np.ones(3))).shape == (2,)
     assert Linear(3, 2, bias=False).bias is None and len(Linear(3, 2, bias=False).parameters()) == 1
     assert np.array_equal(Linear(3, 2, seed=7).weight.numpy(), Linear(3, 2, rng=7).weight.numpy())
     assert Linear(3, 2, dtype=np.float64).weight.dtype == np.float64
@@ -547,11 +699,16 @@ def test_unit_linear():
 test_unit_linear()
 
 # %% [markdown]
-# ### Measuring the fan-in argument
+# ### Predict, then run: the fan-in argument
 #
-# Push a batch of standard-normal inputs through 10 linear layers of width 256 (no
-# activation, so only the weights act) and print the standard deviation after each
-# layer, for three weight scales.
+# Push a batch of standard-normal inputs (standard deviation 1) through 10 linear layers
+# of width 256 (no activation, so only the weights act) and print the standard
+# deviation after each layer, for three weight scales: `uniform(±1)` (no scaling),
+# `uniform(±1/√n)` (PyTorch's default, yours) and `uniform(±√(3/n))` (variance exactly `1/n`).
+#
+# **Predict** before running, from the variance argument above: by what factor does the
+# standard deviation change per layer in each case, and roughly what is it after 10
+# layers? Would the answer change for width 1024? Write your numbers down, then run.
 
 # %%
 def activation_std(scale_for_fan_in, depth: int = 10, width: int = 256, seed: int = 0):
@@ -575,7 +732,7 @@ schemes = {
 print(f"{'layer:':20s}" + "".join(f"{k:>10d}" for k in range(1, 11)))
 for label, scale in schemes.items():
     print(label, "".join(f"{s:10.3g}" for s in activation_std(scale)))
-print("predicted per-layer factor on the std: √(n/3) = %.2f, 1/√3 = %.3f, 1" % (math.sqrt(256 / 3), 1 / math.sqrt(3)))
+print("per-layer factor on the std from the formula: √(n/3) = %.2f, 1/√3 = %.3f, 1" % (math.sqrt(256 / 3), 1 / math.sqrt(3)))
 
 # %% [markdown]
 # Unscaled weights grow the signal by `√(n/3) ≈ 9.2` per layer (`1e9` after ten
@@ -583,23 +740,33 @@ print("predicted per-layer factor on the std: √(n/3) = %.2f, 1/√3 = %.3f, 1"
 # width; `±√(3/n)` (variance exactly `1/n`) keeps it at 1. The width has disappeared
 # from the last two rows: that is what dividing by the fan-in buys.
 #
-# ## 4. `Dropout`: noise during training only
+# ## 5. `Dropout`: noise during training only
 #
 # During training, `Dropout(p)` zeroes each element independently with probability `p`
 # and multiplies the survivors by `1/(1-p)`. The rescaling keeps every element's
 # **expected value** unchanged (`(1-p) · x/(1-p) = x`), so at evaluation time, when
 # dropout is switched off (`model.eval()`), the next layer sees inputs of the same
-# scale it was trained on, with no correction needed ("inverted dropout").
+# scale it was trained on, with no correction needed ("inverted dropout"). Without the
+# rescaling, a layer trained on inputs shrunk to `(1-p)·x` on average would see inputs
+# `1/(1-p)` times larger at evaluation: twice as large for `p = 0.5`.
 #
-# It is implemented as `x * mask` with a constant mask tensor, so module 05's `mul` rule
-# gives the right gradient: zero where dropped, `1/(1-p)` where kept. Edge cases:
-# `p = 0` returns `x` unchanged; `p = 1` gives zeros; in eval mode it returns `x` itself.
+# **What you write** (`forward`, after `x = as_tensor(x)`):
+#
+# * in eval mode (`not self.training`) or with `p = 0`: return `x` itself (not a copy,
+#   and no operation recorded);
+# * with `p = 1`: `x` times a mask of zeros (avoid dividing by `1 - p = 0`);
+# * otherwise: `keep = self.rng.random(x.shape) >= p` (True with probability `1 - p`,
+#   drawn from the layer's own NumPy generator, so a seed reproduces the masks), then
+#   `mask = keep / (1 - p)` in `x`'s dtype, moved to `x`'s device with
+#   `xp.asarray` (`xp = array_module(x.data)`), and return `x * Tensor(mask)`: the
+#   graph records `mul` with inputs `(x, mask)`, and module 05's `mul` rule gives the
+#   right gradient (zero where dropped, `1/(1-p)` where kept).
 
 # %%
 #| export
 class Dropout(Module):
     """Inverted dropout: in training, zero each element with probability p and scale the
-    rest by 1/(1-p); identity in eval mode. Any shape; same shape and dtype out.
+    rest by 1/(1-p); identity in eval mode (returns x itself). Any shape; same shape and dtype.
 
     p in [0, 1]; rng / seed -- a numpy Generator or int seed for reproducible masks.
     """
@@ -612,7 +779,8 @@ class Dropout(Module):
         self.rng = make_rng(rng, seed)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x if isinstance(x, Tensor) else Tensor(x)
+        """x (any shape) -> x * mask in training (op mul, inputs (x, mask)); x itself in eval."""
+        x = as_tensor(x)
         ### BEGIN SOLUTION
         if not self.training or self.p == 0.0:
             return x
@@ -628,14 +796,6 @@ class Dropout(Module):
     def extra_repr(self) -> str:
         return f"p={self.p}"
 
-
-# %%
-drop = Dropout(0.25, seed=0)
-ones = Tensor(np.ones((1000, 100)))
-out = drop(ones).numpy()
-print(f"training: zeros {np.mean(out == 0):.4f} (p = 0.25), survivors = {out.max():.4f} (1/(1-p) = {1 / 0.75:.4f}), mean {out.mean():.4f}")
-drop.eval()
-print("eval: identity ->", drop(ones) is ones)
 
 # %%
 def test_unit_dropout():
@@ -659,7 +819,25 @@ def test_unit_dropout():
 test_unit_dropout()
 
 # %% [markdown]
-# ## 5. Containers: `ModuleList` and `Sequential`
+# ### Predict, then run: what dropout does to a batch of ones
+#
+# `Dropout(0.25)` on a `(1000, 100)` tensor of ones. **Predict**: the fraction of zeros,
+# the value of the survivors, the mean of the output in training mode, and the output in
+# eval mode. Then: if the survivors were *not* rescaled, what would the training mean be,
+# and by what factor would the inputs of the next layer jump when you switch to eval?
+
+# %%
+drop = Dropout(0.25, seed=0)
+ones = Tensor(np.ones((1000, 100)))
+out = drop(ones).numpy()
+print(f"training: zeros {np.mean(out == 0):.4f}, survivors {out.max():.4f}, mean {out.mean():.4f}")
+print(f"without the 1/(1-p) rescale the training mean would be {np.mean(out != 0):.4f}; "
+      f"eval's inputs would then be {1 / np.mean(out != 0):.3f}x larger than in training")
+drop.eval()
+print("eval: returns its input itself ->", drop(ones) is ones)
+
+# %% [markdown]
+# ## 6. Containers: `ModuleList` and `Sequential`
 #
 # `ModuleList` holds layers in a list that the registry understands: item `i` is the
 # child named `"i"`, so `self.blocks = ModuleList([...])` names its parameters
@@ -669,6 +847,13 @@ test_unit_dropout()
 #
 # `Sequential(*layers)` is a `ModuleList` whose forward feeds each layer's output into
 # the next: the model of a plain stack.
+#
+# **What you write:** `append` registers `module` as the attribute named `str(len(self))`
+# (with `setattr`, so `__setattr__` registers it) and returns `self`; `__getitem__`
+# returns item `index` (negative counts from the end; out of range raises `IndexError`
+# naming the index and the length) or, for a slice, a new container of the same kind
+# (`self._new(items)`); `Sequential.forward` calls each item in turn on the previous
+# output and returns the last one.
 
 # %%
 #| export
@@ -707,7 +892,8 @@ class ModuleList(Module):
         return ModuleList(items)
 
     def __getitem__(self, index: int | slice) -> Any:
-        """self[i] (negative counts from the end) or self[a:b] (a new container)."""
+        """self[i] (negative counts from the end; IndexError naming i and the length when out
+        of range) or self[a:b] (a new container of the same kind, `self._new(items)`)."""
         ### BEGIN SOLUTION
         items = list(self)
         if isinstance(index, slice):
@@ -737,6 +923,7 @@ class Sequential(ModuleList):
         return Sequential(*items)
 
     def forward(self, x: Any) -> Any:
+        """Each item called on the previous one's output, in order; the last output."""
         ### BEGIN SOLUTION
         for module in self:
             x = module(x)
@@ -744,34 +931,15 @@ class Sequential(ModuleList):
         ### END SOLUTION
 
 
-# %% [markdown]
-# ## 6. Counting parameters
-#
-# An MLP for 28×28 images: `784 → 128 → 64 → 10`. Each `Linear(n, m)` holds `n·m + m`
-# numbers; activations and dropout hold none.
-
 # %%
 from tinytorch.core.activations import ReLU
 
-rng = np.random.default_rng(0)
-mlp = Sequential(Linear(784, 128, rng=rng), ReLU(), Dropout(0.1, rng=rng),
-                 Linear(128, 64, rng=rng), ReLU(), Linear(64, 10, rng=rng))
-print(mlp)
-for name, p in mlp.named_parameters():
-    print(f"  {name:10s} {str(p.shape):12s} {p.size:7,d}")
-print(f"total: {count_parameters(mlp):,d} parameters = {count_parameters(mlp) * 4 / 1024:.1f} KiB in float32")
-print("by hand: 784·128+128 + 128·64+64 + 64·10+10 =", 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10)
-mlp.eval()
-print("logits for a batch of 2:", mlp(Tensor(rng.standard_normal((2, 784)))).shape,
-      "| every layer in eval mode:", all(not m.training for m in mlp.modules()))
 
-# %%
 def test_unit_containers():
     rng = np.random.default_rng(0)
     model = Sequential(Linear(4, 8, rng=rng), ReLU(), Linear(8, 2, rng=rng))
     assert len(model) == 3 and isinstance(model[1], ReLU) and model[-1] is model[2]
     assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
-    assert count_parameters(model) == 4 * 8 + 8 + 8 * 2 + 2
     x = Tensor(rng.standard_normal((5, 4)))
     h = np.maximum(x.numpy() @ model[0].weight.numpy() + model[0].bias.numpy(), 0)
     assert np.allclose(model(x).numpy(), h @ model[2].weight.numpy() + model[2].bias.numpy(), atol=1e-6)
@@ -786,16 +954,110 @@ def test_unit_containers():
 test_unit_containers()
 
 # %% [markdown]
+# ## 7. Counting parameters
+#
+# How big is a model? Count the numbers an optimizer will update: the sum of the sizes
+# of `parameters()`. Each shared tensor counts once (that is why `parameters()` lists it
+# once). Activations and dropout hold none. **What you write:** `count_parameters(module)`,
+# that sum.
+
+# %%
+#| export
+def count_parameters(module: Module) -> int:
+    """Number of scalar parameters: the sum of `.size` over `module.parameters()` (shared
+    tensors once)."""
+    ### BEGIN SOLUTION
+    return sum(tensor.size for tensor in module.parameters())
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### Predict, then run
+#
+# An MLP for 28×28 images: `784 → 128 → 64 → 10`, with ReLU and one `Dropout(0.1)`.
+# **Predict** by hand, before running: how many parameters does each `Linear(n, m)`
+# hold (`n·m + m`), how many in all, and how many KiB in float32 (4 bytes each)? Which
+# layer holds most of them? Then run.
+
+# %%
+rng = np.random.default_rng(0)
+mlp = Sequential(Linear(784, 128, rng=rng), ReLU(), Dropout(0.1, rng=rng),
+                 Linear(128, 64, rng=rng), ReLU(), Linear(64, 10, rng=rng))
+print(mlp)
+for name, p in mlp.named_parameters():
+    print(f"  {name:10s} {str(p.shape):12s} {p.size:7,d}")
+print(f"total: {count_parameters(mlp):,d} parameters = {count_parameters(mlp) * 4 / 1024:.1f} KiB in float32")
+print("by hand: 784·128+128 + 128·64+64 + 64·10+10 =", 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10)
+mlp.eval()
+print("logits for a batch of 2:", mlp(Tensor(rng.standard_normal((2, 784)))).shape,
+      "| every layer in eval mode:", all(not m.training for m in mlp.modules()))
+
+
+# %%
+def test_unit_count_parameters():
+    model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
+    assert count_parameters(model) == 4 * 8 + 8 + 8 * 2 + 2
+    shared = Module()
+    shared.a = shared.b = Linear(3, 3)
+    assert count_parameters(shared) == 12
+    print("✓ count_parameters")
+
+
+test_unit_count_parameters()
+
+# %% [markdown]
+# The first layer holds 92% of the parameters: the input is wide. That pattern (the
+# layers touching the raw input or the vocabulary are the heavy ones) comes back in
+# language models, where the embedding table is often the largest single tensor.
+#
 # ## Summary
 #
 # * A parameter is a leaf tensor with `requires_grad=True`; assigning it (or a module, or a
 #   list of them) to an attribute registers it. Order: own parameters first, then
 #   children, in assignment order; names are dotted paths, as in PyTorch.
-# * `parameters()` is what the optimizer updates; `state_dict()` / `load_state_dict()`
-#   save and restore them exactly and refuse wrong names or shapes.
+# * `parameters()` hands the optimizer the tensors themselves; `state_dict()` /
+#   `load_state_dict()` save and restore them (and the buffers) as copies and refuse
+#   wrong names or shapes; `to(device)` moves parameters and buffers in place.
 # * `Linear` computes `x @ W + b` with `W` of shape `(in, out)`, initialised
 #   `uniform(±1/√fan_in)`: dividing by the fan-in removes the width from the variance.
-# * Dropout zeroes with probability `p` and rescales by `1/(1-p)` in training, and does
-#   nothing in eval mode.
+# * Dropout zeroes with probability `p` and rescales by `1/(1-p)` in training, and returns
+#   its input in eval mode.
 # * No layer here defines a backward: they are compositions of `matmul`, `add` and
 #   `mul`, which module 05 differentiates.
+#
+# ## Exercises and questions
+#
+# Answer each by running your own code (a new cell below is the place).
+#
+# 1. **Width.** Run `activation_std` with `width=64` and `width=1024` for the three
+#    schemes. Which rows change with the width, and which do not? Explain with the
+#    variance formula.
+# 2. **ReLU stacks.** Put a `ReLU()` after each layer inside `activation_std` (copy it).
+#    ReLU zeroes half of a symmetric input; by what factor does that cut the variance?
+#    Which bound, `√(3/n)` or `√(6/n)`, now keeps the standard deviation near its start?
+# 3. **Fan-out instead of fan-in.** Build `Linear(256, 1024)` with its weights redrawn
+#    from `uniform(±1/√1024)` (the fan-out). Feed standard-normal inputs: what standard
+#    deviation comes out, against `1/√3` with the right bound? Which of the two depends
+#    on the layer's *output* width, and why should it not?
+# 4. **Dropout's noise.** For `p` in 0.1, 0.5, 0.9, measure the mean and the standard
+#    deviation of `Dropout(p)` applied to ones. Check the standard deviation against
+#    `√(p/(1-p))`. Which `p` makes the training signal noisiest?
+# 5. **Counting.** A GPT-2 block's MLP is `Linear(768, 3072)` then `Linear(3072, 768)`.
+#    Predict its parameter count and size in float32, then build it and check with
+#    `count_parameters`. How does it compare with the MLP of section 7?
+# 6. **Saving and moving.** Build a `Scorer`, change its `weight`, save `state_dict()`,
+#    load it into a fresh `Scorer` with `strict=False` after deleting one key: what do the
+#    two returned lists say? Which tensors does `to("cpu")` touch, and are they the same
+#    objects afterwards?
+#
+# Questions to answer in a sentence, each checked with a few lines of code:
+#
+# * Why must `named_parameters()` skip a tensor computed from parameters? Cache
+#   `self.last = self.weight * 2` in a module and look at what would go wrong.
+# * `state_dict()` returns copies. Find an operation on the model (hint: an in-place
+#   `p.data *= 0.5`) after which arrays that were *not* copies would no longer hold the
+#   saved values.
+# * A model shares one `Linear` under two attribute names. How many times does it
+#   appear in `parameters()`, in `state_dict()`, and in `count_parameters`? What would an
+#   optimizer do to a tensor that appeared twice?
+# * Why does `Dropout` in eval mode return `x` itself rather than `x * 1`?

@@ -15,6 +15,21 @@
 #
 # > The chain rule, run backwards over the graph that every operation already records.
 #
+# **What you will be able to do after this module**
+#
+# * derive the backward rule of an operation from its forward formula, write it in a few
+#   lines of array code and prove it right with central differences;
+# * explain why a gradient that was broadcast must be *summed* back to its input's shape,
+#   and why a tensor used twice must *add* its contributions;
+# * write the engine that walks a graph of any depth in topological order, and state what
+#   it promises to every later module (which tensors get `.grad`, in which dtype, which
+#   errors it raises);
+# * switch recording off with `no_grad`, and check any rule with `gradcheck`, knowing why
+#   it must compute in float64.
+#
+# **Time:** about 4 hours (2 for the rules, 1 for the engine, 1 for checking and the
+# exercises).
+#
 # Since module 01, every operation has returned its result through `record_op`, which
 # attaches a `Node` to the result: the operation's name, its input tensors and whatever
 # it saved. Those nodes form a **graph**: each tensor points at the tensors it was made
@@ -36,6 +51,10 @@
 #    tensor receives from each of its uses;
 # 3. **the tools around it**: `unbroadcast` (broadcasting's backward), `no_grad`
 #    (switch recording off) and `gradcheck` (compare every rule with finite differences).
+#
+# The order in this notebook: the rule format and `unbroadcast` (sections 2–3), the
+# engine (4), the rules of every op of modules 01–04 (5–9), `no_grad` (10), checking
+# (11), then everything together (12) and the exercises (13).
 
 # %%
 #| default_exp core.autograd
@@ -49,7 +68,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tinytorch.core.tensor import GradMode, Node, Tensor, array_module, to_array
+from tinytorch.core.tensor import GradMode, Node, Tensor, array_module, to_array, to_host
+from tinytorch.testing import numeric_vjp
 
 # %% [markdown]
 # ## 1. The chain rule on a graph
@@ -76,13 +96,68 @@ from tinytorch.core.tensor import GradMode, Node, Tensor, array_module, to_array
 #   have reported), which is what a *topological order* guarantees;
 # * contributions to the same tensor are **added**, never overwritten.
 #
+# The graph is already there. Here it is for this example, read from the nodes that
+# `record_op` attached (`t._node.op`, `t._node.inputs`):
+
+# %%
+_a = Tensor([2.0, 3.0], requires_grad=True)
+_b = Tensor([4.0, 5.0], requires_grad=True)
+_L = (_a * _b + _a).sum()
+_q = _L._node.inputs[0]
+_p = _q._node.inputs[0]
+print("L is made by", repr(_L._node.op), "from q;  q by", repr(_q._node.op), "from (p, a);  p by",
+      repr(_p._node.op), "from (a, b)")
+print("the second input of add is a itself:", _q._node.inputs[1] is _a, "; a and b are leaves:",
+      _a._node is None and _b._node is None)
+
+# %% [markdown]
 # ## 2. Backward rules: one per op, registered by name
 #
-# A rule receives `grad` (the gradient of the op's output, a raw NumPy/CuPy array) and
-# the `node` (with `node.inputs` and `node.saved`), and returns one gradient per input:
-# an array, or `None` for an input that takes no gradient. Rules compute on raw arrays
-# so backward itself records nothing. The registry is a plain dictionary from op name to
-# rule; later modules (attention, embeddings) add their own ops with the same decorator.
+# **What a rule receives.** `rule(grad, node)`:
+#
+# * `grad` — the gradient of the loss with respect to the op's **output**: a raw NumPy
+#   (or CuPy) array with exactly the output's shape. Its dtype is a floating dtype,
+#   usually the output's;
+# * `node` — the `Node` the forward recorded: `node.op` (the name), `node.inputs` (the
+#   input Tensors, **in the order the forward recorded them**) and `node.saved` (a dict of
+#   whatever the forward saved, e.g. `axis` or `out`).
+#
+# **What a rule returns.** A tuple with **one entry per `node.inputs`, in the same
+# order**: for input `i`, the gradient of the loss with respect to that input, as an
+# array, or `None` when that input takes no gradient (it saves work for constants; the
+# engine also skips inputs with `requires_grad=False`). Each array may have the
+# *broadcast* shape (the output's), because the engine reduces it to the input's shape
+# with `unbroadcast` (section 3) and casts it to the input's dtype: a rule thinks about
+# neither.
+#
+# **What a rule must not do.** Build Tensors or record ops (it computes on `.data`, so
+# backward records no graph of its own), or change `grad` in place (the same array may be
+# handed to several rules: `add` returns it twice).
+#
+# The registry is a plain dictionary from op name to rule; later modules (attention,
+# embeddings) add their ops with the same decorator, never by patching earlier code.
+#
+# What each forward of modules 01–04 records (the rules of sections 5–9 read exactly
+# these; inputs are listed in `node.inputs` order):
+#
+# | op | inputs | saved |
+# |---|---|---|
+# | `add`, `sub`, `mul`, `div`, `pow` | `(a, b)` for `a ∘ b`; a Python number becomes a 0-d Tensor, and `1 - w` records `(1, w)` | — |
+# | `neg`, `log`, `reshape` | `(x,)` | — |
+# | `exp`, `sqrt` | `(x,)` | `out` (the result array) |
+# | `matmul` | `(a, b)` for `a @ b` | — |
+# | `sum`, `mean` | `(x,)` | `axis` (sorted tuple of non-negative ints, or `None` for all), `keepdims` |
+# | `max` | `(x,)` | `axis`, `keepdims`, `out` |
+# | `permute` | `(x,)` | `dims` (output dim `i` is input dim `dims[i]`) |
+# | `getitem` | `(x,)` | `index` (what was used to index `x.data`) |
+# | `masked_fill` | `(x,)` | `mask` (bool array broadcastable to `x`; True = filled) |
+# | `to` | `(x,)` | `device` (the input's device) |
+# | `relu`, `gelu` | `(x,)` | — |
+# | `sigmoid`, `tanh` | `(x,)` | `out` |
+# | `softmax`, `log_softmax` | `(x,)` | `dim` (non-negative int), `out` |
+# | `cross_entropy` | `(logits,)` | `probs`, `targets` (ignored positions replaced by 0), `valid`, `count` |
+# | `bce_with_logits` | `(logits,)` | `targets` |
+# | `binary_cross_entropy` | `(probs,)` | `targets`, `eps` |
 
 # %%
 #| export
@@ -94,9 +169,10 @@ BACKWARD_RULES: dict[str, BackwardRule] = {}
 def register_backward(op: str) -> Callable[[BackwardRule], BackwardRule]:
     """Decorator: `@register_backward("relu")` makes the function the rule for op "relu".
 
-    A rule is `rule(grad, node) -> tuple`, one array (or None) per `node.inputs`. It may
-    return a gradient in the broadcast shape; the engine reduces it with `unbroadcast`.
-    Registering a name again replaces the old rule.
+    A rule is `rule(grad, node) -> tuple`, one array (or None) per `node.inputs`, in that
+    order. It may return a gradient in the broadcast shape; the engine reduces it with
+    `unbroadcast` and casts it to the input's dtype. Registering a name again replaces
+    the old rule.
     """
 
     def decorator(rule: BackwardRule) -> BackwardRule:
@@ -114,23 +190,32 @@ def register_backward(op: str) -> Callable[[BackwardRule], BackwardRule]:
 # of the gradients of its copies. In general: a gradient arriving in the broadcast shape
 # is summed over
 #
-# * the **leading** dimensions the input did not have, and
-# * every dimension where the input had size **1** (keeping it, with `keepdims`).
+# * the **leading** dimensions the input did not have (summed away: they disappear), and
+# * every dimension where the input had size **1** but the gradient has more (summed with
+#   `keepdims=True`: the size-1 dimension stays).
 #
 # Worked example: `a (2, 3) + b (1, 3)` with upstream gradient
 # `[[1, 2, 3], [4, 5, 6]]`: `a` gets it unchanged, `b` gets the column sums
-# `[[5, 7, 9]]`, shape `(1, 3)`. The engine applies `unbroadcast` to every input
-# gradient, so no rule has to think about broadcasting.
+# `[[5, 7, 9]]`, shape `(1, 3)`; a `c` of shape `(3,)` would get `[5, 7, 9]`. The engine
+# applies `unbroadcast` to every input gradient, so no rule has to think about
+# broadcasting.
+#
+# **Your turn.** `unbroadcast(grad, shape)` returns `grad` summed down to `shape`, in
+# `grad`'s dtype (a sum, never a copy when nothing is summed). Two lines of given code
+# handle what is not a broadcast at all: the engine reports those.
 
 # %%
 #| export
 def unbroadcast(grad: Any, shape: Sequence[int]) -> Any:
-    """Sum `grad` (a broadcast-shaped array) down to `shape`.
+    """Sum `grad` (an array in a broadcast shape) down to `shape`.
 
     Sums away the leading dimensions `shape` lacks and, with keepdims, every dimension
-    where `shape` has size 1. `unbroadcast(ones((4, 2, 3)), (2, 1))` is `full((2, 1), 12)`.
+    where `shape` has size 1 and `grad` does not. Returns `grad` itself when its shape is
+    already `shape`. `unbroadcast(ones((4, 2, 3)), (2, 1))` is `full((2, 1), 12)`.
     """
     shape = tuple(shape)
+    if grad.ndim < len(shape):  # not a broadcast of `shape`: the engine's shape check reports it
+        return grad
     ### BEGIN SOLUTION
     if grad.shape == shape:
         return grad
@@ -153,7 +238,8 @@ def test_unit_unbroadcast():
     assert np.array_equal(unbroadcast(g, (2, 1)), [[6.0], [15.0]])
     assert np.array_equal(unbroadcast(g, ()), 21.0)
     assert np.array_equal(unbroadcast(np.ones((4, 2, 3)), (2, 1)), np.full((2, 1), 12.0))
-    print("✓ unbroadcast sums over broadcast axes")
+    assert unbroadcast(g.astype(np.float32), (3,)).dtype == np.float32
+    print("✓ unbroadcast sums over broadcast axes:", unbroadcast(g, (1, 3)).tolist())
 
 
 test_unit_unbroadcast()
@@ -166,23 +252,26 @@ test_unit_unbroadcast()
 # tensor once all its inputs are done yields the reverse of that; walking the list
 # backwards gives the order we want. The search uses an explicit stack instead of
 # recursion: a recurrent network or a 10,000-step loop builds a chain deeper than
-# Python's recursion limit (about 1,000 frames).
+# Python's recursion limit (about 1,000 frames). A tensor reached along two paths (the
+# `h` in `h * 3 + h`) is listed **once**: mark each tensor visited (by `id(t)`: Tensors
+# are not hashable by value) the first time you see it.
 #
-# **The walk.** Keep a dictionary `tensor -> gradient so far`, seeded with the output's
-# gradient (1 for a scalar loss). In topological order, each tensor's gradient is
-# complete when we reach it: store it in `.grad` (added to what is there: gradients
-# accumulate across `backward` calls until `zero_grad`), call its node's rule, unbroadcast
-# each input's gradient to the input's shape and *add* it to that input's entry.
+# **Your turn: `topological_order(root)`** returns a list of tensors: `root` and every
+# tensor with `requires_grad` that it was computed from (follow `t._node.inputs`, and skip
+# inputs without `requires_grad`: no gradient flows to them), each exactly once, every
+# tensor after all of its inputs (so `root` is last).
 #
-# Every tensor with `requires_grad=True` reached by the walk gets `.grad`: the leaves
-# (weights) and the intermediate results, which helps when you debug a model.
+# Hint: push `(tensor, False)` on a stack; when you pop `(t, False)` for an unvisited
+# `t`, mark it, push `(t, True)` and then its inputs; popping `(t, True)` means all of
+# `t`'s inputs are already in the list, so append `t`.
 
 # %%
 #| export
 def topological_order(root: Tensor) -> list[Tensor]:
-    """Tensors that `root` depends on (requiring gradients), inputs before outputs.
+    """`root` and the tensors with requires_grad it depends on, each once, inputs before outputs.
 
-    Iterative depth-first search: a tensor is appended after everything it was made from.
+    Iterative depth-first search (no recursion: graphs can be deeper than Python's
+    recursion limit); a tensor is appended after everything it was made from.
     """
     ### BEGIN SOLUTION
     order: list[Tensor] = []
@@ -203,8 +292,81 @@ def topological_order(root: Tensor) -> list[Tensor]:
     ### END SOLUTION
 
 
+# %%
+def test_unit_topological_order():
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    c = Tensor([5.0, 5.0])  # no requires_grad: not part of the backward graph
+    h = x * c
+    y = h * 3.0 + h  # h reached along two paths
+    order = topological_order(y)
+    assert len(order) == len({id(t) for t in order}), "each tensor must appear once"
+    position = {id(t): i for i, t in enumerate(order)}
+    assert order[-1] is y and position[id(x)] < position[id(h)] < position[id(y)]
+    assert id(c) not in position
+    print("✓ topological order:", [t._node.op if t._node else "leaf" for t in order])
+
+
+test_unit_topological_order()
+
+# %% [markdown]
+# **The walk.** Keep a dictionary `id(tensor) -> gradient so far`, seeded with the
+# output's gradient (1 for a scalar loss). In topological order from the output back to
+# the leaves, each tensor's gradient is *complete* when we reach it (everything computed
+# from it came later in the forward pass, so it has been walked already). Pop it from
+# the dictionary, hand it to the node's rule, and add what the rule returns into the
+# entries of the node's inputs.
+#
+# **The engine's contract.** Every later module relies on these promises, so each one
+# is tested:
+#
+# 1. **`.grad` on leaves only**, as in PyTorch: a tensor you made (`t.is_leaf`, i.e.
+#    `t._node is None`) with `requires_grad=True` gets `.grad`; a tensor computed by an
+#    op does not, unless you called `t.retain_grad()` on it (which sets
+#    `t._retains_grad = True`). A model's weights are leaves; its activations are not, and
+#    keeping a gradient for every activation would cost as much memory again as the
+#    activations themselves.
+# 2. **Gradients accumulate across `backward` calls**: the first time,
+#    `t.grad = Tensor(g.copy())`; after that `t.grad = Tensor(t.grad.data + g)`, until
+#    something sets `t.grad = None` (`zero_grad`).
+# 3. **`.grad` holds its own array**, never an array that anything else holds: `add`'s
+#    rule hands the *same* array to both of its inputs and `sum`'s returns a read-only
+#    broadcast view, so `Tensor(g)` would make two weights share one gradient, and an
+#    optimizer or a clipping step that scales one in place would scale both. Hence the
+#    `.copy()` above.
+# 4. **Each input gradient is reduced with `unbroadcast(ig, inp.shape)` and cast to the
+#    input's dtype** with `ig.astype(inp.dtype, copy=False)`. A rule may compute in a wider
+#    type (the binary cross-entropy rule works in float32 for float16 probabilities), and
+#    float16 data times a float32 weight gives a float32 product, yet a float16 tensor's
+#    gradient must be float16 (module 12 trains in float16; an optimizer must not change
+#    a weight's dtype).
+# 5. **A missing rule is an error**: if `node.op` has no entry in `BACKWARD_RULES`,
+#    raise `RuntimeError` with a message that contains the op name.
+# 6. **Given checks, called by you:** `_check_versions(node, t)` right before running the
+#    rule of `t`'s node (the next paragraph); `_check_rule_output(node, grads)` on what the
+#    rule returned, before you use it (one array or None per input, never a Tensor or a
+#    number: `unbroadcast` and `.astype` only work on arrays); and
+#    `_check_input_gradient(node, i, ig)` after the unbroadcast and the cast of input `i`'s
+#    gradient (its shape must now be the input's). Each raises RuntimeError naming the op.
+# 7. **Intermediate gradients are released once used**: `grads.pop(id(t))`, so only the
+#    gradients still waiting for their rule are alive at any moment.
+# 8. Inputs whose rule returned `None`, and inputs without `requires_grad`, are skipped.
+#
+# **Changing `.data` between forward and backward.** A rule reads the arrays of its
+# inputs (`mul` needs both) or its saved output (`exp` reuses `out`). If you assign to
+# `x.data` after the forward pass and then call `backward()`, the rule would silently
+# use the new values and return a wrong gradient. Every Tensor counts the assignments to
+# its `.data` in `t._version` (0 when made; `t.data = ...` and `t.data += 1` both add 1);
+# a `Node` remembers each input's version when it is made (`node.versions`). The given
+# `_check_versions` compares them and raises `RuntimeError` naming the op, the input and
+# both versions. Assigning *after* `backward()` (what an optimizer does) is fine: the
+# next forward pass records new versions. Writing through the array itself
+# (`x.data[0] = 5`) does not go through the `.data` assignment, so the counter cannot see
+# it: don't.
+
+# %%
+#| export
 def _seed_gradient(tensor: Tensor, grad: Any) -> Any:
-    """The starting gradient: 1 for a one-element tensor, else the caller's `grad`."""
+    """The starting gradient: 1 for a one-element tensor, else the caller's `grad` (same shape)."""
     xp = array_module(tensor.data)
     if grad is None:
         if tensor.size != 1:
@@ -219,11 +381,81 @@ def _seed_gradient(tensor: Tensor, grad: Any) -> Any:
     return grad
 
 
+def _check_versions(node: Node, output: Tensor) -> None:
+    """RuntimeError when an input's or the output's `.data` was reassigned since the forward pass."""
+    if output._version != 0:
+        raise RuntimeError(
+            f"backward: the output of op {node.op!r} (shape {output.shape}) was modified after it was "
+            f"computed: it is at version {output._version}, expected version 0. Its backward rule may "
+            "need the original values. Do not change .data between the forward pass and backward()."
+        )
+    for i, (inp, recorded) in enumerate(zip(node.inputs, node.versions)):
+        if inp._version != recorded:
+            raise RuntimeError(
+                f"backward: one of the tensors needed for a gradient was modified in place: input {i} "
+                f"of op {node.op!r} (shape {inp.shape}) is at version {inp._version}, expected version "
+                f"{recorded}. Do not change .data between the forward pass and backward() (change a copy, "
+                "or call backward() first)."
+            )
+
+
+def _check_rule_output(node: Node, grads: Any) -> None:
+    """RuntimeError naming the op unless its rule returned one array (or None) per input.
+
+    Call it on what `rule(g, node)` returned, before anything else touches those values.
+    """
+    count = len(node.inputs)
+    if not isinstance(grads, (tuple, list)) or len(grads) != count:
+        got = f"{len(grads)} value(s)" if isinstance(grads, (tuple, list)) else type(grads).__name__
+        raise RuntimeError(
+            f"backward rule for {node.op!r} returned {got}; it must return a tuple with one gradient "
+            f"(an array, or None) per input, in node.inputs order: {count} for this node."
+        )
+    for index, grad in enumerate(grads):
+        if grad is not None and (not hasattr(grad, "shape") or isinstance(grad, Tensor)):
+            raise RuntimeError(
+                f"backward rule for {node.op!r} returned {type(grad).__name__} for input {index}: "
+                "rules return arrays (NumPy/CuPy) or None, computed from .data."
+            )
+
+
+def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
+    """RuntimeError naming the op when input `index`'s gradient, after unbroadcast, is not the input's shape."""
+    inp = node.inputs[index]
+    if tuple(grad.shape) != inp.shape:
+        raise RuntimeError(
+            f"backward rule for {node.op!r} gave input {index} (shape {inp.shape}) a gradient of shape "
+            f"{tuple(grad.shape)}, even after unbroadcast. Check the rule's return values (one per input, "
+            "in node.inputs order, each the input's shape or a broadcast of it) and that the engine "
+            "calls unbroadcast."
+        )
+
+
+# %% [markdown]
+# **Your turn: `backward(tensor, grad)`.** The given lines before the solution block
+# refuse a tensor that needs no gradient and compute the seed. Then write the walk with
+# the contract above, in this order for each tensor `t` of
+# `reversed(topological_order(tensor))`:
+#
+# 1. `g = grads.pop(id(t), None)`; skip `t` when it is `None` (every path to it was cut);
+# 2. store `g` into `t.grad` when `t` is a leaf or retains its gradient (promises 1–3);
+# 3. stop here for a leaf; otherwise look up the rule (promise 5), call
+#    `_check_versions(node, t)`, run `rule(g, node)` and pass what it returned to
+#    `_check_rule_output(node, ...)`;
+# 4. for each input `i` with a gradient: `unbroadcast`, cast, `_check_input_gradient`,
+#    then add it into `grads[id(inp)]` (or put it there if it is the first).
+
+# %%
+#| export
 def backward(tensor: Tensor, grad: Any = None) -> None:
-    """Accumulate d(tensor)/d(t), contracted with `grad`, into `t.grad` for every t it depends on.
+    """Accumulate d(tensor)/d(t), contracted with `grad`, into `t.grad` for every leaf t it depends on.
 
     grad -- the gradient of some scalar with respect to `tensor` (same shape); may be
             omitted for a one-element tensor, where it is 1.
+    Writes `.grad` (a new Tensor with its own array, in t's dtype and shape) only on leaves
+    with requires_grad and on tensors that called `retain_grad()`; raises RuntimeError for
+    an op without a rule, for `.data` reassigned since the forward pass, and for a rule
+    whose gradient does not fit its input (each message names the op).
     """
     if not tensor.requires_grad:
         raise RuntimeError(
@@ -234,12 +466,12 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
     ### BEGIN SOLUTION
     grads: dict[int, Any] = {id(tensor): seed}
     for t in reversed(topological_order(tensor)):
-        g = grads.pop(id(t), None)  # complete now: every use of t has reported
+        g = grads.pop(id(t), None)  # complete now (every use of t has reported), and released after this step
         if g is None:  # every rule that reached t returned None for it (e.g. a masked-out path)
             continue
-        g = g.astype(t.dtype, copy=False)
-        t.grad = Tensor(g.copy()) if t.grad is None else Tensor(t.grad.data + g)
         node = t._node
+        if node is None or t._retains_grad:
+            t.grad = Tensor(g.copy()) if t.grad is None else Tensor(t.grad.data + g)
         if node is None:  # a leaf: nothing further back
             continue
         rule = BACKWARD_RULES.get(node.op)
@@ -248,44 +480,110 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
                 f"No backward rule for op {node.op!r}. Register one with "
                 f"@register_backward({node.op!r}) (tinytorch.core.autograd)."
             )
+        _check_versions(node, t)
         input_grads = rule(g, node)
-        for inp, ig in zip(node.inputs, input_grads):
+        _check_rule_output(node, input_grads)
+        for i, (inp, ig) in enumerate(zip(node.inputs, input_grads)):
             if ig is None or not inp.requires_grad:
                 continue
-            ig = unbroadcast(ig, inp.shape)
-            if ig.shape != inp.shape:
-                raise RuntimeError(
-                    f"backward rule for {node.op!r} returned a gradient of shape {tuple(ig.shape)} "
-                    f"for an input of shape {inp.shape}."
-                )
+            ig = unbroadcast(ig, inp.shape).astype(inp.dtype, copy=False)
+            _check_input_gradient(node, i, ig)
             key = id(inp)
             grads[key] = grads[key] + ig if key in grads else ig
     ### END SOLUTION
 
 
 # %% [markdown]
+# The test below checks the engine on its own, before any real op has a rule: it
+# registers two made-up ops with obviously right rules (`double_demo`: `y = 2x`, rule
+# `2g`; `plus_demo`: `y = a + b`, rule `(g, g)`), and removes them again at the end.
+
+# %%
+from tinytorch.core.tensor import record_op  # the tests make their own ops
+
+
+def test_unit_backward():
+    register_backward("double_demo")(lambda grad, node: (2 * grad,))
+    register_backward("plus_demo")(lambda grad, node: (grad, grad))
+
+    def double(t):
+        return record_op("double_demo", 2 * t.data, (t,))
+
+    def plus(a, b):
+        return record_op("plus_demo", a.data + b.data, (a, b))
+
+    try:
+        x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+        h = double(x)
+        y = plus(h, h)  # h is used twice: y = 4x
+        backward(y, np.ones(3))
+        assert x.grad.numpy().tolist() == [4.0, 4.0, 4.0], "h's two contributions must add up"
+        assert h.grad is None and y.grad is None, "only leaves get .grad"
+        backward(plus(x, x), np.ones(3))  # a second backward adds to .grad
+        assert x.grad.numpy().tolist() == [6.0, 6.0, 6.0]
+
+        a, b = Tensor(np.zeros((2, 3)), requires_grad=True), Tensor(np.zeros(3), requires_grad=True)
+        seed = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        backward(plus(a, b), seed)
+        assert b.grad.shape == (3,) and b.grad.numpy().tolist() == [5.0, 7.0, 9.0], "b's gradient: unbroadcast"
+        assert not np.shares_memory(a.grad.data, seed), (
+            "a.grad is the very array that was passed to backward: store a copy (promise 3)")
+        assert not np.shares_memory(a.grad.data, b.grad.data), ".grad must hold its own array"
+
+        half = Tensor(np.ones(2, dtype=np.float16), requires_grad=True)
+        single = Tensor(np.ones(2, dtype=np.float32), requires_grad=True)
+        backward(plus(half, single), np.ones(2, dtype=np.float32))  # a float32 result
+        assert half.grad.dtype == np.float16 and single.grad.dtype == np.float32, (
+            f"gradient dtypes {half.grad.dtype} and {single.grad.dtype}: cast each gradient to its input's dtype (promise 4)")
+
+        r = double(x)
+        r.retain_grad()
+        backward(plus(r, r), np.ones(3))
+        assert r.grad.numpy().tolist() == [2.0, 2.0, 2.0], "retain_grad keeps an intermediate's .grad"
+
+        try:
+            backward(record_op("unknown_demo", x.data, (x,)), np.ones(3))
+        except RuntimeError as err:
+            assert "unknown_demo" in str(err)
+        else:
+            raise AssertionError("an op without a rule must raise RuntimeError")
+    finally:
+        del BACKWARD_RULES["double_demo"], BACKWARD_RULES["plus_demo"]
+    print("✓ engine: accumulation, leaves only, own arrays, unbroadcast, dtype cast, retain_grad, missing rule")
+
+
+test_unit_backward()
+
+# %% [markdown]
 # ## 5. Rules for the elementwise arithmetic
 #
 # Derivations (`g` is the output's gradient; broadcasting is the engine's business):
 #
-# | op | forward | rule |
+# | op | forward | returns, in `node.inputs` order |
 # |---|---|---|
-# | `add` | `a + b` | `g`, `g` |
-# | `sub` | `a - b` | `g`, `-g` |
-# | `mul` | `a * b` | `g·b`, `g·a` |
-# | `div` | `a / b` | `g / b`, `-g·a / b²` |
-# | `pow` | `a ** b` | `g·b·a^(b-1)`, `g·a^b·ln a` |
-# | `neg` | `-a` | `-g` |
+# | `add` | `a + b` | `(g, g)` |
+# | `sub` | `a - b` | `(g, -g)` |
+# | `mul` | `a * b` | `(g·b, g·a)` |
+# | `div` | `a / b` | `(g / b, -g·a / b²)` |
+# | `pow` | `a ** b` | `(g·b·a^(b-1), g·a^b·ln a)` |
+# | `neg` | `-a` | `(-g,)` |
+#
+# The order is the order of `node.inputs`, which is the order of the **formula**, not of
+# the Python expression: `1 - w` calls `w.__rsub__(1)`, and the forward records
+# `inputs = (1, w)` (the constant first), so `sub`'s rule returns `(g, -g)` for it and
+# `w` gets `-g`, as it must. Return a tuple even for one input: `(-grad,)`.
 #
 # `pow` has two honest corner cases: `ln a` only exists for `a > 0` (we use 0 elsewhere,
 # as PyTorch does), and `b·a^(b-1)` at `a = 0, b = 0` is `0·∞`: the true slope of
-# `a⁰ = 1` is 0, so we return 0 where `b == 0`.
+# `a⁰ = 1` is 0, so we return 0 where `b == 0`. When only one of the inputs requires a
+# gradient, compute only that one (return `None` for the other): `x ** 2` never needs
+# `ln x`, which would warn for negative `x`.
 
 # %%
 #| export
 @register_backward("add")
 def add_backward(grad, node: Node) -> tuple:
-    """d(a + b) = da + db: the gradient flows to both inputs unchanged."""
+    """d(a + b) = da + db. node.inputs = (a, b); returns (dL/da, dL/db) = (g, g)."""
     ### BEGIN SOLUTION
     return grad, grad
     ### END SOLUTION
@@ -293,7 +591,7 @@ def add_backward(grad, node: Node) -> tuple:
 
 @register_backward("sub")
 def sub_backward(grad, node: Node) -> tuple:
-    """d(a - b) = da - db."""
+    """d(a - b) = da - db. node.inputs = (a, b); returns (g, -g)."""
     ### BEGIN SOLUTION
     return grad, -grad
     ### END SOLUTION
@@ -301,7 +599,7 @@ def sub_backward(grad, node: Node) -> tuple:
 
 @register_backward("mul")
 def mul_backward(grad, node: Node) -> tuple:
-    """d(a·b) = b·da + a·db."""
+    """d(a·b) = b·da + a·db. node.inputs = (a, b); returns (g·b, g·a) from the inputs' .data."""
     ### BEGIN SOLUTION
     a, b = node.inputs
     return grad * b.data, grad * a.data
@@ -310,7 +608,7 @@ def mul_backward(grad, node: Node) -> tuple:
 
 @register_backward("div")
 def div_backward(grad, node: Node) -> tuple:
-    """d(a / b) = da / b - a·db / b²."""
+    """d(a / b) = da / b - a·db / b². node.inputs = (a, b); returns (g / b, -g·a / b²)."""
     ### BEGIN SOLUTION
     a, b = node.inputs
     return grad / b.data, -grad * a.data / (b.data * b.data)
@@ -319,7 +617,11 @@ def div_backward(grad, node: Node) -> tuple:
 
 @register_backward("pow")
 def pow_backward(grad, node: Node) -> tuple:
-    """d(a^b) = b·a^(b-1)·da + a^b·ln(a)·db (ln only where a > 0, else 0)."""
+    """d(a^b) = b·a^(b-1)·da + a^b·ln(a)·db. node.inputs = (a, b).
+
+    Returns (g·b·a^(b-1), with 0 where b == 0; g·a^b·ln a, with 0 where a <= 0), and None
+    for an input that does not require a gradient.
+    """
     ### BEGIN SOLUTION
     xp = array_module(grad)
     a, b = (t.data for t in node.inputs)
@@ -337,7 +639,7 @@ def pow_backward(grad, node: Node) -> tuple:
 
 @register_backward("neg")
 def neg_backward(grad, node: Node) -> tuple:
-    """d(-a) = -da."""
+    """d(-a) = -da. node.inputs = (a,); returns (-g,)."""
     ### BEGIN SOLUTION
     return (-grad,)
     ### END SOLUTION
@@ -348,16 +650,18 @@ def neg_backward(grad, node: Node) -> tuple:
 #
 # For `q = a / b` at `a = 3`, `b = 2`: `∂q/∂a = 1/b = 0.5` and `∂q/∂b = -a/b² = -0.75`.
 # The rule must return exactly that for an upstream gradient of 1, and nudging `b` by
-# ±ε must change `q` at that rate.
+# ±ε must change `q` at that rate. `central_difference(f, x, eps)` (from
+# `tinytorch.testing`, section 11) computes `(f(x + ε) - f(x - ε)) / 2ε` for each element.
 
 # %%
+from tinytorch.testing import central_difference
+
 _a, _b = Tensor(np.array([3.0]), requires_grad=True), Tensor(np.array([2.0]), requires_grad=True)
 _q = _a / _b
 _ga, _gb = div_backward(np.ones(1), _q._node)
-_eps = 1e-6
-_numeric_b = ((3.0 / (2.0 + _eps)) - (3.0 / (2.0 - _eps))) / (2 * _eps)
+_numeric_b = central_difference(lambda b: float(3.0 / b[0]), np.array([2.0]))
 print(f"div rule: dq/da = {_ga[0]:.6f} (1/b = 0.5), dq/db = {_gb[0]:.6f} (-a/b² = -0.75), "
-      f"central difference dq/db = {_numeric_b:.6f}")
+      f"central difference dq/db = {_numeric_b[0]:.6f}")
 
 
 # %%
@@ -366,12 +670,13 @@ def test_unit_arithmetic_rules():
     g = np.ones(1)
     assert [float(v[0]) for v in add_backward(g, (a + b)._node)] == [1.0, 1.0]
     assert [float(v[0]) for v in sub_backward(g, (a - b)._node)] == [1.0, -1.0]
+    assert [float(v[0]) for v in sub_backward(g, (1.0 - b)._node)] == [1.0, -1.0]  # inputs (1, b)
     assert [float(v[0]) for v in mul_backward(g, (a * b)._node)] == [2.0, 3.0]
     assert np.allclose([v[0] for v in div_backward(g, (a / b)._node)], [0.5, -0.75])
     ga, gb = pow_backward(g, (a**b)._node)
     assert np.allclose([ga[0], gb[0]], [2 * 3.0, 9.0 * np.log(3.0)])
     assert float(neg_backward(g, (-a)._node)[0][0]) == -1.0
-    print("✓ arithmetic rules match their derivatives")
+    print("✓ arithmetic rules match their derivatives, in node.inputs order")
 
 
 test_unit_arithmetic_rules()
@@ -381,19 +686,37 @@ test_unit_arithmetic_rules()
 #
 # For `C = A @ B` with `A (m, k)` and `B (k, n)`: `C[i, j] = Σ_p A[i, p]·B[p, j]`, so
 # `∂L/∂A[i, p] = Σ_j G[i, j]·B[p, j]`, i.e. **`dA = G @ Bᵀ`**, and likewise
-# **`dB = Aᵀ @ G`**. Check the shapes: `(m, n) @ (n, k) = (m, k)` ✓.
+# **`dB = Aᵀ @ G`**. Check the shapes: `(m, n) @ (n, k) = (m, k)` ✓. A rule without the
+# transposes fails loudly for most shapes, but for square matrices it runs and returns
+# nonsense: the shape check is no proof.
+#
+# Worked example: `A = [[1, 2]]` (1×2), `B = [[3], [4]]` (2×1), `C = [[11]]`, `G = [[1]]`:
+# `dA = G @ Bᵀ = [[3, 4]]` (each `A[0, p]` is multiplied by `B[p, 0]`), `dB = Aᵀ @ G =
+# [[1], [2]]`.
 #
 # Batches need nothing new: the same formulas apply to every matrix of the batch
-# (transpose the last two dims), and when the batch dimensions were broadcast
-# (`(B, m, k) @ (k, n)`: one weight for every item) `dB` comes out as `(B, k, n)` and
-# `unbroadcast` sums it over the batch. A 1-D operand is a vector: treat `(k,)` on the
-# left as `(1, k)` and on the right as `(k, 1)`, then drop that dimension again.
+# (transpose the last two dims with `xp.swapaxes(M, -1, -2)`), and when the batch
+# dimensions were broadcast (`(B, m, k) @ (k, n)`: one weight for every item) `dB` comes
+# out as `(B, k, n)` and `unbroadcast` sums it over the batch.
+#
+# A 1-D operand is a vector, and the output lost its dimension: `(m, k) @ (k,)` is `(m,)`.
+# Treat a 1-D right operand as `(k, 1)` and give `grad` the lost last axis back
+# (`grad[..., None]`); treat a 1-D left operand as `(1, k)` and give `grad` the lost row
+# axis (`grad[..., None, :]`). Do the right operand first: for `(k,) @ (k,)` the output,
+# and so `grad`, is 0-d, and it needs both axes back, `(1, 1)`. At the end drop the added
+# axis from the vector's gradient again, so that it is 1-D like the vector. (The reference
+# solution also folds a batch that shares one weight into a single product: the same
+# numbers, about 10% faster for a `Linear` layer.)
 
 # %%
 #| export
 @register_backward("matmul")
 def matmul_backward(grad, node: Node) -> tuple:
-    """dA = G @ Bᵀ, dB = Aᵀ @ G over the last two dims (batch dims via unbroadcast)."""
+    """dA = G @ Bᵀ, dB = Aᵀ @ G over the last two dims. node.inputs = (A, B); returns (dA, dB).
+
+    Batch dims may come back in the broadcast shape (the engine unbroadcasts); 1-D operands
+    are vectors and get 1-D gradients; an input without requires_grad gets None.
+    """
     ### BEGIN SOLUTION
     xp = array_module(grad)
     a, b = node.inputs
@@ -418,17 +741,44 @@ def matmul_backward(grad, node: Node) -> tuple:
     ### END SOLUTION
 
 
+# %%
+def test_unit_matmul_rule():
+    A = Tensor(np.array([[1.0, 2.0]]), requires_grad=True)
+    B = Tensor(np.array([[3.0], [4.0]]), requires_grad=True)
+    dA, dB = matmul_backward(np.ones((1, 1)), (A @ B)._node)
+    assert dA.tolist() == [[3.0, 4.0]] and dB.tolist() == [[1.0], [2.0]]
+    S = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    T = Tensor(np.array([[0.0, 1.0], [5.0, 7.0]]), requires_grad=True)
+    G = np.array([[1.0, 0.0], [0.0, 0.0]])
+    dS, dT = matmul_backward(G, (S @ T)._node)
+    assert dS.tolist() == [[0.0, 5.0], [0.0, 0.0]] and dT.tolist() == [[1.0, 0.0], [2.0, 0.0]], "transpose!"
+    u, v = Tensor(np.array([1.0, 2.0]), requires_grad=True), Tensor(np.array([3.0, 4.0]), requires_grad=True)
+    du, dv = matmul_backward(np.asarray(2.0), (u @ v)._node)  # a 0-d output
+    assert du.tolist() == [6.0, 8.0] and dv.tolist() == [2.0, 4.0], "vector @ vector: gradients are 1-D"
+    print("✓ matmul rule: dA =", dA.tolist(), " dB =", dB.tolist())
+
+
+test_unit_matmul_rule()
+
 # %% [markdown]
 # ## 7. Reductions
 #
 # * `sum`: each input element is counted once, so its gradient is the output gradient
 #   of the slot it was summed into, *copied back* over the reduced axes.
-# * `mean`: the same, divided by the number of elements averaged.
+# * `mean`: the same, divided by the number of elements in each average (the input's size
+#   divided by the output's).
 # * `max`: only the maximal element(s) moved the output. When several tie, PyTorch and
-#   TinyTorch split the gradient equally among them (the average of the one-sided slopes).
+#   TinyTorch split the gradient equally among them (the average of the one-sided slopes):
+#   `max([1, 3, 3])` gives `[0, 0.5, 0.5]`, not `[0, 1, 1]` (that would count the slope
+#   twice) and not `[0, 1, 0]` (arbitrary).
 #
-# Without `keepdims` the reduced axes are gone from `grad`; `_expand_reduced` puts them
-# back as size-1 axes so the gradient broadcasts against the input.
+# Without `keepdims` the reduced axes are gone from `grad`: `x` of shape `(2, 3)` summed
+# over `axis=1` gives `(2,)`. Broadcasting `(2,)` against `(2, 3)` would line it up with
+# the **last** axis, the wrong one (and for a square `x` it would not even fail). The
+# given `_expand_reduced` puts the reduced axes back as size-1 axes (`(2, 1)`), which
+# broadcast correctly; `node.saved["axis"]` is already a sorted tuple of non-negative
+# axes (or `None` for all), and `node.saved["keepdims"]` says whether they are still
+# there.
 
 # %%
 #| export
@@ -443,7 +793,11 @@ def _expand_reduced(array: Any, axis: tuple | None, keepdims: bool, ndim: int) -
 
 @register_backward("sum")
 def sum_backward(grad, node: Node) -> tuple:
-    """Each input element gets the gradient of the sum it went into."""
+    """Each input element gets the gradient of the sum it went into.
+
+    node.inputs = (x,); saved axis, keepdims. Returns (g with the reduced axes restored,
+    broadcast to x's shape,).
+    """
     ### BEGIN SOLUTION
     (x,) = node.inputs
     xp = array_module(grad)
@@ -454,7 +808,10 @@ def sum_backward(grad, node: Node) -> tuple:
 
 @register_backward("mean")
 def mean_backward(grad, node: Node) -> tuple:
-    """Like sum, divided by the number of elements in each average."""
+    """Like sum, divided by the number of elements in each average (x.size // grad.size).
+
+    node.inputs = (x,); saved axis, keepdims. Returns one array of x's shape.
+    """
     ### BEGIN SOLUTION
     (x,) = node.inputs
     xp = array_module(grad)
@@ -466,7 +823,11 @@ def mean_backward(grad, node: Node) -> tuple:
 
 @register_backward("max")
 def max_backward(grad, node: Node) -> tuple:
-    """Gradient to the maximal elements only, shared equally among ties."""
+    """Gradient to the maximal elements only, shared equally among ties.
+
+    node.inputs = (x,); saved axis, keepdims, out (the maxima). Returns (g · share,) where
+    share is 1/(number of maxima) at each maximum of its slot and 0 elsewhere.
+    """
     ### BEGIN SOLUTION
     (x,) = node.inputs
     axis, keepdims = node.saved["axis"], node.saved["keepdims"]
@@ -478,6 +839,24 @@ def max_backward(grad, node: Node) -> tuple:
     ### END SOLUTION
 
 
+# %%
+def test_unit_reduction_rules():
+    x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    (g,) = sum_backward(np.array([1.0, 2.0]), x.sum(axis=1)._node)
+    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], f"sum rule gave {g.tolist()}: put the summed axis back, then broadcast"
+    (g,) = mean_backward(np.array([3.0, 6.0]), x.mean(axis=1)._node)
+    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], f"mean rule gave {g.tolist()}: divide by the count of each average (3 here)"
+    (g,) = mean_backward(np.ones((1, 3)), x.mean(axis=0, keepdims=True)._node)
+    assert g.tolist() == [[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]], f"mean rule with keepdims gave {g.tolist()}"
+    t = Tensor(np.array([[1.0, 3.0, 3.0], [4.0, 0.0, 2.0]]), requires_grad=True)
+    (g,) = max_backward(np.array([1.0, 1.0]), t.max(axis=1)._node)
+    assert g.tolist() == [[0.0, 0.5, 0.5], [1.0, 0.0, 0.0]], (
+        f"max rule gave {g.tolist()}: tied maxima share the gradient equally (1/2 each for [1, 3, 3])")
+    print("✓ sum, mean, max rules (max([1, 3, 3]) ->", g[0].tolist(), ")")
+
+
+test_unit_reduction_rules()
+
 # %% [markdown]
 # ## 8. Elementwise functions, shapes, indexing, devices
 #
@@ -486,17 +865,19 @@ def max_backward(grad, node: Node) -> tuple:
 # | `exp` | `g·out` | `(eˣ)' = eˣ`, already computed in the forward (saved `out`) |
 # | `log` | `g / x` | `(ln x)' = 1/x` |
 # | `sqrt` | `g / (2·out)` | `(√x)' = 1/(2√x)` |
-# | `reshape` | `g` reshaped back | the same numbers, in a different arrangement |
-# | `permute` | `g` permuted by the inverse order | moving dims back where they came from |
-# | `getitem` | zeros with `g` **added** at the indexed places | `x[[0, 0]]` reads row 0 twice, so row 0 gets both gradients: a *scatter-add* (`np.add.at`), not an assignment |
+# | `reshape` | `g` reshaped to the input's shape | the same numbers, in a different arrangement |
+# | `permute` | `g` permuted by the inverse order | moving dims back where they came from: `np.argsort(dims)` |
+# | `getitem` | zeros of the input's shape with `g` **added** at the indexed places | `x[[0, 0]]` reads row 0 twice, so row 0 gets both gradients: a *scatter-add* (`_scatter_add`, given), not an assignment |
 # | `masked_fill` | `g` with zeros where the mask is True | filled positions are constants |
-# | `to` | `g` moved back to the input's device | gradients live where their tensor lives |
+# | `to` | `g` moved back to the input's device (`to_array(g, device=...)`) | gradients live where their tensor lives |
+#
+# Each takes `node.inputs = (x,)` and returns a one-element tuple.
 
 # %%
 #| export
 @register_backward("exp")
 def exp_backward(grad, node: Node) -> tuple:
-    """(e^x)' = e^x, the saved output."""
+    """(e^x)' = e^x: returns (g · saved out,)."""
     ### BEGIN SOLUTION
     return (grad * node.saved["out"],)
     ### END SOLUTION
@@ -504,7 +885,7 @@ def exp_backward(grad, node: Node) -> tuple:
 
 @register_backward("log")
 def log_backward(grad, node: Node) -> tuple:
-    """(ln x)' = 1/x."""
+    """(ln x)' = 1/x: returns (g / x.data,)."""
     ### BEGIN SOLUTION
     return (grad / node.inputs[0].data,)
     ### END SOLUTION
@@ -512,7 +893,7 @@ def log_backward(grad, node: Node) -> tuple:
 
 @register_backward("sqrt")
 def sqrt_backward(grad, node: Node) -> tuple:
-    """(√x)' = 1/(2√x), with √x the saved output."""
+    """(√x)' = 1/(2√x): returns (g / (2 · saved out),)."""
     ### BEGIN SOLUTION
     return (grad / (2 * node.saved["out"]),)
     ### END SOLUTION
@@ -520,7 +901,7 @@ def sqrt_backward(grad, node: Node) -> tuple:
 
 @register_backward("reshape")
 def reshape_backward(grad, node: Node) -> tuple:
-    """The same elements in the input's shape."""
+    """The same elements in the input's shape: returns (g reshaped to x's shape,)."""
     ### BEGIN SOLUTION
     return (grad.reshape(node.inputs[0].shape),)
     ### END SOLUTION
@@ -528,7 +909,7 @@ def reshape_backward(grad, node: Node) -> tuple:
 
 @register_backward("permute")
 def permute_backward(grad, node: Node) -> tuple:
-    """Apply the inverse permutation: output dim i came from input dim dims[i]."""
+    """Output dim i came from input dim dims[i] (saved dims): returns (g transposed by argsort(dims),)."""
     ### BEGIN SOLUTION
     inverse = tuple(int(i) for i in np.argsort(node.saved["dims"]))
     return (array_module(grad).transpose(grad, inverse),)
@@ -548,7 +929,7 @@ def _scatter_add(target: Any, index: Any, values: Any) -> None:
 
 @register_backward("getitem")
 def getitem_backward(grad, node: Node) -> tuple:
-    """Scatter-add the gradient into zeros shaped like the input (repeats accumulate)."""
+    """Scatter-add g into zeros shaped like x at saved index (repeats accumulate): returns (that,)."""
     ### BEGIN SOLUTION
     (x,) = node.inputs
     full = array_module(grad).zeros(x.shape, dtype=grad.dtype)
@@ -559,7 +940,7 @@ def getitem_backward(grad, node: Node) -> tuple:
 
 @register_backward("masked_fill")
 def masked_fill_backward(grad, node: Node) -> tuple:
-    """Filled positions were replaced by a constant: no gradient there."""
+    """Filled positions (saved mask True) were replaced by a constant: returns (g with 0 there,)."""
     ### BEGIN SOLUTION
     return (array_module(grad).where(node.saved["mask"], 0, grad),)
     ### END SOLUTION
@@ -567,37 +948,64 @@ def masked_fill_backward(grad, node: Node) -> tuple:
 
 @register_backward("to")
 def to_backward(grad, node: Node) -> tuple:
-    """The gradient goes back to the device the input lives on."""
+    """The gradient goes back to the input's device (saved device): returns (g on that device,)."""
     ### BEGIN SOLUTION
     return (to_array(grad, device=node.saved["device"]),)
     ### END SOLUTION
 
 
+# %%
+def test_unit_shape_and_index_rules():
+    x = Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    (g,) = permute_backward(np.arange(6.0).reshape(3, 2), x.permute(1, 0)._node)
+    assert g.tolist() == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]
+    (g,) = getitem_backward(np.ones((3, 3)), x[np.array([1, 1, 0])]._node)
+    assert g.tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], "repeated indices must add up"
+    (g,) = masked_fill_backward(np.ones((2, 3)), x.masked_fill(np.array([True, False, False]), 0.0)._node)
+    assert g.tolist() == [[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]]
+    (g,) = exp_backward(np.ones((2, 3)), x.exp()._node)
+    assert np.allclose(g, np.exp(x.numpy()))
+    print("✓ permute, getitem (scatter-add), masked_fill, exp rules")
+
+
+test_unit_shape_and_index_rules()
+
 # %% [markdown]
 # ## 9. Activations and losses (modules 02 and 04)
 #
 # These forwards live in `tinytorch.core.activations` and `tinytorch.core.losses`; they
-# save exactly what these rules read (CONTRIBUTING.md's table).
+# save exactly what these rules read (the table in section 2).
 #
 # * `relu`: slope 1 where `x > 0`, else 0.
 # * `sigmoid`: `σ' = σ(1 - σ)`; `tanh`: `tanh' = 1 - tanh²` (both from the saved output).
 # * `gelu` (tanh approximation) `0.5·x·(1 + tanh u)`, `u = c·(x + 0.044715x³)`,
 #   `c = √(2/π)`: product rule gives `0.5(1 + tanh u) + 0.5x(1 - tanh² u)·c·(1 + 3·0.044715x²)`.
 # * `softmax` `s = softmax(x)`: the Jacobian is `diag(s) - s sᵀ`, so
-#   `dx = s ⊙ (g - Σ g⊙s)` (sum along `dim`), no matrix needed.
+#   `dx = s ⊙ (g - Σ g⊙s)` (sum along `dim`, keepdims), no matrix needed.
 # * `log_softmax` `ℓ = x - logsumexp(x)`: `dx = g - softmax(x)·Σ g`, with `softmax = e^ℓ`.
 # * `cross_entropy` (fused): the mean over valid positions of `-log softmax(z)[target]`
-#   has gradient `(probs - onehot(target)) · valid / count`: the cleanest formula in deep
-#   learning, and the reason the loss takes logits.
-# * `bce_with_logits`: `mean(softplus(z) - t·z)` has gradient `(σ(z) - t) / N`.
+#   has gradient `(probs - onehot(targets)) · valid / count`: the cleanest formula in deep
+#   learning, and the reason the loss takes logits. The forward saved `probs` (same shape
+#   as the logits), `targets` (int class indices in which every **ignored** position was
+#   replaced by 0, so each is a valid index), `valid` (bool, False where ignored) and
+#   `count` (valid positions, at least 1). Because ignored positions point at class 0,
+#   the `valid` factor is what gives them zero gradient. `grad` is a 0-d array (the loss
+#   is a scalar): multiply by it.
+# * `bce_with_logits`: `mean(softplus(z) - t·z)` has gradient `(σ(z) - t) / N`, `N` the
+#   number of elements; compute `σ(z)` as `0.5·(1 + tanh(z/2))`, which never overflows.
 # * `binary_cross_entropy` on probabilities clipped to `[eps, 1-eps]`:
-#   `(p - t) / (p(1 - p)) / N` inside the clip range, 0 where the clip is active.
+#   `(p - t) / (p(1 - p)) / N` inside the clip range, 0 where the clip is active (there
+#   the loss is flat). **Float16 trap:** `1 - 1e-7` rounds to exactly `1.0` in float16,
+#   so a clip at `1 - eps` does nothing, `p(1 - p)` is 0 at `p = 1`, and `0/0` gives NaN
+#   even though the gradient there is masked to 0. Compute in at least float32
+#   (`xp.promote_types(p.dtype, np.float32)`), as the forward does; the engine casts the
+#   result back to float16.
 
 # %%
 #| export
 @register_backward("relu")
 def relu_backward(grad, node: Node) -> tuple:
-    """Slope 1 where x > 0, else 0."""
+    """Slope 1 where x > 0, else 0: returns (g · (x > 0),)."""
     ### BEGIN SOLUTION
     (x,) = node.inputs
     return (grad * (x.data > 0),)
@@ -606,7 +1014,7 @@ def relu_backward(grad, node: Node) -> tuple:
 
 @register_backward("sigmoid")
 def sigmoid_backward(grad, node: Node) -> tuple:
-    """σ'(x) = σ(1 - σ), from the saved output."""
+    """σ'(x) = σ(1 - σ), σ the saved out: returns (g·σ(1 - σ),)."""
     ### BEGIN SOLUTION
     s = node.saved["out"]
     return (grad * s * (1 - s),)
@@ -615,7 +1023,7 @@ def sigmoid_backward(grad, node: Node) -> tuple:
 
 @register_backward("tanh")
 def tanh_backward(grad, node: Node) -> tuple:
-    """tanh'(x) = 1 - tanh², from the saved output."""
+    """tanh'(x) = 1 - tanh², tanh the saved out: returns (g·(1 - out²),)."""
     ### BEGIN SOLUTION
     t = node.saved["out"]
     return (grad * (1 - t * t),)
@@ -627,19 +1035,33 @@ _GELU_C = float(np.sqrt(2.0 / np.pi))
 
 @register_backward("gelu")
 def gelu_backward(grad, node: Node) -> tuple:
-    """Derivative of 0.5·x·(1 + tanh(c·(x + 0.044715·x³)))."""
+    """Derivative of 0.5·x·(1 + tanh(c·(x + 0.044715·x³))), c = _GELU_C: returns (g · slope,)."""
     ### BEGIN SOLUTION
     xp = array_module(grad)
     x = node.inputs[0].data
-    t = xp.tanh(_GELU_C * (x + 0.044715 * x**3))
-    slope = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _GELU_C * (1 + 3 * 0.044715 * x * x)
-    return (grad * slope,)
+    x2 = x * x  # x * x, never x**3: NumPy's general power is ~100x slower on float32
+    t = x2 * 0.044715
+    t += 1
+    t *= x
+    t *= _GELU_C
+    xp.tanh(t, out=t)  # t = tanh(c·(x + 0.044715·x³))
+    slope = x2  # in place from here on: one new array for the whole rule
+    slope *= 3 * 0.044715
+    slope += 1
+    slope *= x
+    slope *= _GELU_C  # c·x·(1 + 3·0.044715·x²)
+    slope *= 1 - t * t
+    slope += t
+    slope += 1
+    slope *= 0.5  # 0.5·(1 + t) + 0.5·x·(1 − t²)·c·(1 + 3·0.044715·x²)
+    slope *= grad
+    return (slope,)
     ### END SOLUTION
 
 
 @register_backward("softmax")
 def softmax_backward(grad, node: Node) -> tuple:
-    """dx = s ⊙ (g - Σ_dim g⊙s): the Jacobian diag(s) - s sᵀ applied without building it."""
+    """dx = s ⊙ (g - Σ_dim g⊙s), s the saved out, dim saved: the Jacobian applied without building it."""
     ### BEGIN SOLUTION
     s, dim = node.saved["out"], node.saved["dim"]
     return (s * (grad - (grad * s).sum(axis=dim, keepdims=True)),)
@@ -648,7 +1070,7 @@ def softmax_backward(grad, node: Node) -> tuple:
 
 @register_backward("log_softmax")
 def log_softmax_backward(grad, node: Node) -> tuple:
-    """dx = g - softmax(x)·Σ_dim g, with softmax = exp(saved output)."""
+    """dx = g - softmax(x)·Σ_dim g, with softmax = exp(saved out), dim saved."""
     ### BEGIN SOLUTION
     xp = array_module(grad)
     out, dim = node.saved["out"], node.saved["dim"]
@@ -658,20 +1080,23 @@ def log_softmax_backward(grad, node: Node) -> tuple:
 
 @register_backward("cross_entropy")
 def cross_entropy_backward(grad, node: Node) -> tuple:
-    """(probs - onehot(targets)) · valid / count, times the upstream (scalar) gradient."""
+    """(probs - onehot(targets)) · valid / count, times the upstream (0-d) gradient.
+
+    Saved: probs (..., C), targets (...) ints with ignored positions set to 0, valid (...)
+    bools, count >= 1. Ignored positions get exactly 0. Returns (dlogits,), shape (..., C).
+    """
     ### BEGIN SOLUTION
     xp = array_module(grad)
     probs, targets = node.saved["probs"], node.saved["targets"]
     valid, count = node.saved["valid"], node.saved["count"]
-    # onehot without indexing: ignored targets (e.g. -100) simply match no class
-    onehot = xp.arange(probs.shape[-1]) == targets[..., None]
+    onehot = xp.arange(probs.shape[-1]) == targets[..., None]  # compare with every class index
     return (grad * (probs - onehot) * valid[..., None] / count,)
     ### END SOLUTION
 
 
 @register_backward("bce_with_logits")
 def bce_with_logits_backward(grad, node: Node) -> tuple:
-    """(σ(z) - t) / N for the mean loss."""
+    """(σ(z) - t) / N for the mean loss, z the input's data, t the saved targets, N = z.size."""
     ### BEGIN SOLUTION
     xp = array_module(grad)
     z = node.inputs[0].data
@@ -682,7 +1107,11 @@ def bce_with_logits_backward(grad, node: Node) -> tuple:
 
 @register_backward("binary_cross_entropy")
 def binary_cross_entropy_backward(grad, node: Node) -> tuple:
-    """(p - t) / (p(1 - p)) / N on the clipped p; 0 where the clip is active."""
+    """(p - t) / (p(1 - p)) / N on p clipped to [eps, 1 - eps]; 0 where the clip is active.
+
+    p the input's data (computed in at least float32), t and eps saved, N = p.size. Finite
+    for every p in [0, 1], also in float16.
+    """
     ### BEGIN SOLUTION
     xp = array_module(grad)
     p, t, eps = node.inputs[0].data, node.saved["targets"], node.saved["eps"]
@@ -693,13 +1122,47 @@ def binary_cross_entropy_backward(grad, node: Node) -> tuple:
     ### END SOLUTION
 
 
+# %%
+def test_unit_activation_and_loss_rules():
+    from tinytorch.core import activations as act
+    from tinytorch.core import losses
+
+    x = Tensor(np.array([-1.0, 0.5, 2.0]), requires_grad=True)
+    (g,) = relu_backward(np.ones(3), act.relu(x)._node)
+    assert g.tolist() == [0.0, 1.0, 1.0]
+    (g,) = softmax_backward(np.ones(3), act.softmax(x)._node)
+    assert np.allclose(g, 0.0), "softmax's outputs sum to 1: a uniform upstream gradient changes nothing"
+    z = Tensor(np.array([[2.0, 0.0], [0.0, 0.0]]), requires_grad=True)
+    loss = losses.cross_entropy(z, np.array([0, -100]), ignore_index=-100)
+    (g,) = cross_entropy_backward(np.asarray(1.0), loss._node)
+    p = np.exp(2.0) / (np.exp(2.0) + 1)
+    assert np.allclose(g, [[p - 1, 1 - p], [0.0, 0.0]]), "ignored row must get no gradient"
+    p16 = Tensor(np.array([1.0, 0.0, 0.5], dtype=np.float16), requires_grad=True)
+    (g,) = binary_cross_entropy_backward(np.asarray(1.0, dtype=np.float16),
+                                         losses.binary_cross_entropy(p16, np.array([1.0, 0.0, 1.0]))._node)
+    assert np.isfinite(g).all() and np.allclose(g, [0.0, 0.0, -2 / 3], atol=1e-3)
+    print("✓ relu, softmax, cross-entropy (ignored rows get 0), binary cross-entropy (float16 at p = 0, 1)")
+
+
+test_unit_activation_and_loss_rules()
+
 # %% [markdown]
 # ## 10. Switching recording off: `no_grad`
 #
 # Evaluation, optimizer updates and weight initialisation must not grow the graph: it
 # costs memory (every node keeps its inputs alive) and an optimizer step recorded into the
-# graph would be differentiated next time. `no_grad()` turns `GradMode.enabled` off and
-# restores the *previous* value on the way out, even when the block raises, so blocks nest.
+# graph would be differentiated next time. `no_grad()` turns `GradMode.enabled` off
+# (`record_op` then attaches no node) and restores the **previous** value on the way out,
+# even when the block raises, so blocks nest: an inner `no_grad` inside an outer one must
+# leave recording *off* when it exits.
+#
+# **Your turn.** `__enter__` remembers the current `GradMode.enabled` (on a stack,
+# `self._previous`: the same object may be entered again while it is active, e.g. a
+# decorated function that calls itself) and switches it off; `__exit__` restores the value
+# it remembered and returns `False` (an exception inside the block keeps propagating).
+# `__call__` makes `@no_grad()` work on a function: the wrapper runs the function inside
+# the block, so that an exception in the function still restores the mode (`with self:`
+# does that for you; calling `__enter__` and `__exit__` by hand does not).
 
 # %%
 #| export
@@ -709,12 +1172,16 @@ def is_grad_enabled() -> bool:
 
 
 class no_grad:
-    """`with no_grad(): ...` (or `@no_grad()` on a function): build no graph inside."""
+    """`with no_grad(): ...` (or `@no_grad()` on a function): build no graph inside.
+
+    On exit the previous mode comes back, also when the block raises, so blocks nest.
+    """
 
     def __init__(self) -> None:
         self._previous: list[bool] = []
 
     def __enter__(self) -> "no_grad":
+        """Remember GradMode.enabled on self._previous, switch recording off, return self."""
         ### BEGIN SOLUTION
         self._previous.append(GradMode.enabled)
         GradMode.enabled = False
@@ -722,22 +1189,62 @@ class no_grad:
         ### END SOLUTION
 
     def __exit__(self, *exc_info: Any) -> bool:
+        """Restore the remembered mode; return False so an exception propagates."""
         ### BEGIN SOLUTION
         GradMode.enabled = self._previous.pop()
         return False  # never swallow the exception
         ### END SOLUTION
 
     def __call__(self, fn: Callable) -> Callable:
+        """`@no_grad()`: a wrapper that runs `fn` with recording off, restoring the mode afterwards."""
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ### BEGIN SOLUTION
             with self:
                 return fn(*args, **kwargs)
+            ### END SOLUTION
 
         return wrapper
 
 
+# %%
+def test_unit_no_grad():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    with no_grad():
+        y = w * 2
+        with no_grad():
+            pass
+        assert not is_grad_enabled(), "the inner block must restore 'off', not 'on'"
+    assert y._node is None and not y.requires_grad and is_grad_enabled()
+    try:
+        with no_grad():
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    assert is_grad_enabled(), "restored after an exception"
+    assert (w * 2).requires_grad and w.detach()._node is None and not w.detach().requires_grad
+
+    @no_grad()
+    def evaluate(t):
+        return t * 3
+
+    @no_grad()
+    def fails(t):
+        raise ValueError("inside a decorated function")
+
+    assert evaluate(w)._node is None and is_grad_enabled()
+    try:
+        fails(w)
+    except ValueError:
+        pass
+    assert is_grad_enabled(), "@no_grad() must restore the mode when the function raises"
+    print("✓ no_grad records nothing, nests, and restores the mode even after an exception")
+
+
+test_unit_no_grad()
 # %% [markdown]
-# ## 11. Checking rules: `gradcheck`
+# ## 11. Checking rules: central differences and `gradcheck`
 #
 # A wrong rule does not crash; it trains badly. The defence is to compare every rule
 # with **central differences**: `∂f/∂x_i ≈ (f(x + ε e_i) - f(x - ε e_i)) / 2ε`, whose
@@ -747,14 +1254,14 @@ class no_grad:
 # (`f = Σ v ⊙ out`): a cotangent of ones would hide errors that cancel in a plain sum
 # (a softmax's gradient with respect to an all-ones cotangent is zero whatever the rule).
 #
-# Precision matters: float32 has `δ ≈ 6e-8` relative, so with `ε = 1e-6` the rounding
-# term is about `6e-8 / 1e-6 ≈ 0.06`, far above any sensible tolerance; float64
-# (`δ ≈ 1e-16`) leaves `1e-10`. So `gradcheck` always computes in float64.
-
-# %% [markdown]
-# The numerical side lives in one small, given helper module, `tinytorch.testing`
-# (this cell exports there): the notebooks, the test suite and the benchmarks all
+# The numerical side is given code in a small module of its own, `tinytorch.testing`
+# (the next cell exports there): this notebook, the test suite and the benchmarks all
 # compute central differences with these two functions, so there is one copy to trust.
+#
+# * `central_difference(f, x, eps)`: the gradient of a scalar function `f` of one array;
+# * `numeric_vjp(fn, arrays, cotangent, eps)`: for a TinyTorch function `fn` of several
+#   Tensors, the central-difference gradient of `Σ cotangent ⊙ fn(...)` with respect to
+#   each input array, in float64. It only runs `fn` forward.
 
 # %%
 #| export testing
@@ -811,51 +1318,130 @@ def numeric_vjp(fn: Callable[..., Any], arrays: Sequence[np.ndarray], cotangent:
     return grads
 
 
+# %% [markdown]
+# ### Predict, then run: float32 or float64?
+#
+# Precision matters. float32 resolves about 1 part in 10⁷ (`δ ≈ 6e-8` relative). Each
+# value of `f` is rounded by about `δ·|f|`, and the difference quotient divides that by
+# `ε`: the rounding term is about `δ·|f|/ε`. With `ε = 1e-6` and `|f|` near 1 that is
+# `0.06`; it grows with `|f|`. float64 (`δ ≈ 1e-16`) leaves about `1e-10·|f|`.
+#
+# **Predict** before you run the next cell: for `f(x) = Σ x²` over five values between
+# 0.5 and 2 (so `|f|` is about 7; true gradient `2x`), how large will the largest error
+# of the central difference be in float32, and in float64? Will each pass a check with `atol=1e-5, rtol=1e-3`? Write your
+# two numbers down.
+
+# %%
+_x = np.random.default_rng(3).uniform(0.5, 2.0, 5)
+for _dtype in (np.float32, np.float64):
+    _xd = _x.astype(_dtype)
+    _numeric = central_difference(lambda v: (v * v).sum(), _xd, 1e-6)
+    _err = np.abs(_numeric - 2 * _xd).max()
+    _ok = np.allclose(_numeric, 2 * _xd, atol=1e-5, rtol=1e-3)
+    print(f"{np.dtype(_dtype).name}: max error {_err:.2e} -> {'passes' if _ok else 'FAILS'} atol=1e-5, rtol=1e-3")
+
+
+# %% [markdown]
+# So `gradcheck` always computes in float64, whatever the dtype of the tensors it is
+# given: it makes float64 copies (leaves, so they get `.grad`), runs `backward` once with
+# a seeded random cotangent, and compares each input's `.grad` with `numeric_vjp`.
+#
+# **Your turn: `gradcheck(fn, inputs, ...)`.** Use the given helpers: `_float64_copy(t)`
+# (a float64 leaf copy of a floating Tensor on the host, anything else unchanged) and
+# `_compare_gradients(op, i, analytic, numeric, atol, rtol)` (raises the AssertionError
+# that names the output's op, input `i`, the first index where they disagree and both
+# values). `op` is the name of the op that made the output (`out._node.op`), the first
+# place to look when the check fails. Only inputs that are Tensors with
+# `requires_grad=True` are checked; the others are held fixed, so give `numeric_vjp` a
+# function of the checked inputs only. An input that got no gradient (`.grad is None`)
+# counts as a gradient of zeros. Run `numeric_vjp` under `no_grad()`: it only needs the
+# forward pass.
+
 # %%
 #| export
-def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Tensor], eps: float = 1e-6,
+def _float64_copy(t: Any) -> Any:
+    """A float64 leaf copy (on the host) of a floating Tensor, keeping requires_grad; anything else as is."""
+    if isinstance(t, Tensor) and np.issubdtype(t.dtype, np.floating):
+        return Tensor(to_host(t.data).astype(np.float64), requires_grad=t.requires_grad)
+    return t
+
+
+def _compare_gradients(op: str | None, index: int, analytic: Any, numeric: np.ndarray,
+                       atol: float, rtol: float) -> None:
+    """AssertionError naming op, input and element when |analytic - numeric| > atol + rtol·|numeric|."""
+    analytic = np.asarray(to_host(analytic), dtype=np.float64)
+    bad = ~(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric))
+    if bad.any():
+        where = tuple(int(k) for k in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"gradcheck (output made by op {op!r}): input {index}, index {where}: backward gives "
+            f"{analytic[where]:.8g}, central differences give {numeric[where]:.8g} "
+            f"(atol={atol}, rtol={rtol}); {int(bad.sum())} of {bad.size} elements disagree."
+        )
+
+
+def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Any], eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-3, seed: int = 0) -> bool:
     """Compare backward's gradients of `fn(*inputs)` with float64 central differences.
 
-    Every input with requires_grad is checked element by element against
-    `(f(x + eps) - f(x - eps)) / (2 eps)`, where f = Σ v ⊙ fn(*inputs) for a random
-    (seeded) cotangent v. Returns True, or raises AssertionError naming the input, the
-    element index and both values where |analytic - numeric| > atol + rtol·|numeric|.
-    Works on float64 copies: the caller's tensors (and their .grad) are left untouched.
+    Every input that is a Tensor with requires_grad is checked element by element against
+    `numeric_vjp` of f = Σ v ⊙ fn(*inputs), v a random cotangent from
+    `np.random.default_rng(seed)`. Returns True, or raises AssertionError naming the
+    output's op, the input, the element index and both values. Works on float64 copies:
+    the caller's tensors (and their .grad) are left untouched. Raises ValueError (given)
+    when no input requires a gradient: a check of nothing must not pass.
     """
+    if not any(isinstance(t, Tensor) and t.requires_grad for t in inputs):
+        raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check; "
+                         "pass the tensors whose gradients you want checked with requires_grad=True.")
     ### BEGIN SOLUTION
-    xs = [Tensor(t.data.astype(np.float64), requires_grad=t.requires_grad) if isinstance(t, Tensor)
-          else t for t in inputs]
+    xs = [_float64_copy(t) for t in inputs]
+    checked = [i for i, x in enumerate(xs) if isinstance(x, Tensor) and x.requires_grad]
     out = fn(*xs)
-    xp = array_module(out.data)
-    v = xp.asarray(np.random.default_rng(seed).standard_normal(out.shape))
+    v = np.random.default_rng(seed).standard_normal(out.shape)
     backward(out, v)
 
-    def f() -> float:
-        with no_grad():
-            return float((fn(*xs).data * v).sum())
+    def of_checked(*values: Tensor) -> Tensor:
+        args = list(xs)
+        for i, value in zip(checked, values):
+            args[i] = value
+        return fn(*args)
 
-    for i, x in enumerate(xs):
-        if not isinstance(x, Tensor) or not x.requires_grad:
-            continue
-        analytic = x.grad.data if x.grad is not None else xp.zeros(x.shape)
-        for index in np.ndindex(*x.shape):  # one element at a time: a test, not a kernel
-            original = float(x.data[index])  # index the array itself: works for any memory layout
-            x.data[index] = original + eps
-            plus = f()
-            x.data[index] = original - eps
-            minus = f()
-            x.data[index] = original
-            numeric = (plus - minus) / (2 * eps)
-            got = float(analytic[index])
-            if not abs(got - numeric) <= atol + rtol * abs(numeric):
-                raise AssertionError(
-                    f"gradcheck: input {i}, index {index}: backward gives {got:.8g}, "
-                    f"central differences give {numeric:.8g} (atol={atol}, rtol={rtol})."
-                )
+    with no_grad():
+        numeric = numeric_vjp(of_checked, [xs[i].data for i in checked], v, eps)
+    op = out._node.op if out._node is not None else None
+    for i, expected in zip(checked, numeric):
+        grad = xs[i].grad
+        _compare_gradients(op, i, grad.data if grad is not None else np.zeros(xs[i].shape), expected, atol, rtol)
     return True
     ### END SOLUTION
 
+
+# %%
+def test_unit_gradcheck():
+    x32 = np.random.default_rng(3).uniform(0.5, 2.0, 5).astype(np.float32)
+    x = Tensor(x32, requires_grad=True)
+    assert gradcheck(lambda t: t * t, [x]), "gradcheck must compute in float64, whatever the inputs' dtype"
+    assert x.grad is None, "gradcheck works on copies: the caller's .grad is untouched"
+    assert gradcheck(lambda a, b: a * b, [Tensor(np.array([0.3, -0.7]), requires_grad=True), Tensor([2.0, 5.0])])
+
+    def cube(t: Tensor) -> Tensor:
+        return record_op("cube_demo", t.data**3, (t,))
+
+    register_backward("cube_demo")(lambda grad, node: (grad * 2 * node.inputs[0].data ** 2,))  # should be 3x²
+    try:
+        gradcheck(cube, [Tensor(np.array([0.5, 1.0, 2.0]), requires_grad=True)])
+    except AssertionError as err:
+        message = str(err)
+    else:
+        raise AssertionError("gradcheck accepted a wrong rule")
+    finally:
+        del BACKWARD_RULES["cube_demo"]
+    assert "cube_demo" in message and "input 0" in message and "(0,)" in message
+    print("✓ gradcheck passes a right rule, in float64, and reports a wrong one:\n ", message)
+
+
+test_unit_gradcheck()
 
 # %% [markdown]
 # ## 12. Trying it out
@@ -898,7 +1484,7 @@ def test_unit_chain_rule_and_accumulation():
     y = x * x + x
     backward(y.sum())
     assert np.allclose(x.grad.numpy(), [3.0, -3.0, 2.0])
-    assert np.allclose(y.grad.numpy(), [1.0, 1.0, 1.0])  # intermediates get .grad too
+    assert y.grad is None  # an intermediate: no .grad unless it asked with retain_grad()
     backward((x * 3).sum())  # a second backward adds to .grad
     assert np.allclose(x.grad.numpy(), [6.0, 0.0, 5.0])
     x.zero_grad()
@@ -946,8 +1532,9 @@ test_unit_deep_chain()
 # %% [markdown]
 # ### Every rule, checked numerically
 #
-# One line per op: the largest gap between `backward` and float64 central differences.
-# `gradcheck` must pass for each; the printed numbers show how close they are.
+# One line per op: the largest gap between `backward` and float64 central differences
+# (`numeric_vjp`, against a random cotangent). `gradcheck` must pass for each; the printed
+# numbers show how close they are.
 
 # %%
 def _numeric_gap(fn, inputs) -> float:
@@ -956,19 +1543,8 @@ def _numeric_gap(fn, inputs) -> float:
     out = fn(*xs)
     v = np.random.default_rng(1).standard_normal(out.shape)
     backward(out, v)
-    worst, eps = 0.0, 1e-6
-    for x in xs:
-        for index in np.ndindex(*x.shape):
-            keep = float(x.data[index])
-            x.data[index] = keep + eps
-            with no_grad():
-                plus = float((fn(*xs).data * v).sum())
-            x.data[index] = keep - eps
-            with no_grad():
-                minus = float((fn(*xs).data * v).sum())
-            x.data[index] = keep
-            worst = max(worst, abs((plus - minus) / (2 * eps) - x.grad.data[index]))
-    return worst
+    numeric = numeric_vjp(fn, [x.data for x in xs], v)
+    return max(float(np.abs(x.grad.data - n).max()) for x, n in zip(xs, numeric))
 
 
 from tinytorch.core import activations as act  # module 02's forwards
@@ -1041,116 +1617,138 @@ def test_unit_max_ties_and_repeated_indices():
 test_unit_max_ties_and_repeated_indices()
 
 # %% [markdown]
-# ### `no_grad` and `detach`
-
-# %%
-def test_unit_no_grad():
-    w = Tensor([1.0, 2.0], requires_grad=True)
-    with no_grad():
-        y = w * 2
-        with no_grad():
-            pass
-        assert not is_grad_enabled()  # the inner block restored "off", not "on"
-    assert y._node is None and not y.requires_grad and is_grad_enabled()
-    try:
-        with no_grad():
-            raise KeyError("boom")
-    except KeyError:
-        pass
-    assert is_grad_enabled()  # restored after the exception
-    assert (w * 2).requires_grad and w.detach()._node is None and not w.detach().requires_grad
-
-    @no_grad()
-    def evaluate(t):
-        return t * 3
-
-    assert evaluate(w)._node is None and is_grad_enabled()
-    print("✓ no_grad records nothing, nests, and restores the mode even after an exception")
-
-
-test_unit_no_grad()
-
-# %% [markdown]
-# ### gradcheck catches a wrong rule
+# ### `.data` changed between forward and backward
 #
-# Register a deliberately wrong rule (`d(x³) = 2x²`, a classic slip) for a made-up op
-# and watch gradcheck name the culprit; then remove it again.
+# `y = w * x` saves nothing, but `mul`'s rule reads `x.data` to compute `w`'s gradient.
+# Change `x.data` after the forward pass and that gradient would be computed from the
+# new values: wrong, silently. The version counters turn it into an error that says
+# what happened; changing `.data` *after* `backward()`, as an optimizer does, is fine.
 
 # %%
-from tinytorch.core.tensor import record_op
-
-
-def test_unit_gradcheck_catches_wrong_rule():
-    def cube(x: Tensor) -> Tensor:
-        return record_op("cube_demo", x.data**3, (x,))
-
-    register_backward("cube_demo")(lambda grad, node: (grad * 2 * node.inputs[0].data ** 2,))
+def test_unit_version_check():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    x = Tensor([3.0, 4.0])
+    loss = (w * x).sum()
+    x.data = x.data + 1  # version 0 -> 1 after the forward pass
     try:
-        gradcheck(cube, [Tensor(np.array([0.5, 1.0, 2.0]), requires_grad=True)])
-    except AssertionError as err:
+        backward(loss)
+    except RuntimeError as err:
         message = str(err)
     else:
-        raise AssertionError("gradcheck accepted a wrong rule")
-    finally:
-        del BACKWARD_RULES["cube_demo"]
-    assert "input 0" in message and "(0,)" in message
-    print("✓ gradcheck reports:", message)
+        raise AssertionError("backward must refuse: x changed after the forward pass")
+    assert "mul" in message and "input 1" in message and w.grad is None
+    loss = (w * x).sum()
+    backward(loss)
+    w.data = w.data - 0.1 * w.grad.data  # an optimizer step after backward: fine
+    assert np.allclose(w.grad.numpy(), [4.0, 5.0]) and w._version == 1
+    print("✓ backward refuses a tensor changed since the forward pass:\n ", message)
 
 
-test_unit_gradcheck_catches_wrong_rule()
+test_unit_version_check()
 
 # %% [markdown]
-# ### float32 versus float64 central differences
+# ### Predict, then run: what does a gradient for every tensor cost?
 #
-# The same rule (`d/dx Σ x² = 2x`) checked with central differences computed in float32
-# and in float64, `eps = 1e-6`. In float32, `x + 1e-6` is barely distinguishable from `x`
-# (float32 resolves about 1 part in 10⁷), so the difference quotient is mostly rounding
-# noise. In float64 it agrees to about 1e-9.
+# Before this module's contract, an engine could store `.grad` on every tensor it walked,
+# intermediates included. `retain_grad()` does exactly that for one tensor; calling it on
+# every activation of a small MLP shows what the leaves-only rule saves. We measure the
+# peak memory that NumPy allocates during `backward` with `tracemalloc` (Python's
+# allocation tracer, which NumPy reports to).
+#
+# **Predict** first: a 4-layer MLP, batch 256, width 512, float32. Its three hidden
+# activations (the ReLU outputs, each `256 × 512` float32 = 0.5 MB) are the tensors that
+# call `retain_grad()`. How many MB will keeping their gradients add to the peak of
+# `backward`, and what fraction of the leaves-only peak is that? Write down both numbers.
 
 # %%
-def central_difference(f, x: np.ndarray, eps: float) -> np.ndarray:
-    """Numerical gradient of the scalar f at x, computed in x's own dtype."""
-    grad = np.zeros_like(x)
-    for j in range(x.size):
-        step = np.zeros_like(x)
-        step.reshape(-1)[j] = eps
-        grad.reshape(-1)[j] = (f(x + step) - f(x - step)) / x.dtype.type(2 * eps)
-    return grad
+import tracemalloc
 
 
-_x = np.random.default_rng(3).uniform(0.5, 2.0, 5)
-for _dtype in (np.float32, np.float64):
-    _xd = _x.astype(_dtype)
-    _numeric = central_difference(lambda v: (v * v).sum(), _xd, 1e-6)
-    _err = np.abs(_numeric - 2 * _xd).max()
-    _ok = np.allclose(_numeric, 2 * _xd, atol=1e-5, rtol=1e-3)
-    print(f"{np.dtype(_dtype).name}: max error {_err:.2e} -> {'passes' if _ok else 'FAILS'} atol=1e-5, rtol=1e-3")
+def _mlp_backward_peak(retain_everything: bool) -> float:
+    """Peak MB allocated during backward of a 4-layer MLP (batch 256, width 512, float32)."""
+    rng = np.random.default_rng(0)
+    weights = [Tensor(rng.standard_normal((512, 512)).astype(np.float32) * 0.05, requires_grad=True)
+               for _ in range(3)] + [Tensor(rng.standard_normal((512, 10)).astype(np.float32) * 0.05,
+                                            requires_grad=True)]
+    h = Tensor(rng.standard_normal((256, 512)).astype(np.float32))
+    for w in weights[:-1]:
+        h = act.relu(h @ w)
+        if retain_everything:
+            h.retain_grad()
+    loss = losses.cross_entropy(h @ weights[-1], rng.integers(0, 10, 256))
+    tracemalloc.start()
+    backward(loss)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
 
 
-# %%
-def test_unit_float32_vs_float64():
-    x = np.random.default_rng(3).uniform(0.5, 2.0, 5)
-    f = lambda v: (v * v).sum()  # noqa: E731
-    x32 = x.astype(np.float32)
-    assert not np.allclose(central_difference(f, x32, 1e-6), 2 * x32, atol=1e-5, rtol=1e-3)
-    assert np.allclose(central_difference(f, x, 1e-6), 2 * x, atol=1e-5, rtol=1e-3)
-    # gradcheck itself promotes float32 inputs to float64, so it passes on them
-    assert gradcheck(lambda t: t * t, [Tensor(x32, requires_grad=True)])
-    print("✓ float32 central differences fail at eps=1e-6, float64 passes; gradcheck uses float64")
+_leaves, _everything = _mlp_backward_peak(False), _mlp_backward_peak(True)
+print(f"peak during backward: leaves only {_leaves:.1f} MB, every activation's .grad kept {_everything:.1f} MB "
+      f"(+{_everything - _leaves:.1f} MB, {(_everything / _leaves - 1) * 100:.0f}% more)")
 
-
-test_unit_float32_vs_float64()
+# %% [markdown]
+# ## 13. Exercises and questions
+#
+# Each answer comes from running your own code; add cells below and try.
+#
+# 1. **A rule you write.** Add an op `square` (forward `record_op("square", x.data**2,
+#    (x,))`) and register its rule. Check it with `gradcheck`. Then break it on purpose
+#    (return `g·x` instead of `2·g·x`): what does gradcheck's message say, and which
+#    number tells you that the factor is 2?
+# 2. **Ones hide mistakes.** Suppose a broken softmax rule returned zeros. Compare it with
+#    central differences contracted with a cotangent of ones
+#    (`numeric_vjp(softmax, [x], np.ones(x.shape))` from `tinytorch.testing`): does the
+#    comparison notice? And with a random cotangent? Compute `softmax(x).sum()` for a few
+#    `x` and explain why gradcheck uses a random cotangent.
+# 3. **Where does ε belong?** Run `central_difference` on `Σ x³` at `x = 1` in float64
+#    with `eps` = 1e-2, 1e-4, 1e-6, 1e-8, 1e-10 and print the error against `3x²`. Where
+#    is it smallest? Which of the two error terms (`ε²` and `δ/ε`) wins on each side?
+# 4. **Broadcast, then reduce.** `w` of shape `(1, 4)` is added to `x` of shape
+#    `(32, 4)`. Predict `w.grad` for `(x + w).sum()` and check. Which line of
+#    `unbroadcast` produced it?
+# 5. **Used twice.** For `y = x * x`, how many entries of `grads` does `x` receive in
+#    your engine, and in which order? Print them by adding a temporary `print` in your
+#    `mul` rule.
+# 6. **Leaves only.** In the MLP of section 12, call `retain_grad()` on only the last
+#    hidden layer and measure again. Does the peak grow by the size of that layer's
+#    gradient (256 × 512 × 4 bytes)? Why is an intermediate gradient worth releasing
+#    *during* backward, not just after it?
+# 7. **Version counter.** `x.data[0] = 100.0` between forward and backward: does your
+#    engine notice? Why not, and what does `x.data = x.data.copy(); x.data[0] = 100.0`
+#    change?
+# 8. **float16.** Make a float16 `w` and float32 data `x`; what dtype is `w * x`, and
+#    what dtype is `w.grad` after backward? What would an optimizer step
+#    `w.data = w.data - lr * w.grad.data` do to `w`'s dtype if the engine skipped the cast?
+#
+# **Questions**
+#
+# * Why must a rule never change `grad` in place? Find a rule of section 5 whose output
+#   would then corrupt another input's gradient.
+# * The engine releases a gradient as soon as its rule ran. Which gradients are alive at
+#   the peak of backward through a plain chain of layers? Through a residual block
+#   (`h + f(h)`)?
+# * `max` splits a tie's gradient equally; what does a central difference at a tie give,
+#   and why does gradcheck avoid ties (look at the inputs of `EXAMPLES`)?
+# * Why does the cross-entropy forward replace ignored targets by 0 instead of leaving
+#   `-100` in `targets`, and why does the rule still need `valid`?
 
 # %% [markdown]
 # ## Summary
 #
 # * `record_op` builds the graph; `BACKWARD_RULES` maps each op name to its local
-#   derivative; `backward` walks a topological order (iteratively) and **adds**
-#   contributions, so a tensor used twice gets both.
+#   derivative: `rule(grad, node)` returns one array (or `None`) per `node.inputs`, in
+#   that order, in the broadcast shape if it likes.
+# * `backward` walks a topological order (iteratively), pops each gradient once it is
+#   complete, runs the rule, unbroadcasts and casts each input's gradient to the input's
+#   dtype and **adds** it, so a tensor used twice gets both.
+# * `.grad` lands only on leaves (and on tensors that asked with `retain_grad()`), as a new
+#   array of its own; a missing rule, a rule returning a wrong shape, and `.data` changed
+#   between forward and backward are errors that name the op.
 # * `unbroadcast` is broadcasting's backward: sum over the leading and the stretched
 #   size-1 dimensions.
 # * `no_grad` stops recording and restores the previous mode on exit, always.
-# * `gradcheck` compares every rule with float64 central differences against a random
-#   cotangent; float32 is too coarse for `eps = 1e-6`.
+# * `gradcheck` compares every rule with float64 central differences (`tinytorch.testing`)
+#   against a random cotangent; float32 is too coarse for `eps = 1e-6`.
 # * A new op anywhere in TinyTorch = a forward through `record_op` + one
 #   `@register_backward` rule, checked with `gradcheck`.

@@ -15,6 +15,23 @@
 #
 # > The loop that turns the pieces into a model that learns, and the tools that keep it stable.
 #
+# **When you finish this module you will be able to**
+#
+# * write the training loop in the right order (zero the gradients, forward, loss,
+#   backward, clip, step, schedule) and say what goes wrong when a line is missing or moved;
+# * clip gradients by their **global** norm exactly as `torch.nn.utils.clip_grad_norm_`
+#   does, and show with a measurement how one bad batch wrecks an unclipped run;
+# * write learning-rate schedules, step decay and **cosine decay with a linear warm-up**,
+#   as plain functions of the step number, and check them against PyTorch's;
+# * evaluate a model correctly: in `eval()` mode, under `no_grad()`, averaged over
+#   *examples* rather than batches;
+# * save a checkpoint that resumes training **bit for bit** (weights, optimizer moments
+#   and step counts, parameter groups, schedule, counters, random generators), and load it
+#   so that a file that does not fit changes nothing and says why.
+#
+# **Time:** about 3 hours: 30 minutes for clipping, 40 for the schedules, 50 for the
+# `Trainer`, 40 for checkpoints, the rest for the measurements and the exercises.
+#
 # You now have tensors, layers, losses, gradients and optimizers. Training is the loop
 #
 # ```
@@ -25,18 +42,21 @@
 #         loss.backward()                # gradients into every parameter's .grad
 #         clip_grad_norm(params, c)      # (optional) cap the gradient's size
 #         optimizer.step()               # update the weights
-#         scheduler.step()               # (optional) next learning rate
+#         scheduler.step()               # (optional) the next step's learning rate
 #     evaluate on held-out data, without building a graph
 # ```
 #
-# Each line is one call, but getting it *right* has details: evaluating in `eval()` mode
-# and under `no_grad()`, averaging the loss over examples rather than batches, clipping
-# *before* the step, resuming a run exactly where it stopped. This module builds:
+# Each line is one call, but each has a way to be subtly wrong: gradients that
+# accumulate because `zero_grad` was forgotten, a validation loss measured with dropout
+# still on, a loss averaged over batches of different sizes, a clip applied after the
+# step it should have limited, a resumed run whose Adam forgot its moments. This module
+# builds the loop with each of those details right:
 #
-# 1. `clip_grad_norm`: gradient clipping by the global norm, as PyTorch does it;
+# 1. `clip_grad_norm`: gradient clipping by the global norm;
 # 2. learning-rate **schedules**: step decay, and cosine decay with a linear warm-up;
-# 3. a `Trainer` with `train_epoch`, `evaluate` and `fit`, keeping a `history`;
-# 4. **checkpoints**: everything needed to resume training, bit for bit, in one `.npz` file.
+# 3. `accuracy`, the metric of a classifier;
+# 4. a `Trainer` with `train_step`, `train_epoch`, `evaluate` and `fit`, keeping a `history`;
+# 5. **checkpoints**: everything needed to resume training, in one `.npz` file.
 #
 # The `Trainer` accepts *any* iterable of `(x, y)` batches: a list of tuples is enough.
 # Module 08's `DataLoader` is one such iterable.
@@ -52,6 +72,8 @@ import json
 import math
 import os
 import time
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -59,59 +81,83 @@ import numpy as np
 
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import Optimizer
-from tinytorch.core.tensor import Tensor, array_module
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_host
 
 # %% [markdown]
 # ## 1. Gradient clipping
 #
-# Sometimes one batch produces a huge gradient (a rare example, a sharp cliff in the loss
-# surface, a recurrent or deep network multiplying many factors). One step with it can
-# throw the weights far away and undo hours of training. **Clipping by the global norm**
-# caps the size of the whole update while keeping its direction:
+# Sometimes one batch produces a huge gradient: a mislabelled or extreme example, a sharp
+# cliff in the loss surface, a deep network multiplying many factors. One step with it
+# can throw the weights far away and undo hours of training. **Clipping by the global
+# norm** caps the length of the whole gradient while keeping its direction:
 #
 # ```
-# total = sqrt(Σ over all parameters of Σ g²)      the norm of all gradients as one vector
-# if total > max_norm:   g ← g · max_norm / (total + 1e-6)   for every parameter
+# total = sqrt(Σ over all parameters of Σ g²)     the norm of all gradients as ONE vector
+# coef  = max_norm / (total + 1e-6)
+# if coef < 1:   g ← g · coef                     for every parameter, the same coef
 # ```
 #
-# All gradients are scaled by the *same* factor, so the direction of the step is
-# unchanged; only its length is capped. The function returns `total` *before* clipping:
-# logging it is the easiest way to see instabilities coming. (PyTorch's
-# `torch.nn.utils.clip_grad_norm_` computes the same numbers; the `1e-6` keeps the
-# division safe.)
+# Three details matter, and each is a classic mistake:
 #
-# By hand: gradients `[3, 4]` and `[12]` have total norm `sqrt(9 + 16 + 144) = 13`.
-# With `max_norm = 6.5` every gradient is halved (up to the 1e-6): `[1.5, 2]` and `[6]`.
+# * **global, not per parameter.** The norm is taken over *all* gradients together and
+#   every gradient is scaled by the *same* factor, so the update keeps its direction.
+#   Clipping each parameter to `max_norm` on its own changes the direction (a small
+#   gradient keeps its size while a large one shrinks) and lets the total grow with the
+#   number of parameters.
+# * **only shrink.** When the norm is already below the cap (`coef ≥ 1`) nothing changes;
+#   clipping never scales a gradient *up*.
+# * **return the norm before clipping.** After clipping, the norm is `max_norm` (or less)
+#   and tells you nothing; the norm *before* is the number worth logging, since a jump in it
+#   is the first sign of an instability. PyTorch's `clip_grad_norm_` returns the same.
+#
+# The `1e-6` keeps the division safe when every gradient is zero (PyTorch uses the same).
+# `norm_type=float("inf")` takes the largest `|g|` over all entries instead of the 2-norm.
+# A float16 gradient's squares overflow above `√65504 ≈ 256`, so sum the squares in at
+# least float32 (`xp.promote_types(g.dtype, xp.float32)`), while the scaled gradient
+# keeps its own dtype.
+#
+# By hand: gradients `[3, 4]` and `[12]` have the total norm `sqrt(9 + 16 + 144) = 13`.
+# With `max_norm = 6.5`, `coef = 6.5 / 13.000001 ≈ 0.5`, and the gradients become
+# `[1.5, 2]` and `[6]` (up to the 1e-6). Per-parameter clipping would leave `[3, 4]`
+# (its norm 5 is under 6.5) and turn `[12]` into `[6.5]`: a different direction.
 
 # %%
 #| export
-def _grad_array(p: Tensor) -> Any:
-    return p.grad.data if isinstance(p.grad, Tensor) else p.grad
+def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0) -> float:
+    """Scale all gradients by one common factor so that their global norm is at most `max_norm`.
 
+    params    -- Tensors (e.g. `model.parameters()`, or one Tensor); a parameter whose
+                 `.grad` is None took no part and is skipped
+    max_norm  -- the cap
+    norm_type -- 2.0: the square root of the sum of the squares of every gradient entry
+                 of every parameter, all together; float("inf"): the largest |entry|
 
-def clip_grad_norm(params: Iterable[Tensor], max_norm: float, norm_type: float = 2.0) -> float:
-    """Scale all gradients together so their global norm is at most `max_norm`.
-
-    Returns the total norm before clipping (a Python float). Parameters whose `.grad`
-    is None are ignored. norm_type may be 2.0 (default) or float("inf") (largest |g|).
+    Returns the total norm *before* clipping, as a Python float (0.0 when no parameter
+    has a gradient). Changes: with `coef = max_norm / (total + 1e-6)`, when `coef < 1`
+    every `p.grad.data` is replaced by `p.grad.data * coef` (same dtype, same device);
+    when `coef >= 1` nothing changes. Sum squares in at least float32.
+    Raises ValueError for any other norm_type (the check is given).
     """
+    if norm_type not in (2.0, math.inf):
+        raise ValueError(f"clip_grad_norm: norm_type must be 2.0 or float('inf'), got {norm_type!r}.")
+    params = [params] if isinstance(params, Tensor) else list(params)
     ### BEGIN SOLUTION
-    params = [p for p in params if p.grad is not None]
-    if not params:
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
         return 0.0
-    grads = [_grad_array(p) for p in params]
-    xp = array_module(grads[0])
     if norm_type == math.inf:
-        total = max(float(xp.max(xp.abs(g))) if g.size else 0.0 for g in grads)
-    elif norm_type == 2.0:
-        norms = [float(xp.sqrt(xp.sum(g * g))) for g in grads]
-        total = math.sqrt(sum(n * n for n in norms))
+        total = max(float(array_module(g.data).abs(g.data).max()) if g.size else 0.0 for g in grads)
     else:
-        raise ValueError(f"clip_grad_norm: norm_type must be 2.0 or inf, got {norm_type}.")
+        squares = 0.0
+        for g in grads:
+            xp = array_module(g.data)
+            wide = g.data.astype(xp.promote_types(g.dtype, xp.float32), copy=False)
+            squares += float(xp.sum(wide * wide))
+        total = math.sqrt(squares)
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
-        for p, g in zip(params, grads):
-            p.grad.data = g * coef  # a new array, same dtype
+        for g in grads:
+            g.data = g.data * coef  # a Python float keeps the gradient's dtype
     return total
     ### END SOLUTION
 
@@ -120,45 +166,112 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float, norm_type: float =
 def test_unit_clip_grad_norm():
     a = Tensor(np.zeros(2), requires_grad=True)
     b = Tensor(np.zeros(1), requires_grad=True)
-    c = Tensor(np.zeros(1), requires_grad=True)  # no gradient: ignored
+    c = Tensor(np.zeros(1), requires_grad=True)  # no gradient: skipped
     a.grad, b.grad = Tensor(np.array([3.0, 4.0])), Tensor(np.array([12.0]))
     total = clip_grad_norm([a, b, c], max_norm=6.5)
-    assert total == 13.0
-    assert np.allclose(a.grad.numpy(), [1.5, 2.0]) and np.allclose(b.grad.numpy(), [6.0])
+    assert total == 13.0, f"returned {total}: return the global norm before clipping (13)"
+    assert np.allclose(a.grad.numpy(), [1.5, 2.0]) and np.allclose(b.grad.numpy(), [6.0]), "one common factor"
     assert c.grad is None
     total = clip_grad_norm([a, b], max_norm=100.0)  # below the cap: untouched
-    assert np.isclose(total, 6.5) and np.allclose(b.grad.numpy(), [6.0])
+    assert np.isclose(total, 6.5) and np.allclose(b.grad.numpy(), [6.0]), "below the cap nothing changes"
     print("✓ clip_grad_norm: global norm, common scale, returns the norm before clipping")
 
 
 test_unit_clip_grad_norm()
 
 # %% [markdown]
+# ### Predict, then run: one bad batch
+#
+# A small regression model (8 → 16 → 1, tanh) learns `y = x·w` with SGD (`lr = 0.05`),
+# batches of 32. At step 100 one batch arrives whose targets are 100 times too large (a
+# unit error in the data pipeline). We train twice, once without clipping and once with
+# `clip_grad_norm(params, 5.0)`, and print the loss on the whole clean data set.
+#
+# **Predict**, before running: (1) roughly how large is the gradient norm of the bad
+# batch compared with a normal one (2×? 10×? 1000×?); (2) how high does the unclipped
+# loss jump at step 100, and has it recovered 100 steps later; (3) does the clipped run
+# notice the bad batch at all? Write your three answers down, then run (about a second).
+
+# %%
+from tinytorch.core.activations import ReLU, Tanh
+from tinytorch.core.layers import Dropout, Linear, Sequential
+from tinytorch.core.losses import CrossEntropyLoss
+from tinytorch.core.optimizers import SGD, Adam, AdamW
+
+_rng = np.random.default_rng(0)
+_x_reg = _rng.standard_normal((512, 8))
+_y_reg = _x_reg @ _rng.standard_normal((8, 1)) + 0.1 * _rng.standard_normal((512, 1))
+
+
+def bad_batch_run(clip, steps=200, bad_step=100):
+    """Losses on the clean data at a few steps, and the gradient norm at every step."""
+    model = Sequential(Linear(8, 16, seed=0, dtype=np.float64), Tanh(), Linear(16, 1, seed=1, dtype=np.float64))
+    opt = SGD(model.parameters(), lr=0.05)
+    losses, norms = {}, []
+    for step in range(steps):
+        rows = np.arange(step * 32, step * 32 + 32) % 512
+        targets = _y_reg[rows] * (100.0 if step == bad_step else 1.0)
+        opt.zero_grad()
+        diff = model(Tensor(_x_reg[rows])) - Tensor(targets)
+        (diff * diff).mean().backward()
+        norms.append(clip_grad_norm(model.parameters(), 5.0 if clip else math.inf))
+        opt.step()
+        if step in (99, 100, 101, 120, 199):
+            full = model(Tensor(_x_reg)).numpy() - _y_reg
+            losses[step] = float((full * full).mean())
+    return losses, norms
+
+
+for _clip in (False, True):
+    _losses, _norms = bad_batch_run(_clip)
+    print(f"clip={'5.0 ' if _clip else 'none'}: gradient norm median {np.median(_norms[:100]):.2f}, "
+          f"bad batch {_norms[100]:.0f};  clean loss " + "  ".join(f"step {s}: {v:.3g}" for s, v in _losses.items()))
+
+# %% [markdown]
+# The bad batch's gradient is about a thousand times the usual one. Unclipped, a single
+# step multiplies the loss by more than ten thousand, and a hundred steps later the run
+# has still not recovered. Clipped, that step is an ordinary step of length 5 in a
+# slightly wrong direction: the loss barely moves. (Clipping with `max_norm = inf`, as
+# the unclipped run does, measures the norm and changes nothing: a cheap way to log it.)
+#
 # ## 2. Learning-rate schedules
 #
 # One learning rate for the whole run is rarely best. Early on, large steps make fast
 # progress; late in training, small steps settle into a minimum instead of bouncing
 # around it. A **schedule** is a function `lr_at(step)` of the number of optimizer steps
-# taken so far. It is attached to an optimizer: creating it sets `optimizer.lr =
-# lr_at(0)`, and each `scheduler.step()` (called after `optimizer.step()`) moves to
-# the next step's rate.
+# taken so far (0 for the first step). It is attached to an optimizer:
+#
+# * creating the scheduler sets `optimizer.lr = lr_at(0)` (given, in `__init__`), so the
+#   first step already uses the schedule;
+# * `scheduler.step()`, called **after** `optimizer.step()`, moves to the next step:
+#   `last_step` goes up by one and `optimizer.lr` becomes `lr_at(last_step)`.
+#   (`optimizer.lr = x` sets every parameter group's rate, module 06.)
+#
+# So during optimizer step `t` (counting from 0) the learning rate is `lr_at(t)`. Calling
+# `scheduler.step()` *before* `optimizer.step()` shifts the whole schedule by one: the
+# first step never uses `lr_at(0)`.
 #
 # * **Step decay** (`StepLR`): multiply by `gamma` every `step_size` steps:
-#   `lr_at(t) = base_lr · gamma^⌊t / step_size⌋`.
-# * **Cosine with linear warm-up** (`CosineWarmupLR`), the schedule most transformers use:
-#   * warm-up, `t < warmup_steps`: `lr_at(t) = base_lr · (t + 1) / warmup_steps`, rising
-#     linearly and reaching `base_lr` at `t = warmup_steps − 1`;
-#   * decay, `warmup_steps ≤ t ≤ total_steps`: with `progress = (t − warmup_steps) /
-#     (total_steps − warmup_steps)`,
-#     `lr_at(t) = min_lr + (base_lr − min_lr) · ½ (1 + cos(π · progress))`, from `base_lr` down to `min_lr`;
-#   * after `total_steps`: `min_lr`.
+#   `lr_at(t) = base_lr · gamma^⌊t / step_size⌋` (an integer division: `t // step_size`).
+# * **Cosine with linear warm-up** (`CosineWarmupLR`), the schedule most transformers use.
+#   With `W = warmup_steps`, `T = total_steps`:
+#   * warm-up, `t < W`: `lr_at(t) = base_lr · (t + 1) / W`. It starts *near 0*
+#     (`base_lr / W`), not at `base_lr` and not at exactly 0 (a step with lr 0 is a
+#     wasted step), and reaches `base_lr` at `t = W − 1`;
+#   * decay, `W ≤ t ≤ T`: with `progress = (t − W) / (T − W)`, from 0 to 1,
+#     `lr_at(t) = min_lr + (base_lr − min_lr) · ½ (1 + cos(π · progress))`:
+#     exactly `base_lr` at `t = W` and exactly the floor `min_lr` at `t = T`;
+#   * after the run, `t > T`: `min_lr` (the cosine must not climb back up).
 #
-# **Why warm up?** At the start, the weights are random and Adam's second-moment
-# estimate `v` is built from a handful of gradients; full-size steps then are large and
-# badly aimed, and can push the model into a region it never recovers from. Ramping the
-# learning rate over the first few hundred steps avoids that. **Why cosine?** It decays
-# slowly at first, fast in the middle and gently at the end: no hyper-parameters beyond
-# the length of the run.
+# **Why warm up?** At the start the weights are random and Adam's second-moment estimate
+# `v` is built from a handful of gradients; full-size steps then are large and badly
+# aimed and can push the model into a region it never recovers from. Ramping the rate
+# over the first steps avoids that. **Why cosine?** It decays slowly at first, fast in
+# the middle and gently at the end, with no setting beyond the length of the run.
+#
+# By hand, `base_lr = 1`, `W = 4`, `T = 14`, `min_lr = 0.1`: warm-up `0.25, 0.5, 0.75, 1.0`
+# (steps 0 to 3); step 4: `1.0`; step 9 (half-way, `cos(π/2) = 0`): `0.1 + 0.9 · ½ = 0.55`;
+# step 14: `0.1`; step 15 and later: `0.1`.
 
 # %%
 #| export
@@ -166,7 +279,8 @@ class LRScheduler:
     """A learning-rate schedule attached to an optimizer.
 
     `lr_at(step)` is the rate for optimizer step number `step` (0-based). Creating the
-    scheduler sets `optimizer.lr = lr_at(0)`; `step()` advances `last_step` and sets the next.
+    scheduler sets `optimizer.lr = lr_at(0)` (given); `step()` is called after each
+    `optimizer.step()`. `base_lr` defaults to the optimizer's lr at creation.
     """
 
     def __init__(self, optimizer: Optimizer, base_lr: float | None = None):
@@ -179,7 +293,8 @@ class LRScheduler:
         raise NotImplementedError(f"{type(self).__name__} must implement lr_at(step).")
 
     def step(self) -> float:
-        """Advance one optimizer step; returns the new learning rate."""
+        """Advance to the next optimizer step: `last_step` goes up by 1, then
+        `optimizer.lr = lr_at(last_step)`. Returns the new learning rate (a float)."""
         ### BEGIN SOLUTION
         self.last_step += 1
         self.optimizer.lr = self.lr_at(self.last_step)
@@ -202,7 +317,7 @@ class LRScheduler:
 
 
 class StepLR(LRScheduler):
-    """lr_at(t) = base_lr * gamma ** (t // step_size)."""
+    """Step decay: the rate is multiplied by `gamma` every `step_size` steps."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
         if step_size < 1:
@@ -212,6 +327,7 @@ class StepLR(LRScheduler):
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:
+        """base_lr * gamma ** (step // step_size), a float."""
         ### BEGIN SOLUTION
         return self.base_lr * self.gamma ** (step // self.step_size)
         ### END SOLUTION
@@ -232,6 +348,10 @@ class CosineWarmupLR(LRScheduler):
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:
+        """With W = warmup_steps, T = total_steps (a float in each case):
+        step < W: base_lr * (step + 1) / W;   step > T: min_lr;
+        otherwise, with progress = (step - W) / (T - W):
+        min_lr + (base_lr - min_lr) * 0.5 * (1 + cos(pi * progress))."""
         ### BEGIN SOLUTION
         if step < self.warmup_steps:
             return self.base_lr * (step + 1) / self.warmup_steps
@@ -244,33 +364,35 @@ class CosineWarmupLR(LRScheduler):
 
 # %%
 def test_unit_schedules():
-    from tinytorch.core.optimizers import SGD
-
     opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=1.0)
     sched = StepLR(opt, step_size=3, gamma=0.5)
     seen = [opt.lr] + [sched.step() for _ in range(7)]
-    assert seen == [1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25]
+    assert seen == [1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25], seen
 
-    opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=0.1)
-    cos = CosineWarmupLR(opt, warmup_steps=4, total_steps=12, min_lr=0.01)
-    assert np.isclose(opt.lr, 0.025)
-    assert np.allclose([cos.lr_at(t) for t in (0, 1, 3)], [0.025, 0.05, 0.1])
-    assert np.isclose(cos.lr_at(8), 0.01 + 0.09 * 0.5)  # half-way through the decay
-    assert cos.lr_at(12) == 0.01 and cos.lr_at(100) == 0.01
+    opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=1.0)
+    cos = CosineWarmupLR(opt, warmup_steps=4, total_steps=14, min_lr=0.1)
+    assert opt.lr == 0.25, "creating the scheduler sets lr_at(0): warm-up starts near 0"
+    assert np.allclose([cos.lr_at(t) for t in (0, 1, 2, 3, 4)], [0.25, 0.5, 0.75, 1.0, 1.0])
+    assert np.isclose(cos.lr_at(9), 0.55)  # half-way through the decay
+    assert np.isclose(cos.lr_at(14), 0.1) and cos.lr_at(15) == 0.1 and cos.lr_at(100) == 0.1
+    assert cos.step() == 0.5 and cos.last_step == 1
     print("✓ schedules: step decay, cosine with warm-up")
 
 
 test_unit_schedules()
 
 # %% [markdown]
-# The two schedules over a 100-step run (`lr_at` is a plain function of the step, so a
-# schedule can be printed or plotted before any training happens):
+# ### Predict, then run: a 100-step schedule
+#
+# `lr_at` is a plain function of the step, so a schedule can be printed (or plotted)
+# before any training happens. For `base_lr = 0.1`: `StepLR(step_size=30, gamma=0.3)`
+# and `CosineWarmupLR(warmup_steps=10, total_steps=100)`.
+#
+# **Predict** both rates at steps 0, 9, 10, 30, 55, 99 and 100 (the cosine at step 55 is
+# half-way through its decay), then run.
 
 # %%
-from tinytorch.core.optimizers import SGD, Adam
-
-_demo_opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=0.1)
-_step = StepLR(_demo_opt, step_size=30, gamma=0.3)
+_step = StepLR(SGD([Tensor(np.zeros(1), requires_grad=True)], lr=0.1), step_size=30, gamma=0.3)
 _cos = CosineWarmupLR(SGD([Tensor(np.zeros(1), requires_grad=True)], lr=0.1), warmup_steps=10, total_steps=100)
 for t in (0, 5, 9, 10, 30, 55, 80, 99, 100):
     print(f"step {t:3d}: StepLR {_step.lr_at(t):.4f}   CosineWarmupLR {_cos.lr_at(t):.4f}")
@@ -279,21 +401,33 @@ for t in (0, 5, 9, 10, 30, 55, 80, 99, 100):
 # ## 3. Measuring a model: accuracy
 #
 # The loss is what the optimizer minimises; people care about a **metric**. For
-# classification with logits `(N, C)` and integer targets `(N,)` it is the fraction
-# whose largest logit is the right class. A metric here is any function
-# `metric(outputs, targets) -> float` averaged over a batch; the Trainer weights each batch
-# by its size so the result is the average over *examples*.
+# classification it is the fraction of examples whose predicted class is right:
+#
+# * logits `(N, C)` with `C ≥ 2` classes: the prediction is the arg-max over the **last**
+#   axis (the classes), one per example; the arg-max over axis 0 would pick an example
+#   per class instead;
+# * one score per example, `(N,)` or `(N, 1)` (binary classification with
+#   `BinaryCrossEntropyLoss` on logits): the prediction is `1` where the score is `> 0`
+#   (a logit of 0 is a probability of ½; the threshold is 0, not 0.5).
+#
+# By hand: logits `[[2, 1, 0], [0, 3, 1], [1, 0, 5], [9, 0, 0]]` predict classes
+# `0, 1, 2, 0`; against targets `0, 1, 1, 2` two of four are right: 0.5.
+#
+# A metric here is any function `metric(outputs, targets) -> float` over one batch; the
+# Trainer weights each batch by its number of examples. `to_host` (module 01) turns a
+# Tensor or an array (on either device) into a NumPy array.
 
 # %%
 #| export
 def accuracy(outputs: Any, targets: Any) -> float:
-    """Fraction of rows whose arg-max equals the target (logits (N, C), targets (N,)).
+    """Fraction of examples whose prediction equals the target, as a Python float.
 
-    For one output per example ((N,) or (N, 1)) the prediction is `output > 0`.
+    outputs -- logits (N, C) with C >= 2: prediction = arg-max over the last axis;
+               or one score per example, (N,) or (N, 1): prediction = 1 where the score > 0
+    targets -- (N,) integer class labels (Tensor, array or list)
     """
     ### BEGIN SOLUTION
-    out = outputs.numpy() if isinstance(outputs, Tensor) else np.asarray(outputs)
-    tgt = targets.numpy() if isinstance(targets, Tensor) else np.asarray(targets)
+    out, tgt = to_host(outputs), np.asarray(to_host(targets))
     if out.ndim == 1 or out.shape[-1] == 1:
         predicted = (out.reshape(tgt.shape) > 0).astype(tgt.dtype)
     else:
@@ -302,32 +436,70 @@ def accuracy(outputs: Any, targets: Any) -> float:
     ### END SOLUTION
 
 
+# %%
+def test_unit_accuracy():
+    logits = Tensor(np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [9.0, 0.0, 0.0]]))
+    assert accuracy(logits, Tensor(np.array([0, 1, 1, 2]))) == 0.5
+    assert accuracy(logits, np.array([0, 1, 2, 0])) == 1.0
+    assert accuracy(Tensor(np.array([[0.3], [-2.0], [1.0]])), [1, 0, 0]) == 2 / 3
+    print("✓ accuracy: arg-max over the classes, logit > 0 for one score")
+
+
+test_unit_accuracy()
+
 # %% [markdown]
 # ## 4. The Trainer
 #
-# `Trainer(model, optimizer, loss_fn, scheduler=None, clip=None, metric=None)` runs the loop.
+# `Trainer(model, optimizer, loss_fn, scheduler=None, clip=None, metric=None)` runs the
+# loop. The constructor, the mode switch `_set_mode(training)` (calls `model.train()` or
+# `model.eval()` when the model has them), the progress bar `_progress(loader, label)`
+# (the same batches, with a bar on a terminal), the printing `_log(record, seconds)` and
+# `_batch_size(y)` (the number of examples in a batch: `y.shape[0]`, 1 for a scalar) are
+# given. You write four methods.
 #
-# * `train_step(x, y)`: one optimisation step; returns the loss as a float.
-# * `train_epoch(loader)`: `model.train()`, one step per batch; returns the mean loss per
-#   **example** (a short last batch counts for less).
-# * `evaluate(loader, metric=None)`: `model.eval()` (dropout off) and `no_grad()` (no graph,
-#   less memory and time); returns `{"loss": ..., "<metric name>": ...}`.
-# * `fit(train, val=None, epochs=1)`: train and evaluate `epochs` times, printing one line
-#   per epoch (with `rich`), appending to `history`: `epoch`, `train_loss`, `lr` and, with
-#   validation data, `val_loss` and `val_<metric>`.
+# **`train_step(x, y)`**, one optimisation step, in this order:
+# `x, y = as_tensor(x), as_tensor(y)` (batches may be plain arrays); `zero_grad()` on
+# the optimizer; forward and loss; `backward()`; with `self.clip` set, `self.last_grad_norm
+# = clip_grad_norm(self.optimizer.params, self.clip)`; `self.optimizer.step()`; the
+# scheduler's `step()` when there is one; `self.step += 1`. Returns the loss as a float.
 #
-# `trainer.step` counts optimizer steps and `trainer.epoch` counts epochs over the
-# trainer's whole life, so calling `fit` twice continues where the first call stopped.
+# * Without `zero_grad`, `.grad` *accumulates* (module 05): the second step moves by the
+#   sum of two batches' gradients, the hundredth by a hundred.
+# * Clipping belongs between `backward()` and `step()`: after the step, the weights
+#   have already moved by the unclipped gradient.
+#
+# **`train_epoch(loader)`**: training mode, one `train_step` per batch, and the mean loss
+# per **example**: `Σ loss_b · n_b / Σ n_b`, with `n_b = _batch_size(y)`. Averaging the
+# batch losses instead (`Σ loss_b / number of batches`) over-weights a short last batch:
+# with batches of 3 and 1 examples, the lone example counts as much as the other three.
+# A loader that yields no batch is an error (`ValueError`).
+#
+# **`evaluate(loader, metric=None)`**: the loss (and the metric, default `self.metric`)
+# averaged over examples the same way, with the model in **eval mode** (`_set_mode(False)`:
+# dropout off) and under **`no_grad()`** (no graph: less memory, less time). Returns
+# `{"loss": ..., name: ...}` where `name` is the metric function's `__name__` (for
+# `accuracy`, `"accuracy"`). Afterwards the model is back in training mode, even when an
+# error interrupts (a `try/finally`). No batch: `ValueError`.
+#
+# **`fit(train, val=None, epochs=1, log_every=1)`**: `epochs` more epochs. Each:
+# `train_epoch(train)`; `self.epoch += 1`; a `record` `{"epoch": self.epoch,
+# "train_loss": ..., "lr": self.optimizer.lr}` plus, with validation data, `"val_<key>"`
+# for every key of `evaluate(val)`; append each value to `self.history[key]` (a key seen
+# for the first time gets a new list); when `verbose`, print with `self._log(record,
+# seconds)` if `self.epoch % log_every == 0` or it is this call's last epoch. Returns
+# `self.history`.
+#
+# `trainer.step` counts optimizer steps and `trainer.epoch` epochs over the trainer's whole
+# life, so calling `fit` twice continues where the first call stopped.
 
 # %%
 #| export
 def _batch_size(y: Any) -> int:
+    """The number of examples in a batch: the first dimension of the targets (1 for a scalar)."""
     shape = getattr(y, "shape", None)
+    if shape is None and isinstance(y, (list, tuple)):
+        return len(y)
     return int(shape[0]) if shape else 1
-
-
-def _as_tensor(value: Any) -> Any:
-    return value if isinstance(value, Tensor) or not hasattr(value, "shape") else Tensor(value)
 
 
 class Trainer:
@@ -340,6 +512,9 @@ class Trainer:
     clip      -- max global gradient norm (None: no clipping)
     metric    -- metric(outputs, targets) -> float, reported by evaluate (e.g. accuracy)
     verbose   -- print one line per epoch (rich) and show a progress bar on a terminal
+
+    Counters: `step` (optimizer steps), `epoch` (epochs), `last_grad_norm` (the norm before
+    the last clip, None without clipping), `history` (lists by key, one entry per epoch).
     """
 
     def __init__(self, model: Any, optimizer: Optimizer, loss_fn: Callable, scheduler: LRScheduler | None = None,
@@ -357,14 +532,21 @@ class Trainer:
         self.history: dict[str, list] = {"epoch": [], "train_loss": [], "lr": []}
 
     def _set_mode(self, training: bool) -> None:
+        """model.train() (training=True) or model.eval(), when the model has them."""
         method = getattr(self.model, "train" if training else "eval", None)
         if callable(method):
             method()
 
     def train_step(self, x: Any, y: Any) -> float:
-        """zero_grad, forward, loss, backward, clip, step, schedule; returns the loss."""
+        """One optimisation step on the batch (x, y); returns its loss as a Python float.
+
+        Order: as_tensor both; optimizer.zero_grad(); loss = loss_fn(model(x), y);
+        loss.backward(); with self.clip set, self.last_grad_norm = clip_grad_norm(
+        self.optimizer.params, self.clip); optimizer.step(); scheduler.step() if any.
+        Changes: the parameters, their .grad, self.step (+1), the learning rate (scheduler).
+        """
         ### BEGIN SOLUTION
-        x, y = _as_tensor(x), _as_tensor(y)
+        x, y = as_tensor(x), as_tensor(y)
         self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
@@ -378,7 +560,11 @@ class Trainer:
         ### END SOLUTION
 
     def train_epoch(self, loader: Iterable) -> float:
-        """One pass over `loader` in training mode; the mean loss per example."""
+        """One pass over `loader` (batches (x, y)) in training mode, one train_step per batch.
+
+        Returns the mean loss per example: sum(loss_b * n_b) / sum(n_b), n_b = _batch_size(y).
+        Iterate over `self._progress(loader, "train")`. Raises ValueError when there is no batch.
+        """
         ### BEGIN SOLUTION
         self._set_mode(True)
         total, count = 0.0, 0
@@ -392,7 +578,12 @@ class Trainer:
         ### END SOLUTION
 
     def evaluate(self, loader: Iterable, metric: Callable | None = None) -> dict:
-        """Loss (and metric) averaged over examples, in eval mode without a graph."""
+        """Loss (and metric) averaged over examples, in eval mode and under no_grad().
+
+        Returns {"loss": float} plus {metric.__name__: float} when there is a metric
+        (`metric`, else self.metric). The model is in training mode again afterwards, even
+        after an error. Raises ValueError when there is no batch. Changes no parameter.
+        """
         metric = metric if metric is not None else self.metric
         ### BEGIN SOLUTION
         self._set_mode(False)
@@ -404,7 +595,7 @@ class Trainer:
         try:
             with no_grad():
                 for x, y in loader:
-                    x, y = _as_tensor(x), _as_tensor(y)
+                    x, y = as_tensor(x), as_tensor(y)
                     n = _batch_size(y)
                     outputs = self.model(x)
                     totals["loss"] += float(self.loss_fn(outputs, y).item()) * n
@@ -419,7 +610,12 @@ class Trainer:
         ### END SOLUTION
 
     def fit(self, train: Iterable, val: Iterable | None = None, epochs: int = 1, log_every: int = 1) -> dict:
-        """`epochs` more epochs of training (and evaluation on `val`); returns `history`."""
+        """`epochs` more epochs of train_epoch (and evaluate on `val`); returns self.history.
+
+        Per epoch: self.epoch += 1; record = {"epoch", "train_loss", "lr"} (+ "val_<key>"
+        for each key of evaluate(val)); each value appended to self.history[key]; printed
+        with self._log(record, seconds) when verbose and (epoch % log_every == 0 or last).
+        """
         ### BEGIN SOLUTION
         for i in range(epochs):
             start = time.perf_counter()
@@ -435,8 +631,9 @@ class Trainer:
         return self.history
         ### END SOLUTION
 
-    # ---- printing ----------------------------------------------------------------------
+    # ---- printing (given) ------------------------------------------------------------
     def _progress(self, loader: Iterable, label: str) -> Iterable:
+        """`loader` itself, wrapped in a transient progress bar when verbose on a terminal."""
         if not self.verbose:
             return loader
         from rich.console import Console
@@ -461,171 +658,41 @@ class Trainer:
         parts.append(f"{seconds:.2f}s")
         Console(highlight=False, soft_wrap=True).print("  ".join(parts))
 
-    # ---- checkpoints -------------------------------------------------------------------
+    # ---- checkpoints (given; section 5 writes save_checkpoint and load_checkpoint) -----
     def save(self, path: str | os.PathLike, loader: Any = None) -> Path:
-        """Checkpoint the model, optimizer, scheduler, counters, history and loader position."""
+        """Checkpoint the model, optimizer, scheduler, counters, history and the loader's position."""
         extra = {"epoch": self.epoch, "history": self.history}
         if loader is not None and hasattr(loader, "state_dict"):
             extra["loader"] = loader.state_dict()
         return save_checkpoint(path, self.model, self.optimizer, self.scheduler, step=self.step, extra=extra)
 
     def load(self, path: str | os.PathLike, loader: Any = None) -> dict:
-        """Restore what `save` wrote into this trainer's (fresh) objects and `loader`."""
-        info = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        """Restore what `save` wrote into this trainer's objects and `loader`; all or nothing."""
+        before = loader.state_dict() if loader is not None and hasattr(loader, "state_dict") else None
+        if before is not None:
+            extra = read_checkpoint(path)["extra"] or {}
+            if "loader" in extra:
+                loader.load_state_dict(extra["loader"])  # checks its own state before changing anything
+        try:
+            info = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        except Exception:
+            if before is not None:
+                loader.load_state_dict(before)
+            raise
         self.step = info["step"]
         extra = info["extra"] or {}
         self.epoch = int(extra.get("epoch", 0))
         self.history = {k: list(v) for k, v in extra.get("history", self.history).items()}
-        if loader is not None and "loader" in extra:
-            loader.load_state_dict(extra["loader"])
         return info
 
 
 # %% [markdown]
-# ## 5. Checkpoints: resuming exactly
-#
-# A long run gets interrupted. To resume it so that the result is **identical** to an
-# uninterrupted run you need more than the weights:
-#
-# | what | why |
-# |---|---|
-# | model parameters | obviously |
-# | optimizer state (momentum, Adam's `m`, `v`, step counts) and hyper-parameters | without it Adam restarts its bias correction and momentum is lost: the loss jumps |
-# | scheduler position | otherwise warm-up starts again |
-# | step and epoch counters, history | for the schedule, the logs and the data order |
-# | data order (the loader's seed and epoch) | the resumed run must see the same batches |
-# | random generators (e.g. dropout's) | the same dropout masks |
-#
-# `save_checkpoint` writes all of it into one `.npz` file: each array under a readable
-# name (`model/0.weight`, `optimizer/state/0/exp_avg`, ...) and everything else (numbers,
-# names, nested structure) as JSON under `meta`. Loading needs no pickle (`allow_pickle=False`:
-# a checkpoint from someone else cannot run code on your machine) and puts each array
-# back onto its parameter's device.
-#
-# Size: model weights + optimizer state. With Adam that is 3× the model: a reason large
-# models save optimizer state separately, or not at all for inference.
-
-# %%
-#| export
-CHECKPOINT_FORMAT = "tinytorch-checkpoint-v1"
-
-
-def _pack(value: Any, key: str, arrays: dict) -> Any:
-    """A JSON-able skeleton of `value`; arrays go into `arrays` under `key`."""
-    if isinstance(value, Tensor):
-        value = value.data
-    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
-        arrays[key] = value.get() if array_module(value) is not np else np.asarray(value)
-        return {"__array__": key}
-    if isinstance(value, np.generic) or (hasattr(value, "shape") and hasattr(value, "item")):
-        return value.item()
-    if isinstance(value, dict):
-        return {"__dict__": [[str(k), _pack(v, f"{key}/{k}", arrays)] for k, v in value.items()]}
-    if isinstance(value, tuple):
-        return {"__tuple__": [_pack(v, f"{key}/{i}", arrays) for i, v in enumerate(value)]}
-    if isinstance(value, list):
-        return [_pack(v, f"{key}/{i}", arrays) for i, v in enumerate(value)]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise TypeError(f"save_checkpoint: cannot store a {type(value).__name__} (at {key!r}).")
-
-
-def _unpack(value: Any, arrays: Any) -> Any:
-    if isinstance(value, list):
-        return [_unpack(v, arrays) for v in value]
-    if isinstance(value, dict):
-        if "__array__" in value:
-            return np.array(arrays[value["__array__"]])
-        if "__tuple__" in value:
-            return tuple(_unpack(v, arrays) for v in value["__tuple__"])
-        if "__dict__" in value:
-            return {k: _unpack(v, arrays) for k, v in value["__dict__"]}
-    return value
-
-
-def _generator_states(model: Any) -> dict:
-    """Bit-generator states of the model's random generators (e.g. Dropout's), by module name."""
-    named = model.named_modules() if hasattr(model, "named_modules") else []
-    return {name: m.rng.bit_generator.state for name, m in named
-            if isinstance(getattr(m, "rng", None), np.random.Generator)}
-
-
-def _checkpoint_path(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
-
-
-def save_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | None = None,
-                    scheduler: LRScheduler | None = None, step: int = 0, extra: dict | None = None) -> Path:
-    """Write model and optimizer (and scheduler, step, extra) state to one `.npz` file.
-
-    `extra` may hold numbers, strings, lists, dicts and arrays. Returns the path written
-    (".npz" is appended when missing). The file is replaced atomically.
-    """
-    ### BEGIN SOLUTION
-    path = _checkpoint_path(path)
-    arrays: dict[str, np.ndarray] = {}
-    meta = {
-        "format": CHECKPOINT_FORMAT,
-        "step": int(step),
-        "model": _pack(model.state_dict(), "model", arrays),
-        "rng": _pack(_generator_states(model), "rng", arrays),
-        "optimizer": None if optimizer is None else _pack(optimizer.state_dict(), "optimizer", arrays),
-        "scheduler": None if scheduler is None else _pack(scheduler.state_dict(), "scheduler", arrays),
-        "extra": None if extra is None else _pack(extra, "extra", arrays),
-    }
-    if "meta" in arrays:
-        raise ValueError("save_checkpoint: 'meta' is reserved.")
-    arrays["meta"] = np.array(json.dumps(meta))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    with open(scratch, "wb") as handle:
-        np.savez(handle, **arrays)
-    os.replace(scratch, path)
-    return path
-    ### END SOLUTION
-
-
-def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | None = None,
-                    scheduler: LRScheduler | None = None) -> dict:
-    """Restore a checkpoint into `model` (and `optimizer`, `scheduler`); returns {"step", "extra"}."""
-    ### BEGIN SOLUTION
-    path = _checkpoint_path(path)
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {key: data[key] for key in data.files}
-    meta = json.loads(str(arrays["meta"]))
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a TinyTorch checkpoint (format {meta.get('format')!r}).")
-    model.load_state_dict(_unpack(meta["model"], arrays))
-    states = _unpack(meta["rng"], arrays)
-    if states:
-        modules = dict(model.named_modules())
-        for name, state in states.items():
-            modules[name].rng.bit_generator.state = state
-    if optimizer is not None:
-        if meta["optimizer"] is None:
-            raise ValueError(f"{path} holds no optimizer state.")
-        optimizer.load_state_dict(_unpack(meta["optimizer"], arrays))
-    if scheduler is not None:
-        if meta["scheduler"] is None:
-            raise ValueError(f"{path} holds no scheduler state.")
-        scheduler.load_state_dict(_unpack(meta["scheduler"], arrays))
-    return {"step": int(meta["step"]), "extra": _unpack(meta["extra"], arrays)}
-    ### END SOLUTION
-
-
-# %% [markdown]
-# ## 6. Putting it together: a small classifier
+# ### A worked example: three blobs
 #
 # Three Gaussian blobs in 2-D, an MLP, Adam with a cosine schedule and clipping. The
 # batches are a plain Python list: the Trainer needs nothing more.
 
 # %%
-from tinytorch.core.activations import ReLU
-from tinytorch.core.layers import Linear, Sequential
-from tinytorch.core.losses import CrossEntropyLoss
-
-
 def blobs(n_per_class=60, seed=0):
     rng = np.random.default_rng(seed)
     centers = np.array([[0.0, 2.0], [-2.0, -1.0], [2.0, -1.0]])
@@ -646,10 +713,9 @@ optimizer = Adam(model.parameters(), lr=0.05)
 scheduler = CosineWarmupLR(optimizer, warmup_steps=10, total_steps=10 * len(train_batches))
 trainer = Trainer(model, optimizer, CrossEntropyLoss(), scheduler=scheduler, clip=5.0, metric=accuracy)
 history = trainer.fit(train_batches, val_batches, epochs=10, log_every=2)
-print(f"final validation accuracy {history['val_accuracy'][-1]:.3f}, last gradient norm {trainer.last_grad_norm:.3f}")
-
-# %% [markdown]
-# ### Test: the Trainer learns and records its history
+print(f"{len(train_batches)} batches per epoch (the last one has {len(train_batches[-1][1].numpy())} examples), "
+      f"{trainer.step} steps; final validation accuracy {history['val_accuracy'][-1]:.3f}, "
+      f"last gradient norm {trainer.last_grad_norm:.3f}")
 
 # %%
 def test_unit_trainer():
@@ -657,24 +723,373 @@ def test_unit_trainer():
     assert history["train_loss"][-1] < 0.5 * history["train_loss"][0]
     assert history["val_accuracy"][-1] >= 0.9
     assert trainer.step == 10 * len(train_batches) and np.isclose(optimizer.lr, 0.0)
+    assert model.training, "evaluate puts the model back in training mode"
     print("✓ Trainer: loss falls, accuracy recorded, steps counted, schedule applied")
 
 
 test_unit_trainer()
 
 # %% [markdown]
-# ### Test: resume from a checkpoint, bit for bit
+# ### Predict, then run: evaluation without a graph
 #
-# Train 4 epochs in one go; separately train 2, save, build *fresh* objects, load, train 2
-# more. The weights must be identical, not just close.
+# `evaluate` runs under `no_grad()`. Without it every operation records a node that
+# keeps its input tensors alive for as long as the result lives: every intermediate
+# activation of the forward pass stays in memory, for a backward pass that evaluation
+# never runs, and building the nodes costs time.
+#
+# **Predict**: a 64 → 256 → 256 → 10 MLP on a batch of 512 float32 examples. How many
+# KiB of tensors does the graph of one forward pass keep alive (the input, and the
+# output of every operation: in each hidden layer the product `x @ W`, the sum with the
+# bias and the ReLU)? And under `no_grad()`? Is the forward pass faster without the
+# graph? Then run.
+
+# %%
+def graph_bytes(out):
+    """Bytes of the tensors that `out`'s graph keeps alive, parameters (leaves with
+    requires_grad) not counted: the input and every intermediate activation."""
+    seen, stack, total = set(), [out], 0
+    while stack:
+        node = stack.pop()._node
+        for tensor in node.inputs if node is not None else ():
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            stack.append(tensor)
+            if not (tensor.requires_grad and tensor._node is None):
+                total += tensor.data.nbytes
+    return total
+
+
+def time_forward(model, x, repeats, graph):
+    start = time.perf_counter()
+    if graph:
+        for _ in range(repeats):
+            model(x)
+    else:
+        with no_grad():
+            for _ in range(repeats):
+                model(x)
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+_mlp = Sequential(Linear(64, 256, seed=0), ReLU(), Linear(256, 256, seed=1), ReLU(), Linear(256, 10, seed=2))
+_xb = Tensor(np.random.default_rng(0).standard_normal((512, 64)).astype(np.float32))
+_with_graph = _mlp(_xb)
+with no_grad():
+    _without_graph = _mlp(_xb)
+print(f"kept alive by the graph: {graph_bytes(_with_graph) / 1024:.0f} KiB; "
+      f"under no_grad: {graph_bytes(_without_graph) / 1024:.0f} KiB (the output alone is "
+      f"{_with_graph.data.nbytes / 1024:.0f} KiB)")
+_with = min(time_forward(_mlp, _xb, 20, graph=True) for _ in range(3))
+_without = min(time_forward(_mlp, _xb, 20, graph=False) for _ in range(3))
+print(f"forward with the graph {_with:.3f} ms, under no_grad {_without:.3f} ms (timings are noisy on a busy machine)")
+
+# %% [markdown]
+# The graph holds the input (128 KiB), six activations of 512 × 256 floats (512 KiB
+# each) and the last layer's product: about 3 MiB for one small batch, none of it needed
+# to evaluate. Under `no_grad()` the output has no node and holds on to nothing. For a large model
+# the activations of a batch are many times its weights, so evaluating without
+# `no_grad()` can run out of memory where training with the same batch size barely fit.
+# The time saved is only the bookkeeping of the nodes, small next to the matrix products.
+#
+# ## 5. Checkpoints: resuming exactly
+#
+# A long run gets interrupted. To resume it so that the result is **identical** to an
+# uninterrupted run you need more than the weights:
+#
+# | what | why |
+# |---|---|
+# | model parameters and buffers | obviously |
+# | optimizer state: every group's settings, momentum, Adam's `exp_avg`, `exp_avg_sq` and per-parameter `step` | without it Adam restarts its bias correction (its first steps are about `lr` whatever the gradient) and momentum is lost: the loss jumps |
+# | scheduler position (`last_step`) | otherwise warm-up starts again |
+# | step and epoch counters, history | for the schedule, the logs and the data order |
+# | data order (the loader's epoch) | the resumed run must see the same batches |
+# | random generators (dropout's) | the same dropout masks |
+#
+# `model.state_dict()` (module 03), `optimizer.state_dict()` (module 06) and
+# `scheduler.state_dict()` each return plain values and NumPy arrays. A checkpoint is
+# one `.npz` file: every array under a readable name (`model/0.weight`,
+# `optimizer/state/0/exp_avg`, ...) and everything else as JSON in an entry `meta`.
+# Loading needs no pickle (`allow_pickle=False`: a checkpoint from someone else cannot
+# run code on your machine), and each array goes back onto its parameter's device.
+#
+# Given helpers do the packing:
+#
+# * `_pack(value, key, arrays)` returns a JSON-able copy of `value` (a dict, list,
+#   tuple, number, string, None, array or Tensor, nested as deep as you like) in which
+#   every array is replaced by `{"__array__": name}` and stored in the dict `arrays`
+#   under a name that starts with `key`;
+# * `_generator_states(model)`: `{module name: bit-generator state}` for every module of
+#   the model with a NumPy random generator `rng` (dropout);
+# * `_write_npz(path, arrays)` writes the file atomically: to a scratch file first, then
+#   renamed over `path`, so a crash mid-write never leaves half a checkpoint;
+# * `read_checkpoint(path)` opens a checkpoint and returns
+#   `{"format", "step", "model", "rng", "optimizer", "scheduler", "extra"}`, with the
+#   arrays back in place of their names;
+# * `check_checkpoint(path, checkpoint, model, optimizer, scheduler)` checks that every
+#   part fits the objects it is about to be loaded into.
+#
+# **Validate everything, then assign.** Loading writes into three objects. If the model's
+# weights were replaced first and the optimizer's part then turned out not to fit (a
+# checkpoint of another optimizer, different parameter groups), the exception would
+# arrive with the model already overwritten: neither the old run nor the saved one, and
+# nothing in the error says so. So `read_checkpoint` and `check_checkpoint` run first and
+# raise `ValueError` naming the file and everything that is wrong (a truncated file, a
+# file that is not a checkpoint, a missing or unexpected weight, a shape, the optimizer's
+# type or groups, the scheduler's type); only when both pass does your code assign, and
+# then nothing can fail half-way.
+#
+# **`save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, extra=None)`**
+# (you write): `path = _checkpoint_path(path)` (adds `.npz` when missing); an empty dict
+# `arrays`; `meta = {"format": CHECKPOINT_FORMAT, "step": int(step), "model":
+# _pack(model.state_dict(), "model", arrays), "rng": _pack(_generator_states(model),
+# "rng", arrays), "optimizer": ..., "scheduler": ..., "extra": ...}`, where the last three
+# are `_pack(<the optimizer's / scheduler's state_dict(), or extra>, "<its key>", arrays)`,
+# or `None` when not given; then `arrays["meta"] = np.array(json.dumps(meta))`,
+# `_write_npz(path, arrays)`, and return `path`.
+#
+# **`load_checkpoint(path, model, optimizer=None, scheduler=None)`** (you write the part
+# after the given checks): `model.load_state_dict(checkpoint["model"])`; each saved
+# generator state back into its module (`modules[name].rng.bit_generator.state = state`
+# with `modules = dict(model.named_modules())`); `optimizer.load_state_dict(...)` and
+# `scheduler.load_state_dict(...)` for those given; return `{"step": checkpoint["step"],
+# "extra": checkpoint["extra"]}`.
+
+# %%
+#| export
+CHECKPOINT_FORMAT = "tinytorch-checkpoint-v1"
+
+
+def _pack(value: Any, key: str, arrays: dict) -> Any:
+    """A JSON-able skeleton of `value`; every array goes into `arrays` under a name starting with `key`."""
+    if isinstance(value, Tensor):
+        value = value.data
+    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
+        arrays[key] = to_host(value)
+        return {"__array__": key}
+    if isinstance(value, np.generic) or (hasattr(value, "shape") and hasattr(value, "item")):
+        return value.item()
+    if isinstance(value, dict):
+        return {"__dict__": [[str(k), _pack(v, f"{key}/{k}", arrays)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_pack(v, f"{key}/{i}", arrays) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_pack(v, f"{key}/{i}", arrays) for i, v in enumerate(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"save_checkpoint: cannot store a {type(value).__name__} (at {key!r}).")
+
+
+def _unpack(value: Any, arrays: dict) -> Any:
+    """The inverse of `_pack`; KeyError names an array the file lacks."""
+    if isinstance(value, list):
+        return [_unpack(v, arrays) for v in value]
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return arrays[value["__array__"]]
+        if "__tuple__" in value:
+            return tuple(_unpack(v, arrays) for v in value["__tuple__"])
+        if "__dict__" in value:
+            return {k: _unpack(v, arrays) for k, v in value["__dict__"]}
+    return value
+
+
+def _generator_modules(model: Any) -> dict:
+    """{module name: module} for every module of `model` with a NumPy random generator `rng`."""
+    named = model.named_modules() if hasattr(model, "named_modules") else []
+    return {name: m for name, m in named if isinstance(getattr(m, "rng", None), np.random.Generator)}
+
+
+def _generator_states(model: Any) -> dict:
+    """Bit-generator states of the model's random generators (e.g. Dropout's), by module name."""
+    return {name: m.rng.bit_generator.state for name, m in _generator_modules(model).items()}
+
+
+def _checkpoint_path(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+
+def _write_npz(path: Path, arrays: dict) -> None:
+    """Write `arrays` to `path` atomically: a scratch file beside it, then one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    try:
+        with open(scratch, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+_PARTS = ("model", "rng", "optimizer", "scheduler", "extra")
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """The saved parts of a checkpoint: {"format", "step", "model", "rng", "optimizer",
+    "scheduler", "extra"}, arrays in place. ValueError names the path and what is wrong."""
+    path = _checkpoint_path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No checkpoint at {path}.")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array, not an .npz archive")
+        with loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        raise ValueError(f"{path} cannot be read as a checkpoint: the file is truncated, damaged or "
+                         f"not an .npz archive ({err}).") from None
+    if "meta" not in arrays:
+        raise ValueError(f"{path} is not a TinyTorch checkpoint: it has no 'meta' entry "
+                         f"(its arrays: {sorted(arrays)[:5]}).")
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a TinyTorch checkpoint: its 'meta' entry is not JSON ({err}).") from None
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ValueError(f"{path} is not a TinyTorch checkpoint (format {found!r}, expected {CHECKPOINT_FORMAT!r}).")
+    missing = [part for part in ("step", *_PARTS) if part not in meta]
+    if missing:
+        raise ValueError(f"{path} is incomplete: its 'meta' lacks {missing}.")
+    try:
+        parts = {part: _unpack(meta[part], arrays) for part in _PARTS}
+    except KeyError as err:
+        raise ValueError(f"{path} is incomplete: the array {err.args[0]!r} that its 'meta' names is missing.") from None
+    return {"format": meta["format"], "step": int(meta["step"]), **parts}
+
+
+def check_checkpoint(path: str | os.PathLike, checkpoint: dict, model: Any, optimizer: Optimizer | None = None,
+                     scheduler: LRScheduler | None = None) -> None:
+    """Raise ValueError naming `path` and every part of `checkpoint` that does not fit
+    `model`, `optimizer` or `scheduler` (names, shapes, types, parameter groups); changes nothing."""
+    problems = []
+    saved, own = checkpoint["model"], model.state_dict()
+    missing = [name for name in own if name not in saved]
+    unexpected = [name for name in saved if name not in own]
+    if missing or unexpected:
+        problems.append(f"the model's weights differ: missing from the file {missing}, "
+                        f"not in this model {unexpected}")
+    shapes = [f"{name} {tuple(np.shape(saved[name]))} in the file, {tuple(np.shape(own[name]))} in the model"
+              for name in own if name in saved and tuple(np.shape(saved[name])) != tuple(np.shape(own[name]))]
+    if shapes:
+        problems.append("shapes differ: " + ", ".join(shapes))
+    generators = _generator_modules(model)
+    strays = [name for name in checkpoint["rng"] if name not in generators]
+    if strays:
+        problems.append(f"random generator states for modules this model lacks: {strays}")
+    if optimizer is not None:
+        state = checkpoint["optimizer"]
+        kind = type(optimizer).__name__
+        if state is None:
+            problems.append("it holds no optimizer state (it was saved without an optimizer)")
+        elif state.get("type") != kind:
+            problems.append(f"its optimizer state is a {state.get('type')}'s, the optimizer is a {kind}")
+        else:
+            saved_sizes = [len(g["params"]) for g in state["param_groups"]]
+            own_sizes = [len(g["params"]) for g in optimizer.param_groups]
+            if saved_sizes != own_sizes or len(state["state"]) != len(optimizer.params):
+                problems.append(f"the optimizer's parameter groups differ: groups of {saved_sizes} parameters "
+                                f"in the file, {own_sizes} in this {kind}")
+            else:
+                for i, (param, entry) in enumerate(zip(optimizer.params, state["state"])):
+                    bad = [f"{key} {tuple(np.shape(v))}" for key, v in entry.items()
+                           if hasattr(v, "shape") and tuple(np.shape(v)) != param.shape]
+                    if bad:
+                        problems.append(f"optimizer state of parameter {i} has shapes {bad}, "
+                                        f"the parameter {param.shape}")
+    if scheduler is not None:
+        state = checkpoint["scheduler"]
+        kind = type(scheduler).__name__
+        if state is None:
+            problems.append("it holds no scheduler state (it was saved without a scheduler)")
+        elif state.get("type") != kind:
+            problems.append(f"its scheduler state is a {state.get('type')}'s, the scheduler is a {kind}")
+    if problems:
+        raise ValueError(f"{path} does not fit; nothing was loaded: " + "; ".join(problems) + ".")
+
+
+def save_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | None = None,
+                    scheduler: LRScheduler | None = None, step: int = 0, extra: dict | None = None) -> Path:
+    """Write model, random generators, optimizer, scheduler, step and extra to one `.npz` file.
+
+    The file holds the arrays packed by `_pack` under the keys "model", "rng", "optimizer",
+    "scheduler", "extra", and `meta`: the JSON of {"format": CHECKPOINT_FORMAT, "step":
+    int(step), "model", "rng", "optimizer", "scheduler", "extra"} (None for a part not
+    given). Written with `_write_npz`. Returns the path written (".npz" appended when missing).
+    """
+    ### BEGIN SOLUTION
+    path = _checkpoint_path(path)
+    arrays: dict[str, np.ndarray] = {}
+    meta = {
+        "format": CHECKPOINT_FORMAT,
+        "step": int(step),
+        "model": _pack(model.state_dict(), "model", arrays),
+        "rng": _pack(_generator_states(model), "rng", arrays),
+        "optimizer": None if optimizer is None else _pack(optimizer.state_dict(), "optimizer", arrays),
+        "scheduler": None if scheduler is None else _pack(scheduler.state_dict(), "scheduler", arrays),
+        "extra": None if extra is None else _pack(extra, "extra", arrays),
+    }
+    arrays["meta"] = np.array(json.dumps(meta))
+    _write_npz(path, arrays)
+    return path
+    ### END SOLUTION
+
+
+def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | None = None,
+                    scheduler: LRScheduler | None = None) -> dict:
+    """Restore a checkpoint into `model` (and `optimizer`, `scheduler`); returns {"step", "extra"}.
+
+    The given lines read the file and check that every part fits (ValueError naming the
+    path otherwise, before anything changes). Then: the model's weights, its random
+    generators' states, the optimizer's and the scheduler's state (those given).
+    """
+    path = _checkpoint_path(path)
+    checkpoint = read_checkpoint(path)
+    check_checkpoint(path, checkpoint, model, optimizer, scheduler)
+    ### BEGIN SOLUTION
+    model.load_state_dict(checkpoint["model"])
+    modules = dict(model.named_modules()) if checkpoint["rng"] else {}
+    for name, state in checkpoint["rng"].items():
+        modules[name].rng.bit_generator.state = state
+    if optimizer is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(checkpoint["scheduler"])
+    return {"step": checkpoint["step"], "extra": checkpoint["extra"]}
+    ### END SOLUTION
+
+
+# %% [markdown]
+# ### A worked example: what a checkpoint holds
+#
+# The blob classifier of section 4, saved and opened as a plain `.npz` archive:
 
 # %%
 import tempfile
 
+with tempfile.TemporaryDirectory() as _tmp:
+    _path = trainer.save(Path(_tmp) / "blobs")
+    with np.load(_path, allow_pickle=False) as _data:
+        for _name in _data.files:
+            print(f"  {_name:32s} {str(_data[_name].shape):10s} {_data[_name].dtype}")
+    print("meta['step'] =", read_checkpoint(_path)["step"], " file:", _path.name)
 
-def make_run(seed_offset=0):
-    m = Sequential(Linear(2, 8, seed=10 + seed_offset), ReLU(), Linear(8, 3, seed=20 + seed_offset))
-    opt = Adam(m.parameters(), lr=0.03)
+# %% [markdown]
+# ### Test: resume from a checkpoint, bit for bit
+#
+# Train 4 epochs in one go; separately train 2, save, build *fresh* objects with
+# different initial weights, load, train 2 more. The weights must be identical, not just
+# close. Then a checkpoint that does not fit (different parameter groups) must leave the
+# model as it was.
+
+# %%
+def make_run(seed_offset=0, groups=False):
+    m = Sequential(Linear(2, 8, seed=10 + seed_offset), ReLU(), Dropout(0.1, seed=5 + seed_offset),
+                   Linear(8, 3, seed=20 + seed_offset))
+    params = [{"params": m.parameters()[:2]}, {"params": m.parameters()[2:], "lr": 0.01}] if groups else m.parameters()
+    opt = Adam(params, lr=0.03)
     sch = CosineWarmupLR(opt, warmup_steps=5, total_steps=4 * len(train_batches))
     return Trainer(m, opt, CrossEntropyLoss(), scheduler=sch, clip=1.0, verbose=False)
 
@@ -686,60 +1101,144 @@ def test_unit_checkpoint_resume():
     first.fit(train_batches, epochs=2)
     with tempfile.TemporaryDirectory() as tmp:
         path = first.save(Path(tmp) / "run")
-        resumed = make_run(seed_offset=100)  # different initial weights: all must come from the file
+        resumed = make_run(seed_offset=100)  # different weights and dropout seed: all must come from the file
         resumed.load(path)
         resumed.fit(train_batches, epochs=2)
         size = path.stat().st_size
+        other = make_run(seed_offset=7, groups=True)
+        before = [p.numpy().copy() for p in other.model.parameters()]
+        try:
+            other.load(path)
+        except ValueError as err:
+            assert str(path) in str(err) and "groups" in str(err), err
+        else:
+            raise AssertionError("a checkpoint with other parameter groups must not load")
+        assert all(np.array_equal(b, p.numpy()) for b, p in zip(before, other.model.parameters())), \
+            "a failed load must leave the model as it was"
     for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
         assert np.array_equal(a.numpy(), b.numpy()), name
     assert resumed.history["train_loss"] == straight.history["train_loss"] and resumed.step == straight.step
-    print(f"✓ checkpoint ({size:,} bytes): 2 + save/load + 2 epochs == 4 epochs, bit for bit")
+    print(f"✓ checkpoint ({size:,} bytes): 2 + save/load + 2 epochs == 4 epochs, bit for bit; "
+          "a misfit changes nothing")
 
 
 test_unit_checkpoint_resume()
 
 # %% [markdown]
-# ## 7. Systems view: where the time goes, what a checkpoint weighs
+# ### Predict, then run: what a checkpoint weighs
 #
-# Per step, the forward and backward passes dominate; the optimizer's update and the
-# clipping are a few passes over the parameters. A checkpoint with Adam holds three
-# copies of the parameters (weights, `m`, `v`).
+# A 256 → 512 → 256 MLP in float32 has `256·512 + 512 + 512·256 + 256` = 262,912
+# parameters, about 1 MiB. **Predict** the size of a checkpoint after one step with SGD,
+# with SGD and momentum, and with Adam, as multiples of the weights (module 06 told you
+# what state each keeps). Then run.
 
 # %%
-def time_it(fn, repeats=20):
+_big = Sequential(Linear(256, 512, seed=0), ReLU(), Linear(512, 256, seed=1))
+_weights = sum(p.data.nbytes for p in _big.parameters())
+_xbig = Tensor(np.random.default_rng(0).standard_normal((32, 256)).astype(np.float32))
+_ybig = Tensor(np.zeros(32, dtype=np.int64))
+with tempfile.TemporaryDirectory() as _tmp:
+    for _name, _make in [("SGD", lambda ps: SGD(ps, lr=0.1)), ("SGD momentum", lambda ps: SGD(ps, lr=0.1, momentum=0.9)),
+                         ("Adam", lambda ps: Adam(ps))]:
+        _opt = _make(_big.parameters())
+        _opt.zero_grad()
+        CrossEntropyLoss()(_big(_xbig), _ybig).backward()
+        _opt.step()
+        _file = save_checkpoint(Path(_tmp) / "big", _big, _opt)
+        print(f"{_name:13s} checkpoint {_file.stat().st_size / 2**20:5.2f} MiB = "
+              f"{_file.stat().st_size / _weights:.2f}x the weights ({_weights / 2**20:.2f} MiB)")
+
+# %% [markdown]
+# Weights, plus one copy per state array: none for SGD, the velocity for momentum,
+# `exp_avg` and `exp_avg_sq` for Adam (its per-parameter `step` counts are a few bytes of
+# JSON). A 7-billion-parameter model trained with Adam in float32 has a 28 GB model and an
+# 84 GB checkpoint; that is why checkpoints for inference drop the optimizer.
+#
+# ## 6. Systems view: where the time of a step goes
+#
+# **Predict** which part of one training step of the 256 → 512 → 256 MLP on a batch of
+# 128 takes the most time: forward and backward, `clip_grad_norm`, or Adam's step; and
+# roughly what fraction of the step it takes. Then run (a second or two).
+
+# %%
+def time_it(fn, repeats=10):
+    fn()
     start = time.perf_counter()
     for _ in range(repeats):
         fn()
     return (time.perf_counter() - start) / repeats * 1e3
 
 
-big = Sequential(Linear(256, 512, seed=0), ReLU(), Linear(512, 256, seed=1))
-xb, yb = Tensor(np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)), Tensor(np.zeros(128, dtype=np.int64))
-big_opt = Adam(big.parameters())
-loss_fn = CrossEntropyLoss()
+_xb = Tensor(np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32))
+_yb = Tensor(np.zeros(128, dtype=np.int64))
+_big_opt = Adam(_big.parameters())
+_loss_fn = CrossEntropyLoss()
 
 
 def forward_backward():
-    big_opt.zero_grad()
-    loss_fn(big(xb), yb).backward()
+    _big_opt.zero_grad()
+    _loss_fn(_big(_xb), _yb).backward()
 
 
-forward_backward()
-print(f"forward + backward: {time_it(forward_backward):6.2f} ms")
-print(f"clip_grad_norm:     {time_it(lambda: clip_grad_norm(big.parameters(), 1e9)):6.2f} ms")
-print(f"Adam step:          {time_it(big_opt.step):6.2f} ms")
-with tempfile.TemporaryDirectory() as tmp:
-    weights = sum(p.data.nbytes for p in big.parameters())
-    ckpt = save_checkpoint(Path(tmp) / "big", big, big_opt)
-    print(f"weights {weights / 2**20:.2f} MiB, checkpoint with Adam state {ckpt.stat().st_size / 2**20:.2f} MiB")
+_parts = {"forward + backward": time_it(forward_backward),
+          "clip_grad_norm": time_it(lambda: clip_grad_norm(_big.parameters(), 1e9)),
+          "Adam step": time_it(_big_opt.step)}
+for _name, _ms in _parts.items():
+    print(f"{_name:20s} {_ms:7.2f} ms  ({_ms / sum(_parts.values()):.0%} of the step)")
 
 # %% [markdown]
+# Forward and backward are matrix products over the whole batch (about `6 · batch ·
+# parameters` FLOPs); clipping and the update are a few passes over the parameters only,
+# independent of the batch size. So clipping is nearly free, and a bigger batch makes the
+# update's share even smaller.
+#
 # ## Summary
 #
 # * The loop: zero_grad → forward → loss → backward → clip → step → schedule.
 # * `clip_grad_norm` scales all gradients by one factor when their global norm exceeds
-#   the cap and returns the norm before clipping.
-# * A schedule is `lr_at(step)`; warm-up protects the first steps, cosine decay settles the end.
+#   the cap, never scales up, and returns the norm before clipping.
+# * A schedule is `lr_at(step)`; warm-up starts near 0 and protects the first steps,
+#   cosine decay reaches the floor exactly at the end of the run.
 # * Evaluate in `eval()` mode under `no_grad()`; average over examples, not batches.
-# * A checkpoint that resumes exactly holds weights, optimizer and scheduler state,
-#   counters, the data order and random generator states.
+# * A checkpoint that resumes exactly holds weights, optimizer state with its groups and
+#   step counts, scheduler position, counters, the data order and random generator
+#   states; loading checks everything before it changes anything.
+#
+# ## Exercises and questions
+#
+# Answer each by running your own code (a new cell below is the place).
+#
+# 1. **The two norms.** For gradients `[3, 4]` and `[12]`, compute the 2-norm and the
+#    inf-norm with your `clip_grad_norm` (on copies: it changes `.grad`). For which
+#    gradients are the two equal? Clip both ways to `max_norm = 6` and compare the
+#    directions of the results.
+# 2. **How big is a normal gradient?** In `bad_batch_run`, print the gradient norm every
+#    ten steps of the clean run. Pick a `max_norm` that never clips a normal batch but
+#    still stops the bad one. What happens to the clean run's final loss with
+#    `max_norm = 0.5`, which clips every step?
+# 3. **Warm-up or not.** Train the blob classifier with Adam at `lr = 0.3`, once with
+#    `warmup_steps = 0` and once with 20 (same `total_steps`). Print the training loss
+#    of the first 10 steps (`train_step` returns it). Which run has the worse start?
+# 4. **Per batch against per example.** Make a loader of two batches, 15 examples and 1
+#    example, where the single example has a large loss. Compute the mean loss per
+#    batch and per example by hand and compare with your `train_epoch` (with `lr = 0`).
+# 5. **Resume without the optimizer.** Train the `make_run()` model for 2 epochs, save,
+#    and load only the model into a fresh run (`load_checkpoint(path, run.model)`).
+#    Train 2 more epochs and compare the final loss and weights with the uninterrupted
+#    run of `test_unit_checkpoint_resume`. How large is the first resumed step compared
+#    with the step before the save, and why (think of Adam's `step` and bias correction)?
+# 6. **A broken file.** Save a checkpoint, write its first half into a new file, and load
+#    that into a model. What does the error say? Check that the model's weights did not
+#    change.
+#
+# Questions to answer in a sentence, each checked with a few lines of code:
+#
+# * Why does `clip_grad_norm` return the norm *before* clipping? Log it over the blob run
+#   and find the step where it is largest.
+# * `evaluate` on the model of `make_run()` (it has dropout): what loss do you get in
+#   eval mode, and with the mode switch removed (call `model.train()` inside your metric,
+#   or evaluate by hand)? Which one is the model's real quality?
+# * `scheduler.step()` called before `optimizer.step()`: which learning rate does the
+#   first step use, and which `lr_at` value is never used at all?
+# * A checkpoint of a model with dropout, loaded without its generator states: is the
+#   resumed run still bit for bit? Find the first step where it differs.

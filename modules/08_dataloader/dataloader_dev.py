@@ -15,14 +15,29 @@
 #
 # > Feeding a model: batches, shuffling, and an order you can reproduce.
 #
+# **When you finish this module you will be able to**
+#
+# * write a `Dataset` (how many examples, what is example `i`) and `TensorDataset`, which
+#   hands out whole batches with one indexing operation;
+# * stack a list of examples into a batch (`collate`) with the right axis and dtypes;
+# * write a `DataLoader(dataset, batch_size=1, shuffle=False, drop_last=False, seed=None)`
+#   that visits every example exactly once per epoch, shuffles with a new order every
+#   epoch, and repeats the very same orders for the same seed;
+# * say how many batches an epoch has, with and without `drop_last`;
+# * measure what the batch size does to the time of an epoch and to what one epoch learns,
+#   and show why a sorted data set must be shuffled.
+#
+# **Time:** about 2 hours: 30 minutes for the data sets, 15 for `collate`, 45 for the
+# `DataLoader`, the rest for the measurements and the exercises.
+#
 # Module 07's `Trainer` loops over "any iterable of `(x, y)` batches". Where do those
 # batches come from? For a real data set we want:
 #
 # * **batches**: a few dozen examples at a time, stacked into one tensor, so that one
 #   matrix multiplication handles all of them (fast) while the batch still fits in memory;
 # * **every example exactly once per epoch**, none forgotten, none repeated;
-# * **shuffling**: a new random order every epoch, so consecutive batches are not
-#   correlated (sorted data trains badly, as you will see);
+# * **shuffling**: a new random order every epoch, so that consecutive batches are not
+#   correlated (sorted data trains badly, as you will measure);
 # * **reproducibility**: with a seed, the same orders again, epoch by epoch, so that a
 #   run can be repeated and a checkpointed run resumed exactly.
 #
@@ -46,19 +61,35 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from tinytorch.core.tensor import Tensor, array_module, to_array
+from tinytorch.core.tensor import Tensor, array_module, as_tensor
 
 # %% [markdown]
 # ## 1. Datasets
 #
 # A **map-style** data set is anything with `len(ds)` and `ds[i]`. Examples are usually
-# tuples, `(features, label)`. The base class only states that contract.
+# tuples, `(features, label)`. The base class `Dataset` (given) only states that contract.
 #
-# `TensorDataset(x, y)` is the data set you need most: tensors whose first dimension is
-# the example index. Example `i` is `(x[i], y[i])`. Because all of its data already sits in
-# arrays, it can also hand out a whole batch at once: `get_batch(indices)` gathers
-# `x[indices]` with one fancy-indexing operation, instead of `batch_size` calls to
-# `__getitem__` and a stack. The DataLoader uses `get_batch` whenever a data set has one.
+# `TensorDataset(x, y, ...)` is the data set you will use most: tensors whose first
+# dimension is the example index. Example `i` is `(x[i], y[i], ...)`. You write:
+#
+# * `__init__(*tensors)`: keep `self.tensors`, a tuple with each argument made a Tensor by
+#   `as_tensor` (module 01: a Tensor stays itself, an array keeps its dtype, a list
+#   becomes float32). Three things are errors, each a `ValueError`: no tensor at all; a
+#   0-d tensor (it has no example dimension); tensors whose first dimensions differ. That
+#   last message must name every tensor's first dimension (e.g. "tensor 0 has 4 examples,
+#   tensor 1 has 5"): pairing 4 images with 5 labels silently would pair every image
+#   after the mismatch with the wrong label, or crash deep inside an epoch;
+# * `__len__`: the number of examples, the shared first dimension (not the number of tensors);
+# * `__getitem__(i)`: the tuple of `Tensor(xp.asarray(t.data[i]))` for each tensor, same
+#   dtype (`xp.asarray` turns the scalar of a 1-D tensor into a 0-d array). A negative `i`
+#   counts from the end; an index out of range raises `IndexError` (NumPy does that for you);
+# * `get_batch(indices)`: the examples at `indices` (a NumPy integer array), already
+#   stacked: the tuple of `Tensor(t.data[xp.asarray(indices)])` for each tensor. One
+#   fancy-indexing gather per tensor instead of `batch_size` calls to `__getitem__` and a
+#   stack (section 5 measures the difference). `xp.asarray` moves the indices to the
+#   tensor's device.
+#
+# The DataLoader uses `get_batch` whenever a data set has one.
 
 # %%
 #| export
@@ -77,17 +108,18 @@ class Dataset:
 
 
 class TensorDataset(Dataset):
-    """Example i is `(t[i] for t in tensors)`; the tensors share their first dimension.
+    """Example i is `tuple(t[i] for t in tensors)`; the tensors share their first dimension.
 
-    Accepts Tensors, NumPy/CuPy arrays or lists (converted with the usual rules:
-    lists become float32, integer arrays stay integer).
+    Accepts Tensors, NumPy/CuPy arrays or lists (made Tensors by `as_tensor`).
     """
 
     def __init__(self, *tensors: Any):
+        """self.tensors = tuple of as_tensor(t). ValueError when there is no tensor, when a
+        tensor is 0-d, or when the first dimensions differ (the message names each one)."""
         ### BEGIN SOLUTION
         if not tensors:
             raise ValueError("TensorDataset needs at least one tensor.")
-        self.tensors = tuple(t if isinstance(t, Tensor) else Tensor(t) for t in tensors)
+        self.tensors = tuple(as_tensor(t) for t in tensors)
         for i, t in enumerate(self.tensors):
             if t.ndim == 0:
                 raise ValueError(f"TensorDataset: tensor {i} is a scalar; each tensor needs a first (example) dimension.")
@@ -99,22 +131,20 @@ class TensorDataset(Dataset):
         ### END SOLUTION
 
     def __len__(self) -> int:
+        """The number of examples (the tensors' shared first dimension)."""
         ### BEGIN SOLUTION
         return self.tensors[0].shape[0]
         ### END SOLUTION
 
     def __getitem__(self, index: int) -> tuple:
+        """Example `index`: a tuple with one Tensor per tensor, `Tensor(xp.asarray(t.data[index]))`."""
         ### BEGIN SOLUTION
-        n = len(self)
-        if not isinstance(index, numbers.Integral):
-            raise TypeError(f"TensorDataset index must be an integer, got {type(index).__name__}; use get_batch for many.")
-        if not -n <= index < n:
-            raise IndexError(f"index {index} is out of range for a TensorDataset of {n} examples.")
         return tuple(Tensor(array_module(t.data).asarray(t.data[index])) for t in self.tensors)
         ### END SOLUTION
 
     def get_batch(self, indices: Any) -> tuple:
-        """The examples at `indices` (an integer array), stacked: one gather per tensor."""
+        """The examples at `indices` (an integer array), stacked: one gather per tensor,
+        `Tensor(t.data[xp.asarray(indices)])`, in the order of `indices`."""
         ### BEGIN SOLUTION
         out = []
         for t in self.tensors:
@@ -125,7 +155,20 @@ class TensorDataset(Dataset):
 
 
 # %% [markdown]
-# ### Test: TensorDataset
+# A worked example: six examples of two features and a label.
+
+# %%
+_x = np.arange(12, dtype=np.float32).reshape(6, 2)
+_y = np.array([0, 1, 2, 0, 1, 2])
+_ds = TensorDataset(_x, _y)
+print("len:", len(_ds))
+print("ds[4]:", [t.numpy().tolist() for t in _ds[4]], " label dtype:", _ds[4][1].dtype)
+print("ds[-1]:", [t.numpy().tolist() for t in _ds[-1]])
+print("get_batch([5, 0, 3]):", [t.numpy().tolist() for t in _ds.get_batch(np.array([5, 0, 3]))])
+try:
+    TensorDataset(_x, _y[:5])
+except ValueError as err:
+    print("6 features, 5 labels ->", err)
 
 # %%
 def test_unit_tensor_dataset():
@@ -140,7 +183,7 @@ def test_unit_tensor_dataset():
     try:
         TensorDataset(x, y[:5])
     except ValueError as err:
-        assert "tensor 0 has 6" in str(err) and "tensor 1 has 5" in str(err)
+        assert "6" in str(err) and "5" in str(err), f"name both lengths: {err}"
     else:
         raise AssertionError("different lengths must raise ValueError")
     print("✓ TensorDataset: items, vectorised batches, length check")
@@ -151,17 +194,29 @@ test_unit_tensor_dataset()
 # %% [markdown]
 # ## 2. Collating: a list of examples → one batch
 #
-# A data set without `get_batch` gives one example at a time. `collate` stacks a list of
-# examples field by field: a list of `(x, y)` tuples becomes the tuple
-# `(stack of x's, stack of y's)`. Tensors and arrays are stacked along a new first axis;
-# Python ints become an **int64** tensor (class labels must stay integers: cross-entropy
-# indexes with them) and Python floats become float32, the same rules as `Tensor(...)`.
-# Dictionaries are collated key by key.
+# A data set without `get_batch` gives one example at a time. `collate(examples)` stacks
+# a list of them, field by field:
+#
+# * a list of tuples (or lists) `[(x0, y0), (x1, y1), ...]` becomes the **tuple**
+#   `(collate([x0, x1, ...]), collate([y0, y1, ...]))`; examples with different numbers of
+#   fields are a `ValueError`;
+# * a list of dicts is collated key by key into a dict (the keys of the first example);
+# * Tensors and arrays are stacked along a **new first axis**: `B` examples of shape
+#   `(2, 3)` make one `(B, 2, 3)` batch, keeping their dtype (`xp.stack` of the arrays;
+#   not a concatenation, which would give `(2B, 3)`, and not the last axis). Examples of
+#   different shapes cannot be stacked: `ValueError` naming the shapes;
+# * Python `bool`s become a bool tensor, Python ints an **int64** tensor (class labels must
+#   stay integers: cross-entropy indexes with them), Python floats float32 (check `bool`
+#   before `int`: in Python a bool *is* an int);
+# * an empty list is a `ValueError`, anything else a `TypeError`.
 
 # %%
 #| export
 def collate(examples: Sequence[Any]) -> Any:
-    """Stack a list of examples into a batch: tuples field by field, dicts key by key."""
+    """Stack a list of examples into a batch: tuples field by field (a tuple), dicts key by
+    key (a dict), Tensors/arrays along a new first axis (dtype kept), bools → bool, ints →
+    int64, floats → float32. ValueError: no examples, different numbers of fields,
+    different shapes (named). TypeError: anything else."""
     ### BEGIN SOLUTION
     if len(examples) == 0:
         raise ValueError("collate: cannot make a batch from no examples.")
@@ -176,11 +231,10 @@ def collate(examples: Sequence[Any]) -> Any:
     if isinstance(first, Tensor) or hasattr(first, "shape"):
         arrays = [e.data if isinstance(e, Tensor) else e for e in examples]
         xp = array_module(arrays[0])
-        try:
-            return Tensor(xp.stack([xp.asarray(a) for a in arrays]))
-        except ValueError:
-            shapes = sorted({tuple(np.shape(a)) for a in arrays})
-            raise ValueError(f"collate: examples of different shapes cannot be stacked: {shapes}.") from None
+        shapes = sorted({tuple(a.shape) for a in arrays})
+        if len(shapes) > 1:
+            raise ValueError(f"collate: examples of different shapes cannot be stacked: {shapes}.")
+        return Tensor(xp.stack([xp.asarray(a) for a in arrays]))
     if isinstance(first, (bool, np.bool_)):
         return Tensor(np.array(examples, dtype=bool))
     if isinstance(first, numbers.Integral):
@@ -191,17 +245,24 @@ def collate(examples: Sequence[Any]) -> Any:
     ### END SOLUTION
 
 
+# %% [markdown]
+# Worked example: two `(features, label)` examples, then four 2×3 "images".
+
+# %%
+_pair = collate([(np.array([1.0, 2.0]), 3), (np.array([4.0, 5.0]), 7)])
+print("features:", _pair[0].numpy().tolist(), _pair[0].dtype, " labels:", _pair[1].numpy().tolist(), _pair[1].dtype)
+print("four (2, 3) examples ->", collate([np.full((2, 3), i, dtype=np.float32) for i in range(4)]).shape)
+
 # %%
 def test_unit_collate():
-    examples = [(np.array([1.0, 2.0]), 3), (np.array([4.0, 5.0]), 7)]
-    x, y = collate(examples)
+    x, y = collate([(np.array([1.0, 2.0]), 3), (np.array([4.0, 5.0]), 7)])
     assert x.numpy().tolist() == [[1, 2], [4, 5]] and x.dtype == np.float64
     assert y.numpy().tolist() == [3, 7] and y.dtype == np.int64
+    assert collate([np.zeros((2, 3))] * 4).shape == (4, 2, 3), "a new first axis"
     floats = collate([0.5, 1.5])
     assert floats.dtype == np.float32 and floats.numpy().tolist() == [0.5, 1.5]
-    d = collate([{"a": 1}, {"a": 2}])
-    assert d["a"].numpy().tolist() == [1, 2]
-    print("✓ collate: arrays stacked, ints stay int64, floats become float32")
+    assert collate([{"a": 1}, {"a": 2}])["a"].numpy().tolist() == [1, 2]
+    print("✓ collate: arrays stacked on a new first axis, ints stay int64, floats become float32")
 
 
 test_unit_collate()
@@ -211,21 +272,34 @@ test_unit_collate()
 #
 # Each time you iterate over a loader, one **epoch** starts:
 #
-# 1. the order: `0, 1, ..., n−1`, or with `shuffle=True` a random permutation of it;
-# 2. cut the order into slices of `batch_size`; the last one may be short, and
-#    `drop_last=True` drops it (useful when every batch must have the same size);
-# 3. for each slice, fetch the examples (`get_batch` when available, else `ds[i]` each
-#    and `collate`).
+# 1. **the order** (`order(epoch)`): `0, 1, ..., n−1` without shuffling; with
+#    `shuffle=True` a random permutation of it;
+# 2. cut the order into slices of `batch_size`; the last slice may be short, and
+#    `drop_last=True` drops it (useful when every batch must have the same size), while
+#    with `drop_last=False` (the default) it is kept: every example is seen;
+# 3. for each slice, **fetch** the examples (`_fetch(indices)`): the data set's
+#    `get_batch(indices)` when it has one, else `collate([dataset[int(i)] for i in indices])`.
 #
-# **Seeds.** With `seed=s` the permutation of epoch `e` comes from a generator seeded with
-# `(s, e)`: epoch 0, 1, 2... each get a different order, and a new loader with the same
-# seed produces the very same sequence of orders. The loader counts its epochs in
-# `.epoch`; `state_dict()` / `load_state_dict()` save and restore that counter, so a
-# training run resumed from a checkpoint sees exactly the data it would have seen.
-# Without a seed every epoch draws fresh randomness.
+# **How many batches** (`len(loader)`): with `n` examples, `ceil(n / batch_size)`, or
+# `n // batch_size` with `drop_last=True`. 10 examples in batches of 4: 3 batches
+# (4, 4, 2), or 2 with `drop_last`.
 #
-# The permutation is always a NumPy array of indices (cheap: 8 bytes per example); only
-# the gathered batch goes to the data's device.
+# **Seeds.** With `seed=s`, epoch `e`'s permutation is
+# `np.random.default_rng([s, e]).permutation(n)`: a generator seeded with the *pair*.
+# Each epoch gets its own order, and a new loader with the same seed produces the very
+# same sequence of orders. Two tempting shortcuts are wrong: `default_rng(s)` gives the
+# same order in every epoch, and `default_rng(s + e)` makes seed 11's second epoch the
+# same as seed 12's first. Without a seed, each epoch draws from a fresh
+# `np.random.default_rng()` (not reproducible, by design).
+#
+# **The epoch counter.** The loader counts its epochs in `.epoch` (0 at first).
+# `__iter__` takes `order(self.epoch)`, **then adds one to `self.epoch` at once** (not
+# when the epoch ends), then yields the batches. Given: `set_epoch(e)`, and
+# `state_dict()` / `load_state_dict()`, which save and restore the counter, so a training
+# run resumed from a checkpoint sees exactly the data it would have seen.
+#
+# The permutation is always a NumPy array of indices on the host (8 bytes per example);
+# only the gathered batch goes to the data's device. The constructor's checks are given.
 
 # %%
 #| export
@@ -236,17 +310,15 @@ class DataLoader:
     batch_size -- examples per batch (>= 1); the last batch may be smaller
     shuffle    -- a new random order every epoch
     drop_last  -- drop the last, smaller batch
-    seed       -- with shuffle: epoch e uses the permutation from seed (seed, e)
+    seed       -- with shuffle: epoch e uses np.random.default_rng([seed, e]).permutation(n)
     """
 
     def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False,
                  drop_last: bool = False, seed: int | None = None):
-        ### BEGIN SOLUTION
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-        if seed is not None and (not isinstance(seed, numbers.Integral) or seed < 0):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}.")
-        ### END SOLUTION
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -255,14 +327,16 @@ class DataLoader:
         self.epoch = 0
 
     def __len__(self) -> int:
-        """Number of batches in one epoch."""
+        """Number of batches in one epoch: ceil(n / batch_size), or n // batch_size with drop_last."""
         ### BEGIN SOLUTION
         n = len(self.dataset)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
         ### END SOLUTION
 
     def order(self, epoch: int | None = None) -> np.ndarray:
-        """The example indices of `epoch` (default: the next one), in the order they come."""
+        """The example indices of `epoch` (default: self.epoch, the next one), in the order
+        they come: np.arange(n), or with shuffle np.random.default_rng([seed, epoch]).permutation(n)
+        (np.random.default_rng() without a seed)."""
         epoch = self.epoch if epoch is None else epoch
         ### BEGIN SOLUTION
         n = len(self.dataset)
@@ -273,7 +347,8 @@ class DataLoader:
         ### END SOLUTION
 
     def _fetch(self, indices: np.ndarray) -> Any:
-        """One batch: the data set's own vectorised gather if it has one, else collate."""
+        """One batch: dataset.get_batch(indices) if the data set has it, else
+        collate([dataset[int(i)] for i in indices])."""
         ### BEGIN SOLUTION
         if hasattr(self.dataset, "get_batch"):
             return self.dataset.get_batch(indices)
@@ -281,7 +356,8 @@ class DataLoader:
         ### END SOLUTION
 
     def __iter__(self) -> Iterator[Any]:
-        """Start the next epoch (the counter advances now) and yield its batches."""
+        """Start the next epoch: order(self.epoch), then self.epoch += 1 at once, then yield
+        len(self) batches, batch b being _fetch(order[b * batch_size:(b + 1) * batch_size])."""
         ### BEGIN SOLUTION
         order = self.order(self.epoch)
         self.epoch += 1
@@ -296,6 +372,7 @@ class DataLoader:
         return {"epoch": self.epoch, "seed": -1 if self.seed is None else self.seed}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the epoch counter; a state saved with another seed is refused (nothing changes)."""
         saved_seed = int(state.get("seed", -1))
         if saved_seed >= 0 and self.seed is not None and saved_seed != self.seed:
             raise ValueError(f"load_state_dict: the state was saved with seed {saved_seed}, this loader has seed {self.seed}.")
@@ -307,7 +384,15 @@ class DataLoader:
 
 
 # %% [markdown]
-# ### Test: batches, exactly once, seeds, drop_last
+# Worked example: ten examples whose label is their index, so the labels show the order.
+
+# %%
+_ten = TensorDataset(np.arange(10, dtype=np.float32).reshape(10, 1), np.arange(10))
+for _kwargs in ({"batch_size": 4}, {"batch_size": 4, "drop_last": True},
+                {"batch_size": 4, "shuffle": True, "seed": 0}):
+    _loader = DataLoader(_ten, **_kwargs)
+    _epochs = [[yb.numpy().tolist() for _, yb in _loader] for _ in range(2)]
+    print(f"{str(_kwargs):45s} len {len(_loader)}: epoch 0 {_epochs[0]}  epoch 1 {_epochs[1]}")
 
 # %%
 def test_unit_dataloader():
@@ -315,7 +400,7 @@ def test_unit_dataloader():
     y = np.arange(10)
     loader = DataLoader(TensorDataset(x, y), batch_size=4)
     batches = list(loader)
-    assert len(loader) == 3 and [len(b[1]) for b in batches] == [4, 4, 2]
+    assert len(loader) == 3 and [len(b[1].numpy()) for b in batches] == [4, 4, 2]
     assert np.concatenate([b[1].numpy() for b in batches]).tolist() == list(range(10))
     assert len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)) == 2
 
@@ -323,16 +408,10 @@ def test_unit_dataloader():
     epoch0 = np.concatenate([b[1].numpy() for b in shuffled])
     epoch1 = np.concatenate([b[1].numpy() for b in shuffled])
     assert sorted(epoch0.tolist()) == list(range(10)) and sorted(epoch1.tolist()) == list(range(10))
-    assert epoch0.tolist() != epoch1.tolist() and epoch0.tolist() != list(range(10))
+    assert epoch0.tolist() != epoch1.tolist() and epoch0.tolist() != list(range(10)) and shuffled.epoch == 2
     again = DataLoader(TensorDataset(x, y), batch_size=3, shuffle=True, seed=42)
     assert np.concatenate([b[1].numpy() for b in again]).tolist() == epoch0.tolist()
     assert np.concatenate([b[0].numpy()[:, 0] for b in again]).tolist() == epoch1.tolist()  # x follows y
-    try:
-        DataLoader(TensorDataset(x, y), batch_size=0)
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("batch_size=0 must raise ValueError")
     print("✓ DataLoader: batches, exactly once, seeded epochs, drop_last")
 
 
@@ -343,11 +422,11 @@ test_unit_dataloader()
 #
 # Many data sets arrive sorted: all the 0s, then all the 1s... Without shuffling, every
 # batch holds one or two classes, each gradient step pulls the model towards the classes
-# in that batch, and the next batches pull it elsewhere: training oscillates instead of
-# converging. A shuffled batch is a small random sample of the whole data set, so its
-# gradient is an unbiased (if noisy) estimate of the full gradient.
+# in that batch, and the next batches pull it elsewhere: the model mostly remembers the
+# last classes it saw. A shuffled batch is a small random sample of the whole data set,
+# so its gradient is an unbiased (if noisy) estimate of the full gradient.
 #
-# Here is a sorted, 10-class data set of 1,000 labels and the classes in the first batches:
+# First, the classes in the batches of a sorted, 10-class data set of 1,000 labels:
 
 # %%
 labels = np.repeat(np.arange(10), 100)
@@ -359,20 +438,90 @@ for name, loader in [("in order", DataLoader(TensorDataset(features, labels), ba
     print(f"{name:9s}: classes per batch (first 8 batches) {per_batch[:8]}; first batch's class counts {counts.tolist()}")
 
 # %% [markdown]
-# ## 5. Systems view: memory and speed of a batch
+# ### Predict, then run: training on sorted data
+#
+# Four overlapping Gaussian blobs (4 classes, 200 points each, **sorted by class**), a
+# linear classifier, SGD with `lr = 0.5`, batches of 20, 3 epochs: once in the stored
+# order, once shuffled. **Predict** the training accuracy of each (25% is chance; the
+# overlap keeps the best possible near 75%), and which classes the sorted run gets
+# right. Then run (a second).
+
+# %%
+from tinytorch.core.activations import ReLU
+from tinytorch.core.layers import Linear, Sequential
+from tinytorch.core.losses import CrossEntropyLoss
+from tinytorch.core.optimizers import SGD, Adam
+from tinytorch.core.training import Trainer, accuracy
+
+_rng = np.random.default_rng(0)
+_centers = 1.5 * np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]])
+_blob_x = np.concatenate([c + _rng.standard_normal((200, 2)) for c in _centers]).astype(np.float32)
+_blob_y = np.repeat(np.arange(4), 200)
+_blobs = TensorDataset(_blob_x, _blob_y)
+for _shuffle in (False, True):
+    _model = Sequential(Linear(2, 4, seed=0))
+    _trainer = Trainer(_model, SGD(_model.parameters(), lr=0.5), CrossEntropyLoss(), verbose=False)
+    _trainer.fit(DataLoader(_blobs, batch_size=20, shuffle=_shuffle, seed=0), epochs=3)
+    _predicted = _model(Tensor(_blob_x)).numpy().argmax(-1)
+    _per_class = [float((_predicted[_blob_y == c] == c).mean()) for c in range(4)]
+    print(f"shuffle={_shuffle!s:5s}: training accuracy {float((_predicted == _blob_y).mean()):.3f}, "
+          f"per class {[round(a, 2) for a in _per_class]}")
+
+# %% [markdown]
+# Sorted, each epoch ends with ten batches of class 3 only: the model leaves every epoch
+# leaning towards the last classes it saw (class 3 right almost always, class 0 rarely).
+# Shuffled, the same model with the same number of steps treats the four classes alike
+# and reaches the best accuracy the overlap allows.
+#
+# ## 5. Systems view: the batch size, and how a batch is gathered
 #
 # A batch's memory is `batch_size × (bytes per example)`. For the 8×8 digits in float32
 # that is `32 × 64 × 4` = 8 KiB, nothing. For 224×224 RGB images it is
 # `256 × 3 × 224 × 224 × 4` bytes ≈ 154 MB per batch *of inputs*, before any activation:
 # the batch size is often chosen by what fits on the GPU.
 #
-# Speed: gathering a batch with one fancy-indexing operation (`get_batch`) against one
-# `__getitem__` per example followed by a stack. Same batches, very different cost:
+# Time is the other side. Every step costs a fixed Python overhead (dozens of small
+# operations, each recorded in the graph) plus arithmetic that grows with the batch.
+#
+# ### Predict, then run: time per epoch against the batch size
+#
+# One epoch of training a 32 → 64 → 2 MLP on 2,048 examples, with batch sizes 4, 16,
+# 64, 256 and 1,024. **Predict** how the time of an epoch changes from batch 4 to batch
+# 1,024 (the number of steps falls from 512 to 2), and which batch size ends the single
+# epoch with the lowest training loss. Then run (about a second; timings on a busy
+# machine are noisy, so look at the trend).
 
 # %%
 import time
 
+_rng = np.random.default_rng(1)
+_xs = _rng.standard_normal((2048, 32)).astype(np.float32)
+_ys = (_xs[:, :4].sum(axis=1) > 0).astype(np.int64)
+for _bs in (4, 16, 64, 256, 1024):
+    _model = Sequential(Linear(32, 64, seed=0), ReLU(), Linear(64, 2, seed=1))
+    _trainer = Trainer(_model, SGD(_model.parameters(), lr=0.1), CrossEntropyLoss(), verbose=False)
+    _loader = DataLoader(TensorDataset(_xs, _ys), batch_size=_bs, shuffle=True, seed=0)
+    _start = time.perf_counter()
+    _loss = _trainer.train_epoch(_loader)
+    _seconds = time.perf_counter() - _start
+    print(f"batch {_bs:5d}: {len(_loader):4d} steps, {_seconds * 1e3:7.1f} ms per epoch "
+          f"({2048 / _seconds:9,.0f} examples/s), mean training loss {_loss:.3f}")
 
+# %% [markdown]
+# Small batches spend the epoch on overhead: hundreds of steps, each doing too little
+# arithmetic to be efficient. Large batches are fast per example but take few steps, so
+# one epoch teaches less (the loss stays higher for the same learning rate). The usual
+# choice is the smallest batch that keeps the hardware busy, with the learning rate tuned
+# for it.
+#
+# ### Predict, then run: one gather against one item at a time
+#
+# The same 20,000 × 64 data set through the DataLoader twice: once with `get_batch` (one
+# fancy index per tensor per batch) and once through a wrapper that only has
+# `__getitem__` (64 calls and a `collate` per batch). **Predict** the ratio of the two
+# epoch times. Then run.
+
+# %%
 class ItemOnly(Dataset):
     """The same data, but only item by item (no get_batch): the DataLoader must collate."""
 
@@ -388,14 +537,16 @@ class ItemOnly(Dataset):
 
 big = TensorDataset(np.random.default_rng(0).standard_normal((20_000, 64)).astype(np.float32),
                     np.random.default_rng(1).integers(0, 10, 20_000))
+_times = {}
 for name, ds in [("vectorised get_batch", big), ("per-item + collate", ItemOnly(big))]:
     loader = DataLoader(ds, batch_size=64, shuffle=True, seed=0)
     start = time.perf_counter()
     n = sum(xb.shape[0] for xb, _ in loader)
-    elapsed = time.perf_counter() - start
-    print(f"{name:22s}: one epoch of {n:,} examples in {elapsed * 1e3:7.1f} ms")
+    _times[name] = time.perf_counter() - start
+    print(f"{name:22s}: one epoch of {n:,} examples in {_times[name] * 1e3:7.1f} ms")
+print(f"ratio: {_times['per-item + collate'] / _times['vectorised get_batch']:.0f}x")
 batch_bytes = 64 * 64 * 4 + 64 * 8
-print(f"one batch of 64 digits-sized examples: {batch_bytes / 1024:.1f} KiB (float32 features + int64 labels)")
+print(f"one batch of 64 examples: {batch_bytes / 1024:.1f} KiB (64 float32 features + an int64 label each)")
 
 # %% [markdown]
 # ## 6. Feeding the Trainer
@@ -406,13 +557,6 @@ print(f"one batch of 64 digits-sized examples: {batch_bytes / 1024:.1f} KiB (flo
 # so a resumed run continues with the very next permutation.
 
 # %%
-from tinytorch.core.activations import ReLU
-from tinytorch.core.layers import Linear, Sequential
-from tinytorch.core.losses import CrossEntropyLoss
-from tinytorch.core.optimizers import Adam
-from tinytorch.core.training import Trainer, accuracy
-
-
 def two_moons_like(n=200, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
@@ -446,8 +590,43 @@ test_unit_dataloader_feeds_trainer()
 #
 # * A `Dataset` says how many examples there are and what example `i` is; a
 #   `DataLoader` decides the order and the batching.
-# * Every epoch visits every example exactly once; `drop_last` drops the short tail.
-# * Shuffling makes each batch a random sample; a seed makes the sequence of orders
-#   reproducible, epoch after epoch, and `.epoch` in a checkpoint resumes it.
-# * Batches are stacked arrays: labels stay integers, features keep their float dtype.
-# * Gather whole batches with one indexing operation when the data is already in arrays.
+# * Every epoch visits every example exactly once; `drop_last` drops the short tail, and
+#   `len(loader)` counts the batches accordingly.
+# * Shuffling makes each batch a random sample; seeding the generator with `(seed, epoch)`
+#   makes the sequence of orders reproducible, epoch after epoch, and `.epoch` in a
+#   checkpoint resumes it.
+# * Batches are stacked along a new first axis: labels stay integers, features keep
+#   their float dtype.
+# * Gather whole batches with one indexing operation when the data already sits in arrays;
+#   the batch size trades time per epoch against steps per epoch.
+#
+# ## Exercises and questions
+#
+# Answer each by running your own code (a new cell below is the place).
+#
+# 1. **Counting batches.** For 1,797 examples (the digits milestone) and batch sizes 32,
+#    64 and 100, predict `len(loader)` with and without `drop_last`, and how many
+#    examples `drop_last=True` never shows in an epoch. Check with your loader.
+# 2. **A seed collision.** Replace, in a copy of `order`, the pair `[seed, epoch]` by
+#    `seed + epoch`. Find two loaders with different seeds that produce the same order in
+#    some epoch. Why can the pair not collide that way?
+# 3. **Unseeded shuffling.** Make two loaders with `shuffle=True` and no seed. Do their
+#    first epochs agree? Save one's `state_dict()`, load it into the other: does that make
+#    their next epochs agree? What does that mean for resuming an unseeded run?
+# 4. **Learning rate and batch size.** In the batch-size measurement, raise the learning
+#    rate for batch 256 until its one-epoch loss matches batch 16's. By what factor did
+#    you raise it, against the factor 16 in batch size?
+# 5. **A data set that computes.** Write a `Dataset` whose example `i` is
+#    `(np.array([i, i ** 2], dtype=np.float32), i % 3)`, computed on demand in
+#    `__getitem__`, and train on it through the DataLoader. Which path does the loader
+#    take, and what does a batch look like (shapes, dtypes)?
+# 6. **Sorted data, more epochs.** Run the sorted-blobs experiment of section 4 for 30
+#    epochs. Does the unshuffled model ever catch up? Print its per-class accuracy.
+#
+# Questions to answer in a sentence, each checked with a few lines of code:
+#
+# * Why does `__iter__` advance `.epoch` when the epoch *starts* rather than when it
+#   ends? Break out of an epoch after one batch and iterate again: which order comes?
+# * `collate` turns Python ints into int64 but Python floats into float32. What would go
+#   wrong with cross-entropy if labels were collated as floats?
+# * Why is the permutation kept on the host even when the data sits on a GPU?

@@ -19,30 +19,66 @@
 # has seen into one fixed-size state. Attention drops that bottleneck: each position
 # looks directly at every other position, computes how relevant each one is, and takes
 # a weighted average of what they offer. One matrix multiplication scores all pairs at
-# once, so the whole sequence is processed in parallel.
+# once, so the whole sequence is processed in parallel. This module is the heart of the
+# course: module 13's GPT is little more than this module, stacked.
 #
-# This module is the heart of the course. You will build:
+# ### What you will be able to do
 #
-# | piece | what it does |
-# |---|---|
-# | `composed_attention` | attention from the Tensor operations you already have (matmul, masked_fill, softmax) |
-# | `scaled_dot_product_attention` | the same maths as **one** recorded operation with a hand-derived, fused backward rule |
-# | `create_causal_mask`, `create_padding_mask` | the two masks every language model uses |
-# | `MultiHeadAttention`, `SelfAttention` | several attention heads in parallel, with learned projections |
-# | `flash_attention` | exact attention tiled over key blocks with an online softmax: memory linear in length |
-# | `plot_attention`, `plot_attention_heads` | heatmaps to *see* what the model attends to |
+# When you finish you will be able to
 #
-# Along the way you will measure, on your own code, why the scores are divided by
-# `√d_k`, why softmax must subtract the row maximum, what masks do to gradients, how the
-# cost grows with the sequence length, and how tiling removes the quadratic memory.
+# 1. explain queries, keys and values as a soft, differentiable dictionary lookup, and
+#    compute `softmax(Q Kᵀ / √d_k) V` by hand, with the shape of every step;
+# 2. say why the scores are divided by `√d_k`, and use the scale as a temperature;
+# 3. build causal and padding masks, combine them, and explain where NaN comes from in
+#    naive masked attention (and why float16 needs special care);
+# 4. write attention as one operation with a backward rule you derive yourself, dropout
+#    included, and check it against numerical gradients;
+# 5. split a model's width into heads and merge them back, with no Python loop;
+# 6. measure the `O(n²)` cost on your own code, and remove the `n²` memory with tiled
+#    attention and an online softmax (FlashAttention's idea);
+# 7. read an attention heat map, and recognise the classic attention bugs from their symptoms.
+#
+# **Time:** about five hours, best in two or three sittings: sections 1–6 (the formula,
+# masks, composed attention), then 7–9 (the fused operation, gradients, heads), then
+# 10–13 (cost, tiling, pictures, debugging) and the exercises.
+#
+# ### What you will write
+#
+# | section | you write | what it does |
+# |---|---|---|
+# | 5 | `create_causal_mask`, `create_padding_mask`, `_blocked_positions` | the masks every language model uses, and one boolean "blocked" array from them |
+# | 6 | `composed_attention` | attention from the Tensor operations you already have |
+# | 7 | `_masked_softmax_`, `scaled_dot_product_attention`, its two backward rules | the same maths as **one** recorded operation with a hand-derived backward |
+# | 9 | `MultiHeadAttention.forward`, `SelfAttention.forward` | several heads in parallel, with learned projections |
+# | 11 | `flash_attention` and its backward rule | exact attention tiled over key blocks: memory linear in length |
+#
+# Everything else is given: input checks whose wording the tests rely on, the plotting
+# code, a plain-NumPy reference, and a set of **checks** that run *your* functions and,
+# when a result is wrong in the way a classic mistake makes it wrong, name the mistake.
+# Each piece you write is followed by its test (`test_unit_…`), which prints one `✓` line.
+# Write the pieces in order: the notebook runs top to bottom, and every cell uses only what
+# is written above it. `tito export 12` copies your code into the package and
+# `tito test 12` runs the module's tests.
 
 # %%
 #| default_exp core.attention
 
+# %% [markdown]
+# This lesson times your code. NumPy hands large matrix products to a BLAS library that
+# splits them over several threads; on a busy machine those threads wait for each other
+# and the same product can take ten times longer from one run to the next. So the lesson
+# asks for one BLAS thread. The setting only works before NumPy is first imported, which
+# is why it is the first thing that runs (in Jupyter: restart the kernel before running
+# the notebook from the top).
+
+# %%
+import os
+
+for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_thread_setting, "1")
+
 # %%
 #| export
-from __future__ import annotations
-
 import math
 import os
 import sys
@@ -53,7 +89,7 @@ import numpy as np
 from tinytorch.core.activations import softmax
 from tinytorch.core.autograd import register_backward
 from tinytorch.core.layers import Linear, Module, make_rng
-from tinytorch.core.tensor import Tensor, array_module, device_of, record_op, to_array
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
 
 # %% [markdown]
 # ## 1. Queries, keys and values: a soft dictionary
@@ -101,66 +137,9 @@ print("matches:", match, " weights:", w.round(4), " answer:", (w @ values).round
 #
 # `…` is any number of leading (batch, head) dimensions: matmul batches over them, so no
 # Python loop over the batch, the heads or the positions is ever needed. `Tq` and `Tk`
-# may differ (a decoder reading an encoder), and so may `d_k` and `d_v`.
+# may differ (a decoder reading an encoder), and so may `d_k` and `d_v`. `Kᵀ` means the
+# last two axes of `K` swapped (`K.transpose(-2, -1)`), whatever the leading axes are.
 #
-# First write it from the Tensor operations of modules 01–02 (module 05 then
-# differentiates it for free). Leave the masks aside for now: with `mask=None` and
-# `is_causal=False` nothing is blocked; section 5 explains them and you write
-# `_blocked_positions` there.
-
-# %%
-#| export
-def _as_tensor(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
-
-
-def _check_qkv(Q: Tensor, K: Tensor, V: Tensor, name: str) -> None:
-    """ValueError naming the shapes when Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) do not fit."""
-    for label, t in (("Q", Q), ("K", K), ("V", V)):
-        if t.ndim < 2:
-            raise ValueError(f"{name}: {label} needs shape (..., seq, dim), got {t.shape}.")
-    if Q.shape[-1] != K.shape[-1]:
-        raise ValueError(
-            f"{name}: queries and keys need the same last size (d_k); Q has shape {Q.shape}, K has shape {K.shape}."
-        )
-    if K.shape[-2] != V.shape[-2]:
-        raise ValueError(
-            f"{name}: keys and values need the same length (Tk); K has shape {K.shape}, V has shape {V.shape}."
-        )
-    try:
-        np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"{name}: the leading (batch, head) dims of Q {Q.shape}, K {K.shape} and V {V.shape} do not broadcast."
-        ) from None
-
-
-def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = False,
-                       scale: float | None = None) -> tuple[Tensor, Tensor]:
-    """softmax(Q Kᵀ · scale) V built from Tensor ops (matmul, masked_fill, softmax).
-
-    Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) -> (output (…, Tq, dv), weights (…, Tq, Tk)).
-    `scale` defaults to 1/√dk. Blocked scores are filled with the dtype's most negative
-    finite number before the softmax, and the weights are set to exactly 0 there after it,
-    so a query with every key blocked gets weights 0 and output 0.
-    Gradients come from module 05's rules for each op.
-    """
-    Q, K, V = _as_tensor(Q), _as_tensor(K), _as_tensor(V)
-    _check_qkv(Q, K, V, "composed_attention")
-    ### BEGIN SOLUTION
-    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
-    scores = (Q @ K.transpose(-2, -1)) * scale
-    blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data) if mask is not None or is_causal else None
-    if blocked is not None:
-        scores = scores.masked_fill(blocked, float(np.finfo(scores.dtype).min))
-    weights = softmax(scores, dim=-1)
-    if blocked is not None:
-        weights = weights.masked_fill(blocked, 0.0)
-    return weights @ V, weights
-    ### END SOLUTION
-
-
-# %% [markdown]
 # ### The hand example
 #
 # Three tokens with four features, `Q = K = V = X`:
@@ -173,52 +152,87 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
 #
 # `X Xᵀ = [[2, 0, 1], [0, 2, 1], [1, 1, 2]]` (each token matches itself best), divided by
 # `√4 = 2` gives `[[1, 0, 0.5], …]`, and the first row's softmax is
-# `(e¹, e⁰, e^0.5) / (e¹ + e⁰ + e^0.5)`. Compute it rather than copy it — a widely copied
-# version of this example rounds the numbers wrongly.
+# `(e¹, e⁰, e^0.5) / (e¹ + e⁰ + e^0.5)`. Here are the steps with the Tensor operations of
+# modules 01–02, each with its shape. Compute rather than copy: a widely copied version of
+# this example rounds the weights to 0.5066/0.3071/0.4518, which is off by more than 1e-4.
 
 # %%
 X = Tensor([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]], dtype=np.float64)
-out, weights = composed_attention(X, X, X)
 np.set_printoptions(precision=5, suppress=True)
-print("scores / sqrt(4):\n", (X.numpy() @ X.numpy().T) / 2)
-print("weights:\n", weights.numpy())
-print("output:\n", out.numpy())
-print("row sums:", weights.numpy().sum(-1))
+step_scores = X @ X.transpose(-2, -1)
+step_scaled = step_scores * (1 / math.sqrt(X.shape[-1]))
+step_weights = softmax(step_scaled, dim=-1)
+step_output = step_weights @ X
+for label, t in (("Q @ Kᵀ", step_scores), ("· 1/√d_k", step_scaled), ("softmax", step_weights),
+                 ("@ V", step_output)):
+    print(f"{label:9s} shape {t.shape}:\n{t.numpy()}")
+print("row sums of the weights:", step_weights.numpy().sum(-1))
+
+# %% [markdown]
+# ### Given: the hand example's numbers and a reference
+#
+# The next cell is given code, exported to `tinytorch.core.attention_checks` (the tests use
+# it too): `HAND_X`, `HAND_WEIGHTS` and `HAND_OUTPUT` are the example above, to 5 decimals;
+# `reference_attention(q, k, v, keep=None, scale=None)` is the formula in plain NumPy
+# (float64), with the fully blocked queries of section 5 giving 0. Its keyword-only
+# switches reproduce classic mistakes: from section 6 on, given *checks* run your functions
+# and use them to name the mistake your numbers show.
+#
+# An attention function in this lesson is called as `attn(Q, K, V, mask=None,
+# is_causal=False, scale=None)` and returns `(output, weights)` (or only the output, for
+# `flash_attention`).
 
 # %%
+#| export core.attention_checks
+# Given code for lesson 12, shared by the lesson and the tests: the hand example, a plain-NumPy
+# reference, and checks that run an attention function and name the classic mistake they see.
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from tinytorch.core.tensor import Tensor, as_tensor, to_host
+from tinytorch.testing import numeric_vjp
+
+# The hand example of lesson 12, section 2: three tokens with four features, Q = K = V = HAND_X.
 HAND_X = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]
 HAND_WEIGHTS = [[0.50648, 0.18632, 0.30720], [0.18632, 0.50648, 0.30720], [0.27407, 0.27407, 0.45186]]
 HAND_OUTPUT = [[0.81368, 0.49352, 0.50648, 0.18632], [0.49352, 0.81368, 0.18632, 0.50648],
                [0.72593, 0.72593, 0.27407, 0.27407]]
 
 
-def expect_error(error: type, *calls) -> None:
-    """Inline-test helper: each call must raise `error` (the tests below use it for bad input)."""
-    for call in calls:
-        try:
-            call()
-        except error:
-            continue
-        raise AssertionError(f"expected {error.__name__} from {call}")
+class AttentionBug(AssertionError):
+    """A check failed: the message says what differs and, when the numbers are exactly what a
+    classic mistake produces, names that mistake."""
 
 
-def test_unit_composed_attention():
-    X = Tensor(HAND_X)
-    out, w = composed_attention(X, X, X)
-    assert np.allclose(w.numpy(), HAND_WEIGHTS, atol=1e-5) and np.allclose(out.numpy(), HAND_OUTPUT, atol=1e-5)
-    assert out.dtype == np.float32 and w.shape == (3, 3)
-    rng = np.random.default_rng(0)
-    Q, K, V = rng.standard_normal((2, 5, 8)), rng.standard_normal((2, 7, 8)), rng.standard_normal((2, 7, 3))
-    out, w = composed_attention(Q, K, V)
-    assert out.shape == (2, 5, 3) and w.shape == (2, 5, 7)
-    assert np.allclose(w.numpy().sum(-1), 1.0)
-    s = Q @ K.transpose(0, 2, 1) / np.sqrt(8)
-    e = np.exp(s - s.max(-1, keepdims=True))
-    assert np.allclose(out.numpy(), (e / e.sum(-1, keepdims=True)) @ V)
-    print("✓ composed attention: hand example, shapes, Tq != Tk, dv != dk")
+def reference_attention(q: Any, k: Any, v: Any, keep: Any = None, scale: float | None = None, *,
+                        transpose_k: bool = True, softmax_axis: int = -1,
+                        blocked_rows: str = "zero") -> tuple[np.ndarray, np.ndarray]:
+    """Plain NumPy attention in float64, to compare with: returns (output, weights).
 
+    keep  -- None, or anything broadcastable to (…, Tq, Tk) whose nonzero entries mean attend
+    scale -- multiplies the scores; default 1/√dk
+    The keyword-only switches reproduce classic mistakes, so that a check can say which one
+    your numbers match: transpose_k=False computes Q @ K; softmax_axis=-2 normalises over the
+    queries; blocked_rows="uniform" or "nan" is what a query with every key blocked gets in
+    naive code (the correct result, "zero", is weights 0 and output 0).
+    """
+    q, k, v = (np.asarray(to_host(a), dtype=np.float64) for a in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scores = q @ (np.swapaxes(k, -1, -2) if transpose_k else k) * scale
+    if keep is not None:
+        keep = np.broadcast_to(np.asarray(to_host(keep)) != 0, scores.shape)
+        scores = np.where(keep, scores, -np.inf)
+    top = scores.max(softmax_axis, keepdims=True) if scores.size else scores
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(softmax_axis, keepdims=True)
+    weights = e / np.where(total == 0, 1.0, total)
+    if keep is not None and blocked_rows != "zero":
+        nothing_visible = ~keep.any(-1, keepdims=True)
+        weights = np.where(nothing_visible, np.nan if blocked_rows == "nan" else 1.0 / scores.shape[-1], weights)
+    return weights @ v, weights
 
-test_unit_composed_attention()
 
 # %% [markdown]
 # ## 3. Why divide by √d_k? And temperature
@@ -229,10 +243,15 @@ test_unit_composed_attention()
 # row a few scores are tens of units above the rest and the softmax is almost one-hot.
 # A near one-hot softmax has a near-zero derivative (`w(1-w) ≈ 0`): the gradients vanish
 # and the attention cannot learn where to look. Dividing by `√d_k` brings the variance
-# back to 1 whatever the width. Measured on random vectors (16 keys per query):
+# back to 1 whatever the width.
+#
+# **Predict, then run.** Write down, for `d_k = 8, 64, 512`, the standard deviation of
+# the raw scores and roughly how large the biggest of 16 softmax weights will be, with
+# and without the scaling. Then run the cell (random vectors, 16 keys per query).
 
 # %%
 def score_statistics(d_k: int, n_queries: int = 2000, n_keys: int = 16, seed: int = 0):
+    """[(std, mean top weight, mean largest w(1-w))] for raw and for scaled scores."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n_queries, 1, d_k))
     k = rng.standard_normal((n_queries, n_keys, d_k))
@@ -257,8 +276,9 @@ for d_k in (8, 64, 512):
 # Dividing by a number before a softmax is a **temperature**: `softmax(s / τ)`. A small
 # `τ` sharpens the distribution towards the largest score, a large `τ` flattens it
 # towards uniform. `1/√d_k` is the temperature that keeps the scores at unit scale; the
-# `scale=` argument of the functions below lets you set another one (module 13 reuses
-# the same idea to sample text more or less adventurously).
+# `scale=` argument of the functions you will write lets you choose another one (module 13
+# uses the same idea to sample text more or less adventurously). The entropy
+# `−Σ w log w` measures how spread out the weights are: 0 for one-hot, `ln n` for uniform.
 
 # %%
 scores = Tensor([[2.0, 1.0, 0.5, -1.0]])
@@ -275,6 +295,9 @@ for tau in (0.25, 0.5, 1.0, 2.0, 4.0):
 # number is subtracted from every entry (`e^(x-m) / Σ e^(x-m) = e^x / Σ e^x`), so subtract
 # the row maximum first: the largest exponent becomes `e⁰ = 1`, nothing overflows, and
 # the sum is at least 1 (no division by zero). Module 02's `softmax` does exactly this.
+#
+# **Predict, then run:** what does the naive formula print for `[1000, 1001, 1002]`, and
+# what does the stable one print?
 
 # %%
 x = np.array([1000.0, 1001.0, 1002.0])
@@ -288,14 +311,13 @@ print("naive:", naive, "  stable:", softmax(Tensor(x), dim=-1).numpy().round(4))
 # A mask says, for each (query, key) pair, whether the query may attend to the key.
 # **In TinyTorch 1/True means attend and 0/False means blocked** — the convention of a
 # boolean mask in PyTorch's `scaled_dot_product_attention`. Be careful when you read
-# other code: `torch.nn.MultiheadAttention`'s boolean `attn_mask` and
-# `key_padding_mask` use the **opposite** (True = blocked), and many code bases pass an
-# **additive** mask (0 where allowed, `-inf` or `-1e9` where blocked) that is added to
-# the scores. A flipped convention is one of the classic bugs of section 12.
+# other code: `torch.nn.MultiheadAttention`'s boolean `attn_mask` and `key_padding_mask`
+# use the **opposite** (True = blocked), and many code bases pass an **additive** mask
+# (0 where allowed, `-inf` or `-1e9` where blocked) that is added to the scores.
 #
 # * **Causal** (GPT, decoders): token `i` may look at tokens `0 … i`, never the future.
-#   The mask is the lower triangle of ones. Without it (BERT, encoders) attention is
-#   **bidirectional**: everyone sees everyone.
+#   The mask is the lower triangle of ones: row `i` (a query) has ones in columns `0 … i`.
+#   Without it (BERT, encoders) attention is **bidirectional**: everyone sees everyone.
 # * **Padding**: sentences of different lengths are padded to one length to form a batch;
 #   the padding must never be attended to. `create_padding_mask(lengths, T)` has shape
 #   `(B, 1, 1, T)`: it broadcasts over the heads (axis 1) and over the queries (axis 2)
@@ -303,18 +325,70 @@ print("naive:", naive, "  stable:", softmax(Tensor(x), dim=-1).numpy().round(4))
 #
 # Masks broadcast against the scores `(B, H, Tq, Tk)` by the usual rules: a `(Tq, Tk)`
 # causal mask applies to every batch item and head, a `(B, 1, 1, Tk)` padding mask to
-# every head and query of its batch item, and both combine with `&` (or `*`).
+# every head and query of its batch item. Two masks combine by blocking what *either*
+# blocks: on keep masks that is `keep₁ & keep₂`, on blocked masks `blocked₁ | blocked₂`.
 #
-# Every attention function here accepts a mask as bool, 0/1 ints or 0/1 floats, as a
-# Tensor, an array or a list, plus `is_causal=True` (which needs no mask array: a cached
-# `(Tq, Tk)` triangle is used). `_blocked_positions` turns all of that into **one** boolean
-# array, True where a query may *not* look, checked against the scores' shape: a mask that
-# does not broadcast is an error that names both shapes, never a silent wrong answer.
+# **A mask holds only booleans or 0/1.** Because of the two conventions above, anything
+# else is refused: an additive `0/-inf` mask passed as a keep mask would be read upside
+# down (its 0s, the positions it allows, would be blocked). The given `_keep_mask` raises
+# a `ValueError` that says how to convert: `keep = additive == 0` for an additive mask,
+# `keep = ~blocked` for a True-means-blocked one.
+#
+# The attention functions accept a mask as bool, 0/1 ints or 0/1 floats, as a Tensor, an
+# array or a list, plus `is_causal=True` (no mask array needed). `_blocked_positions`,
+# which you write, turns all of that into **one** boolean array, True where a query may
+# *not* look.
+#
+# **Alignment of `is_causal` when `Tq ≠ Tk`.** Query `i` may see key `j` when `j <= i`,
+# both counted from 0: the triangle starts in the top-left corner (PyTorch's rule). With a
+# KV cache (module 13) the `Tq` new queries are the *last* `Tq` of `Tk` positions, so the
+# triangle must start bottom-right instead: pass an explicit mask,
+# `create_causal_mask(Tk)[-Tq:]`; for a single new query that row is all ones.
 
 # %%
 #| export
+def _keep_mask(mask: Any, scores_shape: tuple, like: Any) -> Any:
+    """The caller's mask as a bool array (True = attend) on `like`'s device, checked.
+
+    mask         -- bool, or numbers that are all 0 or 1; a Tensor, a NumPy/CuPy array or a list
+    scores_shape -- the shape the mask must broadcast to, (…, Tq, Tk)
+    Raises ValueError naming both shapes when it does not broadcast, and ValueError stating the
+    convention and how to convert when it holds anything but booleans or 0/1 (an additive
+    0/-inf or 0/-1e9 mask, NaN, 0.5, 2). A bool mask comes back as it is (not copied).
+    """
+    keep = to_array(mask, device=device_of(like))
+    scores_shape = tuple(scores_shape)
+    try:
+        full = np.broadcast_shapes(tuple(keep.shape), scores_shape)
+    except ValueError:
+        full = None
+    if full != scores_shape:
+        raise ValueError(
+            f"attention mask of shape {tuple(keep.shape)} does not broadcast to the scores' shape "
+            f"{scores_shape} (..., Tq, Tk)."
+        )
+    if keep.dtype == bool:
+        return keep
+    xp = array_module(keep)
+    zero = keep == 0
+    valid = zero | (keep == 1)
+    if not bool(valid.all()):
+        odd = sorted({float(value) for value in to_host(keep[~valid]).ravel()[:1000]}, key=str)[:3]
+        raise ValueError(
+            "attention masks hold booleans or 0/1 only: 1/True = attend, 0/False = blocked; this mask also "
+            f"holds {', '.join(map(str, odd))}. An additive mask (0 = attend, -inf or -1e9 = blocked) converts "
+            "with keep = additive == 0; a mask where True means blocked (torch.nn.MultiheadAttention's) "
+            "with keep = ~blocked."
+        )
+    return xp.logical_not(zero)
+
+
 def create_causal_mask(seq_len: int, device: str | None = None) -> Tensor:
-    """(seq_len, seq_len) float32 Tensor: ones on and below the diagonal (query i sees keys 0..i)."""
+    """(seq_len, seq_len) float32 Tensor of 1s and 0s: row i (a query) has 1 in columns 0..i.
+
+    Query i may attend to keys 0..i — itself included — and to nothing after it.
+    `device` ("cpu" or "cuda", default the CPU) is where the Tensor lives.
+    """
     if int(seq_len) < 1:
         raise ValueError(f"create_causal_mask: seq_len must be at least 1, got {seq_len}.")
     ### BEGIN SOLUTION
@@ -322,79 +396,138 @@ def create_causal_mask(seq_len: int, device: str | None = None) -> Tensor:
     ### END SOLUTION
 
 
+# %%
+def expect_error(error: type, *calls, says: tuple = ()) -> None:
+    """Inline-test helper: each call must raise `error`, and its message must contain every text in `says`."""
+    for call in calls:
+        try:
+            call()
+        except error as err:
+            missing = [text for text in says if text not in str(err)]
+            assert not missing, f"{error.__name__} raised, but its message lacks {missing}: {err}"
+            continue
+        raise AssertionError(f"expected {error.__name__} from {call}")
+
+
+def test_unit_causal_mask():
+    causal = create_causal_mask(3)
+    assert causal.dtype == np.float32 and causal.shape == (3, 3), f"got {causal.dtype} {causal.shape}"
+    assert np.array_equal(causal.numpy(), [[1, 0, 0], [1, 1, 0], [1, 1, 1]]), \
+        f"create_causal_mask(3) must be the lower triangle with its diagonal, got\n{causal.numpy()}"
+    expect_error(ValueError, lambda: create_causal_mask(0))
+    print("✓ causal mask: the lower triangle of ones, diagonal included")
+
+
+test_unit_causal_mask()
+
+
+# %%
+#| export
 def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
     """(B, 1, 1, max_length) float32 Tensor: 1 on the first lengths[b] positions of row b, 0 on padding.
 
     `lengths` is a list, a NumPy/CuPy array or a Tensor of B non-negative ints; max_length
-    defaults to the largest length.
+    defaults to the largest length. The given lines at the top check them: your code starts
+    with `lengths` a 1-D int64 array (NumPy or CuPy) and `max_length` an int. The two size-1
+    axes let the mask broadcast over the heads and the queries of scores (B, H, Tq, Tk): it
+    blocks keys. Build it on the lengths' device (`xp = array_module(lengths)`), no Python loop.
     """
-    ### BEGIN SOLUTION
-    lengths = to_array(lengths, dtype=np.int64) if not isinstance(lengths, Tensor) else lengths.data.astype(np.int64)
-    xp = array_module(lengths)
-    lengths = lengths.reshape(-1)
+    lengths = to_array(lengths, dtype=np.int64).reshape(-1)
     longest = int(lengths.max()) if lengths.size else 0
     max_length = longest if max_length is None else int(max_length)
     if lengths.size and (int(lengths.min()) < 0 or longest > max_length):
         raise ValueError(
-            f"create_padding_mask: lengths must lie in [0, max_length={max_length}], got {lengths.tolist()}."
+            f"create_padding_mask: lengths must lie in [0, max_length={max_length}], got {to_host(lengths).tolist()}."
         )
-    positions = xp.arange(max_length)
-    mask = (positions[None, :] < lengths[:, None]).astype(np.float32)
-    return Tensor(mask[:, None, None, :])
+    ### BEGIN SOLUTION
+    xp = array_module(lengths)
+    real = xp.arange(max_length)[None, :] < lengths[:, None]  # (B, max_length): position < length
+    return Tensor(real.astype(np.float32)[:, None, None, :])
     ### END SOLUTION
 
 
-_CAUSAL_CACHE: dict = {}
+# %%
+def test_unit_padding_mask():
+    pad = create_padding_mask([2, 3, 0], 4)
+    assert pad.shape == (3, 1, 1, 4), f"create_padding_mask([2, 3, 0], 4) must have shape (3, 1, 1, 4), got {pad.shape}"
+    assert np.array_equal(pad.numpy()[:, 0, 0], [[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]), pad.numpy()[:, 0, 0]
+    assert pad.dtype == np.float32 and create_padding_mask(np.array([1, 2])).shape == (2, 1, 1, 2)
+    expect_error(ValueError, lambda: create_padding_mask([5], 4))
+    print("✓ padding mask: (B, 1, 1, T), ones on the real tokens")
 
 
-def _causal_blocked(tq: int, tk: int, xp) -> Any:
-    """(tq, tk) bool array, True above the diagonal (key j > query i): cached per size."""
-    key = (tq, tk, xp.__name__)
-    blocked = _CAUSAL_CACHE.get(key)
-    if blocked is None:
-        if len(_CAUSAL_CACHE) > 32:
-            _CAUSAL_CACHE.clear()
-        blocked = xp.triu(xp.ones((tq, tk), dtype=bool), k=1)
-        _CAUSAL_CACHE[key] = blocked
-    return blocked
+test_unit_padding_mask()
 
 
+# %%
+#| export
 def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: Any) -> Any:
-    """Bool array broadcastable to `scores_shape`, True where a query may NOT look; or None.
+    """Bool array broadcastable to `scores_shape` (…, Tq, Tk), True where a query may NOT look; or None.
 
-    `mask` follows the keep convention (1/True = attend, 0/False = blocked): bool, 0/1 ints
-    or floats; a Tensor, a NumPy/CuPy array or a list. `is_causal` adds the causal mask
-    (query i sees keys j <= i, aligned at the top-left as in PyTorch).
+    mask      -- the caller's keep mask (1/True = attend) or None. Turn it into a checked bool
+                 array with the given `_keep_mask(mask, scores_shape, like)`, then invert it.
+    is_causal -- also block every key j > query i, both counted from 0 (top-left aligned):
+                 a (Tq, Tk) boolean triangle that broadcasts over the leading dims. Blocked by
+                 the mask OR by causality means blocked.
+    like      -- an array on the right device: build the triangle with `array_module(like)`.
+    Returns None when nothing is blocked (mask None and is_causal False), otherwise a NEW
+    array: never the caller's mask itself, so later changes to it change nothing here.
     """
     ### BEGIN SOLUTION
     xp = array_module(like)
-    scores_shape = tuple(scores_shape)
-    blocked = None
-    if mask is not None:
-        keep = to_array(mask, device=device_of(like))
-        try:
-            full = np.broadcast_shapes(tuple(keep.shape), scores_shape)
-        except ValueError:
-            full = None
-        if full != scores_shape:
-            raise ValueError(
-                f"attention mask of shape {tuple(keep.shape)} does not broadcast to the scores' shape "
-                f"{scores_shape} (..., Tq, Tk)."
-            )
-        blocked = keep == 0
+    blocked = None if mask is None else ~_keep_mask(mask, scores_shape, like)
     if is_causal:
-        causal = _causal_blocked(scores_shape[-2], scores_shape[-1], xp)
-        blocked = causal if blocked is None else (blocked | causal)
+        tq, tk = scores_shape[-2], scores_shape[-1]
+        future = xp.arange(tk)[None, :] > xp.arange(tq)[:, None]  # (Tq, Tk): key j > query i
+        blocked = future if blocked is None else blocked | future
     return blocked
     ### END SOLUTION
 
+
+# %% [markdown]
+# The masks for a batch of two sentences of lengths 3 and 1, padded to 4, and their
+# combination with the causal mask (a product of keep masks is their `&`):
 
 # %%
 print("causal mask (4):\n", create_causal_mask(4).numpy())
 print("padding mask for lengths [3, 1], T=4:", create_padding_mask([3, 1], 4).numpy().reshape(2, 4).tolist(),
       "shape", create_padding_mask([3, 1], 4).shape)
 combined = create_causal_mask(4).numpy() * create_padding_mask([3, 1], 4).numpy()
-print("causal x padding broadcasts to", combined.shape, "; item 0, head 0:\n", combined[0, 0])
+print("causal x padding broadcasts to", combined.shape, "; item 1, head 0:\n", combined[1, 0])
+print("blocked positions of item 1 (padding and causal):\n",
+      _blocked_positions(create_padding_mask([3, 1], 4), True, (2, 1, 4, 4), np.zeros(1))[1, 0])
+
+
+# %%
+def test_unit_blocked_positions():
+    causal = _blocked_positions(None, True, (3, 5), np.zeros(1))
+    key, query = np.arange(5)[None, :], np.arange(3)[:, None]
+    assert causal is not None and causal.dtype == bool, f"is_causal=True must give a bool array, got {causal!r}"
+    assert not np.array_equal(causal, key >= query), \
+        f"off by one: the diagonal is blocked, but query i must see key i (itself):\n{causal}"
+    assert not np.array_equal(causal, key > query + 1), f"off by one: query i sees key i+1 (the future):\n{causal}"
+    assert np.array_equal(causal, key > query), \
+        f"is_causal with Tq=3, Tk=5 must block exactly the keys j > i (top-left aligned), got\n{causal}"
+    keep = np.array([[1, 0, 1], [1, 1, 1]])
+    blocked = _blocked_positions(keep, False, (2, 3), np.zeros(1))
+    assert blocked is not None and blocked.dtype == bool, f"a mask must give a bool array, got {blocked!r}"
+    assert not np.array_equal(blocked, keep == 1), "the mask convention is inverted: 1 means attend, so 0 is blocked"
+    assert np.array_equal(blocked, keep == 0), f"a keep mask {keep.tolist()} blocks where it is 0, got\n{blocked}"
+    both = _blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))
+    assert np.array_equal(both[:, 0], [[[False, True], [False, True]], [[False, True], [False, False]]]), \
+        f"a key blocked by the padding mask OR by causality is blocked, got\n{both}"
+    assert _blocked_positions(None, False, (2, 2), np.zeros(1)) is None
+    keep = np.ones((2, 2), dtype=bool)
+    assert _blocked_positions(keep, False, (2, 2), np.zeros(1)) is not keep, "return a new array, not the caller's mask"
+    expect_error(ValueError, lambda: _blocked_positions(np.ones((3, 3)), False, (2, 4, 4), np.zeros(1)))
+    expect_error(ValueError, *(lambda m=m: _blocked_positions(m, False, (2, 2), np.zeros(1))
+                               for m in ([[0, -np.inf], [0, 0]], [[0, -1e9], [0, 0]], [[np.nan, 1], [1, 1]],
+                                         [[0.5, 1], [1, 1]], [[2, 1], [1, 1]])),
+                 says=("1/True = attend", "keep = additive == 0"))
+    print("✓ blocked positions: mask and causal triangle in one boolean array; only 0/1 masks accepted")
+
+
+test_unit_blocked_positions()
 
 # %% [markdown]
 # ### Why blocked rows give NaN in naive code, and what float16 changes
@@ -410,13 +543,14 @@ print("causal x padding broadcasts to", combined.shape, "; item 0, head 0:\n", c
 #    float16, `≈ -3.4e38` for float32): finite in every dtype, so the row maximum is finite
 #    and no `inf - inf` ever appears; next to any real score it underflows to exactly 0.
 #    A fully blocked row becomes *uniform* (all entries equal) — finite, but meaningless,
-#    so we then set the weights of blocked positions to exactly 0.
+#    so then set the weights of blocked positions to exactly 0.
 #
-# The fused implementation below goes one step further: it fills with `-inf`, but
-# replaces a row maximum of `-inf` by a finite number and a row sum of 0 by 1, so a fully
-# blocked row gives weights 0 and output 0 without any special case. It also computes
-# float16 inputs in float32 (scores of float16 vectors overflow 65504 easily) and
+# Float16 has a second trap: the scores themselves. Sixty-four features of 40 give a dot
+# product of 102,400, beyond float16's 65,504: it becomes `inf` before any mask is applied,
+# and `inf - inf` is NaN again. So attention on float16 inputs computes in float32 and
 # returns float16.
+#
+# **Predict, then run:** what does each line print?
 
 # %%
 row = np.array([[2.0, 1.0, 0.5]])
@@ -429,29 +563,454 @@ with np.errstate(over="ignore"):
           "  finfo(float32).min =", np.finfo(np.float32).min)
     print("float16 scores overflow: 64 features of 40.0 give q.k =", np.full(64, 40, np.float16) @ np.full(64, 40, np.float16))
 
+# %% [markdown]
+# ## 6. Attention from the operations you have
+#
+# Now write the formula as a function, from Tensor operations of modules 01–02 (module
+# 05 then differentiates it for free). Three given helpers come first: `_check_qkv`
+# raises the shape errors (the tests check their wording); `_work_dtype` says which dtype
+# to compute in (float16 is computed in float32); `_cast` converts a Tensor to another
+# dtype as a recorded operation (op `"cast"`, whose backward casts the gradient back).
+#
+# `composed_attention`'s contract (its docstring says the same):
+#
+# * compute in `_work_dtype(Q, K, V)[0]`: cast Q, K and V with `_cast`, and cast the two
+#   results back to `_work_dtype(Q, K, V)[1]` (float16 in, float16 out);
+# * `scale` defaults to `1/√d_k`; scores `(Q @ Kᵀ) · scale`;
+# * `blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)`; where it is
+#   not None, `masked_fill` the blocked scores with the work dtype's most negative finite
+#   number, take `softmax(…, dim=-1)`, then `masked_fill` the blocked *weights* with 0.0;
+# * return `(weights @ V, weights)`.
+
 # %%
-def test_unit_masks():
-    assert np.array_equal(create_causal_mask(3).numpy(), [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
-    assert create_causal_mask(3).dtype == np.float32
-    pad = create_padding_mask([2, 3, 0], 4)
-    assert pad.shape == (3, 1, 1, 4)
-    assert np.array_equal(pad.numpy()[:, 0, 0], [[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
-    assert create_padding_mask(np.array([1, 2])).shape == (2, 1, 1, 2)
-    blocked = _blocked_positions([[1, 0], [1, 1]], True, (2, 2, 2), np.zeros(1))
-    assert blocked.dtype == bool and np.array_equal(blocked, [[False, True], [False, False]])
-    expect_error(ValueError, lambda: create_padding_mask([5], 4), lambda: create_causal_mask(0),
-                 lambda: _blocked_positions(np.ones((3, 3)), False, (2, 4, 4), np.zeros(1)))
-    X = Tensor(np.random.default_rng(0).standard_normal((2, 4, 8)), dtype=np.float64)
-    out, w = composed_attention(X, X, X, mask=[[1, 1, 0, 0]] * 3 + [[0, 0, 0, 0]])
-    assert np.all(w.numpy()[..., :, 2:] == 0) and np.all(w.numpy()[:, 3] == 0) and np.all(out.numpy()[:, 3] == 0)
-    assert np.allclose(w.numpy()[:, :3].sum(-1), 1) and np.isfinite(out.numpy()).all()
-    print("✓ causal and padding masks, broadcasting, fully blocked rows")
+#| export
+def _check_qkv(Q: Tensor, K: Tensor, V: Tensor, name: str) -> None:
+    """ValueError naming the shapes when Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) do not fit.
+
+    An empty key sequence (Tk = 0) is refused too: every query needs at least one key. (A
+    query whose keys are all *masked* is different: it gets weights 0 and output 0.)
+    """
+    for label, t in (("Q", Q), ("K", K), ("V", V)):
+        if t.ndim < 2:
+            raise ValueError(f"{name}: {label} needs shape (..., seq, dim), got {t.shape}.")
+    if Q.shape[-1] != K.shape[-1]:
+        raise ValueError(
+            f"{name}: queries and keys need the same last size (d_k); Q has shape {Q.shape}, K has shape {K.shape}."
+        )
+    if K.shape[-2] != V.shape[-2]:
+        raise ValueError(
+            f"{name}: keys and values need the same length (Tk); K has shape {K.shape}, V has shape {V.shape}."
+        )
+    if K.shape[-2] == 0:
+        raise ValueError(
+            f"{name}: there are no keys to attend to (Tk = 0; K has shape {K.shape}, V has shape {V.shape}). "
+            "Every query needs at least one key; pass a mask to hide keys instead."
+        )
+    try:
+        np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"{name}: the leading (batch, head) dims of Q {Q.shape}, K {K.shape} and V {V.shape} do not broadcast."
+        ) from None
 
 
-test_unit_masks()
+def _work_dtype(*tensors: Tensor):
+    """(dtype to compute in, dtype to return): float16 is computed in float32, others in their own dtype."""
+    out = np.result_type(*(t.dtype for t in tensors))
+    if not np.issubdtype(out, np.floating):
+        out = np.dtype(np.float32)
+    return np.result_type(out, np.float32), out
+
+
+def _cast(x: Tensor, dtype: Any) -> Tensor:
+    """x converted to a float `dtype` as a recorded op ("cast"); x itself when it already has it."""
+    if x.dtype == dtype:
+        return x
+    return record_op("cast", x.data.astype(dtype), (x,))
+
+
+@register_backward("cast")
+def cast_backward(grad: Any, node) -> tuple:
+    """The gradient goes back in the input's dtype."""
+    return (grad.astype(node.inputs[0].dtype),)
+
+
+def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = False,
+                       scale: float | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(Q Kᵀ · scale) V built from Tensor ops (matmul, transpose, masked_fill, softmax, cast).
+
+    Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) -> (output (…, Tq, dv), weights (…, Tq, Tk)).
+    mask / is_causal -- as `_blocked_positions` reads them (1/True = attend; top-left causal).
+    scale            -- multiplies the scores; default 1/√dk.
+    Computes in `_work_dtype(Q, K, V)[0]` (cast with `_cast`) and returns both results in
+    `_work_dtype(Q, K, V)[1]`. Blocked scores are filled with the work dtype's most negative
+    finite number before the softmax, and blocked weights are set to exactly 0 after it, so a
+    query with every key blocked gets weights 0 and output 0. Shape errors are raised for you.
+    """
+    Q, K, V = as_tensor(Q), as_tensor(K), as_tensor(V)
+    _check_qkv(Q, K, V, "composed_attention")
+    ### BEGIN SOLUTION
+    work, out_dtype = _work_dtype(Q, K, V)
+    Q, K, V = (_cast(t, work) for t in (Q, K, V))
+    scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
+    scores = (Q @ K.transpose(-2, -1)) * scale
+    blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float(np.finfo(work).min))
+    weights = softmax(scores, dim=-1)
+    if blocked is not None:
+        weights = weights.masked_fill(blocked, 0.0)
+    return _cast(weights @ V, out_dtype), _cast(weights, out_dtype)
+    ### END SOLUTION
+
 
 # %% [markdown]
-# ## 6. One operation with a fused backward
+# ### Given: the checks
+#
+# Each check runs an attention function of yours on small inputs, compares with
+# `reference_attention`, and raises `AttentionBug` when the result is wrong. When your
+# numbers are *exactly* what a classic mistake produces, the message names that mistake.
+# `check_attention(attn)` runs the forward checks in this order: keys matched one by one,
+# rows that sum to 1, the scale (the hand example), a padding mask, causal masks, both
+# together, fully blocked queries, float16, and any leading shape. `check_gradients` and
+# `check_fully_blocked_gradients` compare your gradients with central differences.
+# Section 13 explains the symptoms; read the code when a check fails.
+
+# %%
+#| export core.attention_checks
+# The causes the forward and gradient checks name: what each classic mistake does, in a few words.
+TRANSPOSE = "the scores are Q @ K instead of Q @ Kᵀ (transpose the last two axes of K)"
+SCALE_BY_D = "the scores are divided by d_k instead of √d_k"
+NO_SCALE = "the scores are not scaled: multiply them by 1/√d_k"
+SCALE_UPSIDE_DOWN = "the scores are multiplied by √d_k instead of divided by it"
+SCALE_IGNORED = "the scale= argument is ignored"
+SOFTMAX_AXIS = "the softmax normalises over the queries (axis -2) instead of over the keys (axis -1)"
+INVERTED = "the mask convention is inverted: 1/True must mean attend and 0/False blocked"
+PADDING_ON_QUERIES = "the padding mask blocks queries instead of keys (a key padding mask has shape (B, 1, 1, Tk))"
+CAUSAL_DIAGONAL = "the causal mask is off by one: it blocks the diagonal, but query i must see key i (itself)"
+CAUSAL_NEXT = "the causal mask is off by one: query i sees key i+1 (the future); block exactly the keys j > i"
+CAUSAL_IGNORED = "is_causal=True was ignored"
+CAUSAL_UNASKED = "a causal mask was applied although is_causal=False"
+CAUSAL_BOTTOM_RIGHT = ("is_causal must be aligned top-left (query i sees keys 0..i, as PyTorch's), "
+                       "not bottom-right")
+COMBINED_WITH_AND = ("the mask and the causal mask were combined with & on the blocked positions: "
+                     "a key that either of them blocks is blocked (use |)")
+MASK_IGNORED = "the mask was ignored when is_causal=True: apply both"
+NAN_ROWS = ("a query whose keys are all blocked got NaN: a -inf fill makes that row's maximum -inf, and "
+            "-inf - (-inf) = NaN; fill with the dtype's most negative finite number, or replace a -inf maximum")
+UNIFORM_ROWS = ("a query whose keys are all blocked got weights 1/Tk instead of 0: set the weights of blocked "
+                "positions to exactly 0 after the softmax")
+FLOAT16_OVERFLOW = ("float16 scores overflow past 65,504 (inf, then NaN in the softmax): compute in float32, "
+                    "as the fused path does, and return float16")
+GRAD_SCALE = ("the gradient is missing the factor scale: the scores are scale · Q Kᵀ, so dQ = dS K · scale "
+              "and dK = dSᵀ Q · scale")
+
+
+def _name(fn: Any, name: str | None) -> str:
+    return name or getattr(fn, "__name__", None) or "attention"
+
+
+def _arrays(result: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """(output, weights or None) as float64 NumPy arrays, from (out, weights) or from out alone."""
+    out, weights = result if isinstance(result, tuple) else (result, None)
+    as_array = lambda t: np.asarray(to_host(t), dtype=np.float64)
+    return as_array(out), None if weights is None else as_array(weights)
+
+
+def _run(attn: Callable, *args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    return _arrays(attn(*args, **kwargs))
+
+
+def _close(a: np.ndarray, b: np.ndarray, atol: float) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=1e-4, equal_nan=True))
+
+
+def _compare(name: str, probe: str, got: tuple, expected: tuple, causes: list, atol: float = 1e-6) -> None:
+    """Raise AttentionBug unless `got` = (out, weights or None) matches `expected`.
+
+    The weights are compared when the function returns them, else the output. `causes` is a
+    list of (cause, (out, weights)) that classic mistakes would produce: when the numbers
+    match one of them, the message names it.
+    """
+    which = 1 if got[1] is not None else 0
+    what = ("output", "weights")[which]
+    mine, right = got[which], expected[which]
+    if _close(mine, right, atol) and (which == 0 or _close(got[0], expected[0], atol)):
+        return
+    if mine.shape != right.shape:
+        raise AttentionBug(f"{name}: {what} of shape {mine.shape}, expected {right.shape} ({probe}).")
+    for cause, wrong in causes:
+        if _close(mine, wrong[which], atol):
+            raise AttentionBug(f"{name}: wrong {what} ({probe}): {cause}.")
+    if which == 1 and np.allclose(right.sum(-1), 1) and not np.allclose(mine.sum(-1), 1):
+        if np.allclose(mine.sum(-2), 1):
+            raise AttentionBug(f"{name}: the weights of each query do not sum to 1, the columns do ({probe}): "
+                               f"{SOFTMAX_AXIS}.")
+        raise AttentionBug(f"{name}: the weights of each query must sum to 1 over the keys (axis -1); the first "
+                           f"rows sum to {np.round(mine.reshape(-1, mine.shape[-1]).sum(-1)[:4], 3).tolist()} ({probe}).")
+    if which == 1 and _close(mine, right, atol):
+        what, mine, right = "output", got[0], expected[0]  # the weights are right, the output is not
+    finite = np.isfinite(mine)
+    gap = float(np.abs(mine - right)[finite].max()) if finite.any() else float("nan")
+    extra = "" if finite.all() else " It has NaN or inf where the reference is finite."
+    raise AttentionBug(f"{name}: {what} differs from the reference by up to {gap:.3g} ({probe}).{extra} "
+                       "None of the classic mistakes explains it: compare your steps with section 2's table.")
+
+
+def _random(shape: tuple, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _causal_keep(tq: int, tk: int, offset: int = 0) -> np.ndarray:
+    """Keep mask of causal attention: query i sees keys j <= i + offset (top-left aligned for offset 0)."""
+    return np.tril(np.ones((tq, tk), dtype=bool), k=offset)
+
+
+def _unmasked_causes(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> list:
+    """(cause, (output, weights)) of the classic mistakes that need no mask, for inputs q, k, v."""
+    d_k = q.shape[-1]
+    causes = [(SCALE_BY_D, reference_attention(q, k, v, scale=1 / d_k)),
+              (NO_SCALE, reference_attention(q, k, v, scale=1.0)),
+              (SCALE_UPSIDE_DOWN, reference_attention(q, k, v, scale=math.sqrt(d_k))),
+              (SOFTMAX_AXIS, reference_attention(q, k, v, softmax_axis=-2)),
+              (CAUSAL_UNASKED, reference_attention(q, k, v, _causal_keep(q.shape[-2], k.shape[-2])))]
+    if k.shape[-1] == k.shape[-2]:  # Q @ K only runs when K is square
+        causes.append((TRANSPOSE, reference_attention(q, k, v, transpose_k=False)))
+    return causes
+
+
+# ---- forward checks: each runs your function on small inputs and names the mistake it sees ----
+def check_key_order(attn: Callable, name: str | None = None) -> None:
+    """Each query is scored against each key: permuting the (key, value) pairs changes nothing."""
+    name = _name(attn, name)
+    q, k, v = (_random((4, 4), seed) for seed in (1, 2, 3))  # square: Q @ K would run without a shape error
+    probe = "Q, K, V of shape (4, 4), no mask"
+    expected = reference_attention(q, k, v)
+    _compare(name, probe, _run(attn, Tensor(q), Tensor(k), Tensor(v)), expected, _unmasked_causes(q, k, v))
+    order = [2, 0, 3, 1]
+    moved = _run(attn, Tensor(q), Tensor(k[order]), Tensor(v[order]))[0]
+    if not np.allclose(moved, expected[0], atol=1e-6):
+        raise AttentionBug(f"{name}: permuting the (key, value) pairs changed the output ({probe}); "
+                           "each query must be scored against each key on its own.")
+
+
+def check_rows_sum_to_one(attn: Callable, name: str | None = None) -> None:
+    """The weights of each query (a row) are a probability distribution over the keys."""
+    name = _name(attn, name)
+    q, k, v = _random((2, 5, 8), 4), _random((2, 7, 8), 5), _random((2, 7, 3), 6)
+    _compare(name, "Q (2, 5, 8), K (2, 7, 8), V (2, 7, 3), no mask", _run(attn, Tensor(q), Tensor(k), Tensor(v)),
+             reference_attention(q, k, v), _unmasked_causes(q, k, v))
+
+
+def check_scale(attn: Callable, name: str | None = None) -> None:
+    """The hand example (scale 1/√4, float32 in and out) and an explicit scale= give the reference numbers."""
+    name = _name(attn, name)
+    x = np.array(HAND_X, dtype=np.float64)
+    result = attn(Tensor(HAND_X), Tensor(HAND_X), Tensor(HAND_X))
+    _compare(name, "the hand example, Q = K = V = HAND_X", _arrays(result),
+             (np.array(HAND_OUTPUT), np.array(HAND_WEIGHTS)), _unmasked_causes(x, x, x), atol=1e-5)
+    dtype = (result[0] if isinstance(result, tuple) else result).dtype
+    if dtype != np.float32:
+        raise AttentionBug(f"{name}: float32 inputs gave a {dtype} output: keep the inputs' dtype.")
+    q, k, v = _random((3, 5), 7), _random((4, 5), 8), _random((4, 2), 9)
+    _compare(name, "scale=0.3", _run(attn, Tensor(q), Tensor(k), Tensor(v), scale=0.3),
+             reference_attention(q, k, v, scale=0.3), [(SCALE_IGNORED, reference_attention(q, k, v))])
+
+
+def check_padding(attn: Callable, name: str | None = None) -> None:
+    """A (B, 1, 1, Tk) padding mask: padded keys get weight exactly 0, from every query."""
+    name = _name(attn, name)
+    x = _random((2, 1, 5, 4), 10)
+    keep = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=np.float32).reshape(2, 1, 1, 5)
+    probe = "Q = K = V of shape (2, 1, 5, 4), a padding mask of lengths [3, 5], shape (2, 1, 1, 5)"
+    got = _run(attn, Tensor(x), Tensor(x), Tensor(x), mask=keep)
+    _compare(name, probe, got, reference_attention(x, x, x, keep),
+             [(INVERTED, reference_attention(x, x, x, 1 - keep)),
+              (PADDING_ON_QUERIES, reference_attention(x, x, x, np.swapaxes(keep, -1, -2)))])
+    if got[1] is not None and np.any(got[1][0, ..., 3:] != 0):
+        raise AttentionBug(f"{name}: blocked weights must be exactly 0, got up to {np.abs(got[1][0, ..., 3:]).max():.3g} "
+                           f"({probe}).")
+
+
+def check_causal(attn: Callable, name: str | None = None) -> None:
+    """is_causal=True, and the same mask given explicitly: query i sees keys 0..i only (top-left)."""
+    name = _name(attn, name)
+    x = _random((2, 6, 4), 11)
+    keep = _causal_keep(6, 6)
+    expected = reference_attention(x, x, x, keep)
+    causes = [(CAUSAL_DIAGONAL, reference_attention(x, x, x, _causal_keep(6, 6, -1))),
+              (CAUSAL_NEXT, reference_attention(x, x, x, _causal_keep(6, 6, 1))),
+              (INVERTED, reference_attention(x, x, x, ~keep)),
+              (CAUSAL_IGNORED, reference_attention(x, x, x))]
+    _compare(name, "Q = K = V of shape (2, 6, 4), is_causal=True",
+             _run(attn, Tensor(x), Tensor(x), Tensor(x), is_causal=True), expected, causes)
+    _compare(name, "Q = K = V of shape (2, 6, 4), mask = the (6, 6) lower triangle of ones",
+             _run(attn, Tensor(x), Tensor(x), Tensor(x), mask=keep.astype(np.float32)), expected, causes)
+    q, k, v = _random((3, 4), 12), _random((5, 4), 13), _random((5, 2), 14)
+    _compare(name, "Q (3, 4), K (5, 4), V (5, 2), is_causal=True (Tq < Tk)",
+             _run(attn, Tensor(q), Tensor(k), Tensor(v), is_causal=True),
+             reference_attention(q, k, v, _causal_keep(3, 5)),
+             [(CAUSAL_BOTTOM_RIGHT, reference_attention(q, k, v, _causal_keep(3, 5, 2))),
+              (CAUSAL_DIAGONAL, reference_attention(q, k, v, _causal_keep(3, 5, -1))),
+              (CAUSAL_NEXT, reference_attention(q, k, v, _causal_keep(3, 5, 1))),
+              (CAUSAL_IGNORED, reference_attention(q, k, v))])
+
+
+def check_padding_and_causal(attn: Callable, name: str | None = None) -> None:
+    """A padding mask together with is_causal=True: a key is blocked when either of them blocks it."""
+    name = _name(attn, name)
+    x = _random((2, 1, 6, 4), 15)
+    pad = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], dtype=np.float32).reshape(2, 1, 1, 6)
+    causal = _causal_keep(6, 6)
+    _compare(name, "Q = K = V of shape (2, 1, 6, 4), a padding mask of lengths [6, 3] and is_causal=True",
+             _run(attn, Tensor(x), Tensor(x), Tensor(x), mask=pad, is_causal=True),
+             reference_attention(x, x, x, (pad != 0) & causal),
+             [(COMBINED_WITH_AND, reference_attention(x, x, x, (pad != 0) | causal)),
+              (MASK_IGNORED, reference_attention(x, x, x, causal)),
+              (CAUSAL_IGNORED, reference_attention(x, x, x, pad))])
+
+
+def _fully_blocked_probe() -> tuple:
+    q, k, v = _random((2, 4, 3), 16), _random((2, 5, 3), 17), _random((2, 5, 2), 18)
+    keep = np.ones((2, 4, 5), dtype=np.float32)
+    keep[0, 1] = 0  # query 1 of item 0 may look at nothing
+    keep[1, :, 3:] = 0  # keys 3 and 4 of item 1 are seen by nobody
+    return q, k, v, keep
+
+
+def check_fully_blocked(attn: Callable, name: str | None = None) -> None:
+    """A query whose keys are all blocked gets weights 0 and output 0, never NaN."""
+    name = _name(attn, name)
+    q, k, v, keep = _fully_blocked_probe()
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        got = _run(attn, Tensor(q), Tensor(k), Tensor(v), mask=keep)
+    _compare(name, "Q (2, 4, 3), K (2, 5, 3), V (2, 5, 2), query 1 of item 0 fully blocked", got,
+             reference_attention(q, k, v, keep),
+             [(NAN_ROWS, reference_attention(q, k, v, keep, blocked_rows="nan")),
+              (UNIFORM_ROWS, reference_attention(q, k, v, keep, blocked_rows="uniform"))])
+
+
+def check_float16(attn: Callable, name: str | None = None) -> None:
+    """float16 in, float16 out, finite, even where q·k is far beyond float16's largest number (65,504)."""
+    name = _name(attn, name)
+    h = (_random((2, 6, 64), 19) * 30).astype(np.float16)  # q·q is about 57,600 on average
+    keep = np.ones((6, 6), dtype=bool)
+    keep[2] = False
+    with np.errstate(invalid="ignore", over="ignore"):
+        result = attn(Tensor(h), Tensor(h), Tensor(h), mask=keep)
+    out = result[0] if isinstance(result, tuple) else result
+    if out.dtype != np.float16:
+        raise AttentionBug(f"{name}: float16 inputs gave a {out.dtype} output: return the inputs' dtype.")
+    got = np.asarray(to_host(out), dtype=np.float64)
+    if not np.isfinite(got).all():
+        largest = float(np.abs(h.astype(np.float64) @ np.swapaxes(h, -1, -2).astype(np.float64)).max())
+        raise AttentionBug(f"{name}: NaN or inf for float16 inputs whose q·k reaches {largest:,.0f}: "
+                           f"{FLOAT16_OVERFLOW}.")
+    expected = reference_attention(h, h, h, keep)[0]
+    if not np.allclose(got, expected, atol=0.05 * np.abs(expected).max()):
+        raise AttentionBug(f"{name}: the float16 output differs from the float64 reference by up to "
+                           f"{np.abs(got - expected).max():.3g}.")
+
+
+def check_shapes(attn: Callable, name: str | None = None) -> None:
+    """Leading (batch, head) dims, broadcast between Q, K and V; Tq != Tk; dv != dk; plain 2-D inputs."""
+    name = _name(attn, name)
+    q, k, v = _random((2, 3, 5, 4), 20), _random((2, 3, 7, 4), 21), _random((2, 3, 7, 6), 22)
+    for probe, args in (("Q (2, 3, 5, 4), K (2, 3, 7, 4), V (2, 3, 7, 6)", (q, k, v)),
+                        ("Q (5, 4), K (7, 4), V (7, 6)", (q[0, 0], k[0, 0], v[0, 0])),
+                        ("Q (2, 3, 5, 4), K (1, 3, 7, 4), V (1, 3, 7, 6): leading dims broadcast",
+                         (q, k[:1], v[:1]))):
+        _compare(name, probe, _run(attn, *(Tensor(a) for a in args)), reference_attention(*args), _unmasked_causes(*args))
+
+
+ATTENTION_CHECKS = [check_key_order, check_rows_sum_to_one, check_scale, check_padding, check_causal,
+                    check_padding_and_causal, check_fully_blocked, check_float16, check_shapes]
+
+
+def check_attention(attn: Callable, name: str | None = None) -> None:
+    """Every forward check above, in order; raises AttentionBug at the first that fails."""
+    for check in ATTENTION_CHECKS:
+        check(attn, name)
+
+
+# ---- gradients -----------------------------------------------------------------------------
+def _grads(attn: Callable, arrays: list, cotangent: np.ndarray, **kwargs: Any) -> list[np.ndarray]:
+    tensors = [Tensor(a, requires_grad=True) for a in arrays]
+    result = attn(*tensors, **kwargs)
+    (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    return [np.zeros(a.shape) if t.grad is None else np.asarray(to_host(t.grad), dtype=np.float64)
+            for a, t in zip(arrays, tensors)]
+
+
+def _output_of(attn: Callable, **kwargs: Any) -> Callable:
+    def output(*tensors: Tensor) -> Tensor:
+        result = attn(*tensors, **kwargs)
+        return result[0] if isinstance(result, tuple) else result
+    return output
+
+
+def check_gradients(attn: Callable, name: str | None = None) -> None:
+    """dQ, dK and dV agree with central differences (float64), with and without masks."""
+    name = _name(attn, name)
+    arrays = [_random((2, 3, 4), 23), _random((2, 5, 4), 24), _random((2, 5, 2), 25)]
+    g = _random((2, 3, 2), 26)
+    keep = np.array([[1, 1, 1, 0, 0], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0]], dtype=np.float32)
+    for probe, kwargs, scale in (("no mask", {}, 0.5),
+                                 ("is_causal=True, scale=0.7", {"is_causal": True, "scale": 0.7}, 0.7),
+                                 ("a mask with a fully blocked query", {"mask": keep}, 0.5)):
+        numeric = numeric_vjp(_output_of(attn, **kwargs), arrays, g)
+        mine = _grads(attn, arrays, g, **kwargs)
+        for label, a, b in zip("QKV", mine, numeric):
+            if np.allclose(a, b, atol=1e-6, rtol=1e-4):
+                continue
+            if label != "V" and np.allclose(a * scale, b, atol=1e-6, rtol=1e-4):
+                raise AttentionBug(f"{name}: wrong d{label} ({probe}): {GRAD_SCALE}.")
+            raise AttentionBug(f"{name}: d{label} differs from central differences by up to "
+                               f"{np.abs(a - b).max():.3g} ({probe}).")
+
+
+def check_fully_blocked_gradients(attn: Callable, name: str | None = None) -> None:
+    """A fully blocked query, and keys nobody may see, get zero (and finite) gradients."""
+    name = _name(attn, name)
+    q, k, v, keep = _fully_blocked_probe()
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        dq, dk, dv = _grads(attn, [q, k, v], np.ones((2, 4, 2)), mask=keep)
+    for label, grad in (("dQ", dq), ("dK", dk), ("dV", dv)):
+        if not np.isfinite(grad).all():
+            raise AttentionBug(f"{name}: {label} has NaN or inf where a query's keys are all blocked: {NAN_ROWS}.")
+    if np.any(dq[0, 1] != 0) or np.any(dk[1, 3:] != 0) or np.any(dv[1, 3:] != 0):
+        raise AttentionBug(f"{name}: a blocked query or key received a gradient: blocked positions have weight 0, "
+                           "so their gradient is 0.")
+
+
+GRADIENT_CHECKS = [check_gradients, check_fully_blocked_gradients]
+
+
+# %% [markdown]
+# Your function on the hand example (compare with section 2), and the checks. Each check
+# prints nothing when your function passes; the test prints one line at the end.
+
+# %%
+out, weights = composed_attention(X, X, X)
+print("weights:\n", weights.numpy())
+print("output:\n", out.numpy())
+
+
+# %%
+def test_unit_composed_attention():
+    check_attention(composed_attention)  # hand example, shapes, masks, fully blocked rows, float16
+    for check in GRADIENT_CHECKS:
+        check(composed_attention)
+    expect_error(ValueError, lambda: composed_attention(np.zeros((2, 3)), np.zeros((2, 4)), np.zeros((2, 3))),
+                 lambda: composed_attention(np.zeros((2, 3)), np.zeros((0, 3)), np.zeros((0, 3))),
+                 lambda: composed_attention(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3)), mask=[[0, -np.inf]] * 2))
+    print("✓ composed attention: hand example, masks, fully blocked rows, float16, gradients")
+
+
+test_unit_composed_attention()
+
+# %% [markdown]
+# ## 7. One operation with a fused backward
 #
 # `composed_attention` records six or seven operations: a matmul, a transpose, a scale,
 # two masked fills, a softmax and a matmul. Each keeps its own `(…, Tq, Tk)` array
@@ -460,44 +1019,50 @@ test_unit_masks()
 # operation** with a hand-derived backward rule; you will too.
 #
 # **Forward**, in as few passes over the `(…, Tq, Tk)` array as possible, all in place on
-# the freshly made scores: `S = Q Kᵀ` (new array), `S *= scale`, blocked entries `= -inf`,
-# `m = max(S)`, `S -= m`, `exp(S)` in place, `l = sum(S)`, `S *= 1/l`. The result is the
-# weights `W`; `O = W V`.
+# the freshly made scores: `S = Q Kᵀ` (a new array), `S *= scale`, blocked entries `= -inf`,
+# `m = max(S)` per row, `S -= m`, `exp(S)` in place, `l = sum(S)` per row, `S *= 1/l`.
+# The result is the softmax `P`. Two guards make fully blocked rows safe without a special
+# case: a row maximum of `-inf` is replaced by a finite number (`max(m, finfo.min)`), and a
+# row sum of 0 by 1 — so such a row comes out all zeros. That is `_masked_softmax_`.
 #
-# **Backward.** With `dO` the gradient of the output:
+# **Dropout** on the weights (`dropout_p = p > 0`, only while `training`): draw a keep/drop
+# mask `M` (1 with probability `1-p`) and use `W = P ⊙ M / (1-p)`, so each weight keeps its
+# expected value. Then `O = W V`. Without dropout, `W = P`.
 #
-# * `O = W V`, so `dV = Wᵀ dO` and `dW = dO Vᵀ`;
-# * softmax's derivative, row by row: `dS = W ⊙ (dW − rowsum(dW ⊙ W))`; and
-#   `rowsum(dW ⊙ W) = Σₖ W_qk (dO_q · V_k) = dO_q · O_q`, a cheap `(…, Tq)` dot product
-#   instead of another `(…, Tq, Tk)` pass (FlashAttention's trick);
-# * `S = scale · Q Kᵀ`, so `dQ = dS K · scale` and `dK = dSᵀ Q · scale`.
+# **Backward.** With `dO` the gradient of the output, write `D = M/(1-p)` (all ones without
+# dropout), so `W = P ⊙ D`:
 #
-# Blocked positions have `W = 0`, so their `dS` is 0: no gradient reaches a key through a
+# 1. `O = W V`, so `dV = Wᵀ dO` and `dW = dO Vᵀ` — the weights *as applied*, dropout included.
+# 2. `W = P ⊙ D` is an elementwise product with a constant, so `dP = dW ⊙ D`: the gradient
+#    flows only through the weights that were kept, rescaled by the same `1/(1-p)`. A
+#    dropped weight passed nothing forward, so it gets nothing back.
+# 3. Softmax, row by row: `dS = P ⊙ (dP − rowsum(dP ⊙ P))`.
+# 4. The row sum is cheap: `rowsum(dP ⊙ P) = Σₖ dW_qk D_qk P_qk = Σₖ dW_qk W_qk
+#    = Σₖ W_qk (dO_q · V_k) = dO_q · O_q` — one dot product per query on `(…, Tq, d_v)`
+#    arrays instead of another pass over `(…, Tq, Tk)` (FlashAttention's trick). It holds
+#    with dropout too, because `O` is computed from the dropped weights.
+# 5. `S = scale · Q Kᵀ`, so `dQ = dS K · scale` and `dK = dSᵀ Q · scale`.
+#
+# Blocked positions have `P = 0`, so their `dS` is 0: no gradient reaches a key through a
 # position that was blocked, and a fully blocked row has finite (zero) gradients.
 #
-# **Dropout** on the weights (`dropout_p > 0`) zeroes random weights after the softmax and
-# rescales the rest by `1/(1-p)`. Whether it is applied is signalled by the `training`
-# argument (default `True`, as in `torch.nn.functional.scaled_dot_product_attention`);
-# `MultiHeadAttention` passes its own `.training`, so `model.eval()` switches it off. The
-# returned weights are the ones actually applied to `V` (after dropout), as PyTorch's.
-#
-# The weights are also returned as a Tensor with its own small op (`sdpa_weights`), so
-# a loss that uses them (say, a penalty on attention entropy) still differentiates.
+# The weights are also returned, as a Tensor with its own small op (`sdpa_weights`,
+# inputs `(Q, K)`), so a loss that uses them (say, a penalty on attention entropy) still
+# differentiates: its rule is steps 2, 3 and 5 starting from the weights' gradient `dW`.
 
 # %%
 #| export
-def _work_dtype(*tensors: Tensor):
-    """(dtype to compute in, dtype to return): float16 is computed in float32."""
-    out = np.result_type(*(t.dtype for t in tensors))
-    if not np.issubdtype(out, np.floating):
-        out = np.dtype(np.float32)
-    return np.result_type(out, np.float32), out
-
-
 def _masked_softmax_(scores: Any, blocked: Any) -> Any:
-    """Softmax over the last axis, in place on `scores`; blocked entries -> exactly 0.
+    """Softmax over the last axis (the keys), computed in place in `scores`, which is returned.
 
-    A row whose entries are all blocked becomes all zeros (no NaN).
+    scores  -- a float array (…, Tq, Tk) that may be overwritten (NumPy or CuPy: use array_module)
+    blocked -- None, or a bool array broadcastable to scores, True where the weight must be 0
+    Blocked entries come out exactly 0, and a row whose entries are all blocked comes out all
+    zeros (never NaN): fill blocked scores with -inf, replace a -inf row maximum by the dtype's
+    most negative finite number, and a row sum of 0 by 1. No new (…, Tq, Tk) array.
+    `blocked` is often smaller than scores (a (Tq, Tk) causal mask for (B, H, Tq, Tk)
+    scores), so `scores[blocked] = -inf` does not work; fill through the broadcast with
+    `xp.copyto(scores, -xp.inf, where=blocked)`.
     """
     ### BEGIN SOLUTION
     xp = array_module(scores)
@@ -517,24 +1082,64 @@ def _masked_softmax_(scores: Any, blocked: Any) -> Any:
     ### END SOLUTION
 
 
+# %%
+def test_unit_masked_softmax():
+    s = np.array([[1000.0, 1001.0, 1002.0], [1.0, 2.0, 3.0], [0.0, 5.0, 1.0]])
+    blocked = np.array([[False, False, False], [False, True, False], [True, True, True]])
+    out = _masked_softmax_(s, blocked)
+    assert out is s, "_masked_softmax_ must work in place and return `scores` itself"
+    assert np.allclose(out[0], [0.09003, 0.24473, 0.66524], atol=1e-5), f"row 0: {out[0]}"
+    assert out[1, 1] == 0 and np.isclose(out[1].sum(), 1), f"a blocked entry must be exactly 0: {out[1]}"
+    assert not np.isnan(out[2]).any(), \
+        f"a fully blocked row gave {out[2]}: its maximum is -inf and -inf - (-inf) = NaN; replace it by a finite number"
+    assert np.all(out[2] == 0), f"a fully blocked row must be all zeros, got {out[2]}"
+    heads = np.zeros((2, 3, 2, 2))  # (B, H, Tq, Tk) scores against a (Tq, Tk) causal mask
+    try:
+        _masked_softmax_(heads, np.array([[False, True], [False, False]]))
+    except IndexError as err:
+        raise AssertionError(f"a (Tq, Tk) mask against (B, H, Tq, Tk) scores raised IndexError ({err}): "
+                             "the mask broadcasts, so fill with xp.copyto(scores, -xp.inf, where=blocked)") from None
+    assert np.all(heads[..., 0, 1] == 0) and np.allclose(heads[..., 1, :], 0.5), \
+        "a broadcast mask must block the same key in every batch item and head"
+    plain = _masked_softmax_(np.array([[1.0, 2.0], [3.0, 3.0]]), None)
+    assert np.allclose(plain.sum(-1), 1) and np.allclose(plain[1], 0.5), f"rows must sum to 1: {plain}"
+    print("✓ masked softmax: in place, stable, blocked entries 0, fully blocked rows 0")
+
+
+test_unit_masked_softmax()
+
+
+# %%
+#| export
 def scaled_dot_product_attention(Q: Any, K: Any, V: Any, mask: Any = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
                                  training: bool = True, rng: Any = None) -> tuple[Tensor, Tensor]:
     """softmax(Q Kᵀ · scale) V as one recorded op ("sdpa") with a fused backward rule.
 
     Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv); leading dims broadcast.
-    Returns (output (…, Tq, dv), weights (…, Tq, Tk)).
+    Returns (output (…, Tq, dv), weights (…, Tq, Tk)), the weights as applied to V.
     mask      -- keep mask (1/True = attend, 0/False = blocked), broadcastable to (…, Tq, Tk);
-                 bool, 0/1 ints or floats, as a Tensor, array or list
-    is_causal -- query i attends only to keys j <= i (top-left aligned, as in PyTorch);
-                 with a KV cache pass an explicit mask such as create_causal_mask(Tk)[-Tq:]
+                 bool or 0/1 numbers, as a Tensor, array or list; anything else is a ValueError
+    is_causal -- query i attends to key j only when j <= i, both counted from 0: the triangle
+                 is aligned top-left, as PyTorch's. For Tq new queries that come *after* Tk - Tq
+                 cached keys (a KV cache) pass mask=create_causal_mask(Tk)[-Tq:] instead
+                 (bottom-right); one new query may see every cached key, so it needs no mask.
     scale     -- multiplies the scores; default 1/√dk
-    dropout_p -- dropout on the weights, applied only when `training` is True; `rng` (a NumPy
-                 Generator or an int seed) makes the dropout mask reproducible
+    dropout_p -- dropout on the weights, only when `training` is True (the default, as in
+                 torch.nn.functional.scaled_dot_product_attention); `rng` (a NumPy Generator or
+                 an int seed) makes the dropout mask reproducible
     Blocked weights are exactly 0; a query with every key blocked gets weights 0 and output 0.
     float16 is computed in float32 and returned as float16.
+
+    What it records (the backward rules below read exactly this):
+    * op "sdpa", inputs (Q, K, V), the output; saved: `weights` (as applied to V, work dtype),
+      `probs` (the softmax before dropout), `drop` (None, or the dropout factor M/(1-p): 0 or
+      1/(1-p) per weight, work dtype), `out` (the output in the work dtype), `scale` (a float);
+    * op "sdpa_weights", inputs (Q, K), the returned weights; saved: `probs`, `drop`, `scale`.
+    Dropout's mask: keep = make_rng(rng).random(probs.shape) >= dropout_p, drawn with NumPy
+    (on the host, as module 03's Dropout) and moved to probs' device.
     """
-    Q, K, V = _as_tensor(Q), _as_tensor(K), _as_tensor(V)
+    Q, K, V = as_tensor(Q), as_tensor(K), as_tensor(V)
     _check_qkv(Q, K, V, "scaled_dot_product_attention")
     if not 0.0 <= float(dropout_p) < 1.0:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}.")
@@ -546,12 +1151,12 @@ def scaled_dot_product_attention(Q: Any, K: Any, V: Any, mask: Any = None, dropo
     scores = xp.matmul(q, xp.swapaxes(k, -1, -2))  # a fresh array: everything below is in place
     if scale != 1.0:
         scores *= scale
-    blocked = _blocked_positions(mask, is_causal, scores.shape, scores) if mask is not None or is_causal else None
+    blocked = _blocked_positions(mask, is_causal, scores.shape, scores)
     probs = _masked_softmax_(scores, blocked)
     drop = None
     weights = probs
     if dropout_p > 0.0 and training:
-        keep = make_rng(rng).random(probs.shape) >= dropout_p  # drawn on the host, like Dropout
+        keep = make_rng(rng).random(probs.shape) >= dropout_p
         drop = xp.asarray(keep, dtype=work)
         drop *= 1.0 / (1.0 - dropout_p)
         weights = probs * drop
@@ -564,9 +1169,108 @@ def scaled_dot_product_attention(Q: Any, K: Any, V: Any, mask: Any = None, dropo
     ### END SOLUTION
 
 
+# %% [markdown]
+# The checks for dropout (given): `check_dropout` draws with `dropout_p=0.25` on uniform
+# weights, where every weight must come out 0 or `1/40` rescaled by `1/(1-p)`, reproducibly
+# for one `rng`, and untouched when `training=False`; `check_dropout_backward` compares the
+# gradients with dropout on against central differences (same `rng`, so the same mask each
+# call) and names the mistake of a backward that forgets the mask.
+
+# %%
+#| export core.attention_checks
+DROPOUT_IN_EVAL = "dropout was applied with training=False (eval mode): dropout is for training only"
+DROPOUT_NOT_RESCALED = "the kept weights are not rescaled by 1/(1-p)"
+DROPOUT_MISSING = "dropout_p > 0 with training=True dropped no weight"
+DROPOUT_BACKWARD = ("the backward ignores dropout: the forward used W = P ⊙ M/(1-p), so multiply dW = dO Vᵀ "
+                    "by the same M/(1-p) before the softmax rule")
+
+
+# ---- dropout (scaled_dot_product_attention's dropout_p, training and rng) -----------------------
+def check_dropout(attn: Callable, name: str | None = None) -> None:
+    """Dropout on the weights: only while training, rescaled by 1/(1-p), reproducible with rng=."""
+    name = _name(attn, name)
+    x = Tensor(np.ones((1, 40, 4)))
+    uniform = 1 / 40
+    w = _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]
+    values = set(np.unique(w.round(9)).tolist())
+    if values == {round(uniform, 9)}:
+        raise AttentionBug(f"{name}: {DROPOUT_MISSING}.")
+    if values == {0.0, round(uniform, 9)}:
+        raise AttentionBug(f"{name}: {DROPOUT_NOT_RESCALED} (kept weights are {uniform:.4f}, "
+                           f"expected {uniform / 0.75:.4f}).")
+    if values != {0.0, round(uniform / 0.75, 9)} or not 0.15 < np.mean(w == 0) < 0.35:
+        raise AttentionBug(f"{name}: with dropout_p=0.25 each weight must be 0 (about a quarter of them) or "
+                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}.")
+    if not np.array_equal(w, _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]):
+        raise AttentionBug(f"{name}: the same rng=1 gave a different dropout mask: draw it from make_rng(rng).")
+    v = np.arange(160.0).reshape(1, 40, 4)
+    out, weights = _run(attn, x, x, Tensor(v), dropout_p=0.25, rng=2)
+    if not np.allclose(out, weights @ v):
+        raise AttentionBug(f"{name}: the returned weights must be the ones applied to V (after dropout).")
+    if not np.allclose(_run(attn, x, x, x, dropout_p=0.25, training=False)[1], uniform):
+        raise AttentionBug(f"{name}: {DROPOUT_IN_EVAL}.")
+
+
+def _fused_rule(q, k, v, g, probs, drop, scale, with_dropout) -> list[np.ndarray]:
+    """The fused backward in NumPy, with or without the dropout factor in dW (to name that mistake)."""
+    weights = probs * drop
+    out = weights @ v
+    d_w = g @ np.swapaxes(v, -1, -2)
+    if with_dropout:
+        d_w = d_w * drop
+    d_s = probs * (d_w - (g * out).sum(-1, keepdims=True))
+    return [d_s @ k * scale, np.swapaxes(d_s, -1, -2) @ q * scale, np.swapaxes(weights, -1, -2) @ g]
+
+
+def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
+    """With dropout (a fixed rng), the gradients agree with central differences of the same function."""
+    name = _name(attn, name)
+    arrays = [_random((1, 4, 3), 27), _random((1, 5, 3), 28), _random((1, 5, 2), 29)]
+    g = _random((1, 4, 2), 30)
+    kwargs = {"dropout_p": 0.5, "rng": 7}
+    mine = _grads(attn, arrays, g, **kwargs)
+    numeric = numeric_vjp(_output_of(attn, **kwargs), arrays, g)
+    if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, numeric)):
+        return
+    probs = _run(attn, *(Tensor(a) for a in arrays), training=False)[1]
+    weights = _run(attn, *(Tensor(a) for a in arrays), **kwargs)[1]
+    drop = np.divide(weights, probs, out=np.zeros_like(weights), where=probs > 0)
+    ignored = _fused_rule(*arrays, g, probs, drop, 1 / math.sqrt(3), with_dropout=False)
+    if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, ignored)):
+        raise AttentionBug(f"{name}: wrong gradients with dropout_p=0.5: {DROPOUT_BACKWARD}.")
+    worst = max(range(3), key=lambda i: np.abs(mine[i] - numeric[i]).max())
+    raise AttentionBug(f"{name}: with dropout_p=0.5 (rng=7), d{'QKV'[worst]} differs from central differences "
+                       f"by up to {np.abs(mine[worst] - numeric[worst]).max():.3g}.")
+
+
+# %%
+def test_unit_sdpa_forward():
+    check_attention(scaled_dot_product_attention)
+    check_dropout(scaled_dot_product_attention)
+    Q = Tensor(HAND_X, requires_grad=True)
+    out, w = scaled_dot_product_attention(Q, Q, Q)
+    assert out._node.op == "sdpa" and out._node.inputs == (Q, Q, Q), "record one op 'sdpa' with inputs (Q, K, V)"
+    assert w._node.op == "sdpa_weights" and w._node.inputs == (Q, Q), "the weights: op 'sdpa_weights', inputs (Q, K)"
+    saved = out._node.saved
+    assert set(saved) >= {"weights", "probs", "drop", "out", "scale"} and saved["drop"] is None and saved["scale"] == 0.5
+    print("✓ scaled_dot_product_attention forward: the checks pass, dropout, one recorded op")
+
+
+test_unit_sdpa_forward()
+
+
+# %%
+#| export
 @register_backward("sdpa")
 def sdpa_backward(grad: Any, node) -> tuple:
-    """dV = Wᵀ dO; dW = dO Vᵀ; dS = P ⊙ (dW − rowsum(dO ⊙ O)); dQ = dS K·scale; dK = dSᵀ Q·scale."""
+    """Gradients (dQ, dK, dV) of "sdpa" from `grad` = dO (…, Tq, dv), in the work dtype of `probs`.
+
+    dV = Wᵀ dO; dW = dO Vᵀ; dP = dW ⊙ drop (when there was dropout);
+    dS = P ⊙ (dP − rowsum(dO ⊙ O)); dQ = dS K · scale; dK = dSᵀ Q · scale.
+    Read node.inputs (Q, K, V) and node.saved (weights, probs, drop, out, scale); compute only
+    the gradients of inputs that require one (None for the others). The engine sums gradients
+    over broadcast leading dims and casts them to each input's dtype.
+    """
     ### BEGIN SOLUTION
     Q, K, V = node.inputs
     saved = node.saved
@@ -578,10 +1282,10 @@ def sdpa_backward(grad: Any, node) -> tuple:
     if V.requires_grad:
         d_v = xp.matmul(xp.swapaxes(weights, -1, -2), g)
     if Q.requires_grad or K.requires_grad:
-        d_s = xp.matmul(g, xp.swapaxes(V.data.astype(work, copy=False), -1, -2))  # dW, fresh
+        d_s = xp.matmul(g, xp.swapaxes(V.data.astype(work, copy=False), -1, -2))  # dW, a fresh array
         if drop is not None:
             d_s *= drop
-        d_s -= xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dW ⊙ W) = dO·O
+        d_s -= xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dP ⊙ P) = dO·O
         d_s *= probs
         if Q.requires_grad:
             d_q = xp.matmul(d_s, K.data.astype(work, copy=False))
@@ -593,9 +1297,63 @@ def sdpa_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 
+# %% [markdown]
+# ### Test: the fused rule against central differences, and against the composed version
+#
+# `check_gradients` compares your rule with central differences (`tinytorch.testing`), with
+# and without masks; `check_dropout_backward` does the same with dropout on (a fixed `rng`,
+# so every call draws the same mask). Then the composed version, your executable
+# specification, must agree with the fused one to rounding, forward and backward.
+# (`sdpa_weights`' rule comes next; these tests differentiate the output only.)
+
+# %%
+from tinytorch.core.autograd import gradcheck
+
+
+def _grads_of(fn, arrays, cotangent):
+    tensors = [Tensor(a, requires_grad=True) for a in arrays]
+    out, w = fn(*tensors)
+    out.backward(cotangent)
+    return out.numpy(), w.numpy(), [t.grad.numpy() for t in tensors]
+
+
+def test_unit_sdpa_backward():
+    for check in GRADIENT_CHECKS:
+        check(scaled_dot_product_attention)
+    check_dropout_backward(scaled_dot_product_attention)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((2, 3, 6, 4)), rng.standard_normal((2, 3, 6, 7))]
+    g = rng.standard_normal((2, 3, 5, 7))
+    padding = create_padding_mask([6, 4], 6)
+    for mask, causal in ((None, False), (None, True), (padding, False), (padding, True),
+                         ([[1, 0, 1, 0, 0, 0]] + [[0] * 6] + [[1] * 6] * 3, False)):
+        a = _grads_of(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
+        b = _grads_of(lambda q, k, v: composed_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
+        assert np.allclose(a[0], b[0], atol=1e-12) and np.allclose(a[1], b[1], atol=1e-12)
+        for ga, gb in zip(a[2], b[2]):
+            assert np.allclose(ga, gb, atol=1e-12), f"fused and composed gradients differ (mask={mask is not None}, causal={causal})"
+    print("✓ fused backward: central differences with masks and dropout, the same gradients as composed")
+
+
+test_unit_sdpa_backward()
+
+# %% [markdown]
+# The returned weights have their own small rule, steps 2, 3 and 5 of the derivation
+# starting from the weights' gradient `dW` (a loss may use the weights directly).
+
+# %%
+#| export
 @register_backward("sdpa_weights")
 def sdpa_weights_backward(grad: Any, node) -> tuple:
-    """Gradient reaching Q and K through the returned weights: the softmax rule, then the matmul."""
+    """Gradients (dQ, dK) of "sdpa_weights" from `grad` = dW (…, Tq, Tk): steps 2, 3 and 5 above.
+
+    Never change `grad` in place (module 05's rule contract: the engine may hand the same
+    array to other rules): `grad *= drop` is the tempting line; make a new array instead.
+
+    dP = dW ⊙ drop (when there was dropout); dS = P ⊙ (dP − rowsum(dP ⊙ P));
+    dQ = dS K · scale; dK = dSᵀ Q · scale. Reads node.inputs (Q, K) and node.saved
+    (probs, drop, scale); None for an input that requires no gradient.
+    """
     ### BEGIN SOLUTION
     Q, K = node.inputs
     probs, drop, scale = node.saved["probs"], node.saved["drop"], node.saved["scale"]
@@ -610,51 +1368,33 @@ def sdpa_weights_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 
-# %% [markdown]
-# ### Test: fused equals composed, in values and gradients
-#
-# The composed version is the specification; the fused one must agree with it to
-# rounding, forward and backward, with and without masks.
-
 # %%
-def _grads_of(fn, arrays, cotangent):
-    tensors = [Tensor(a, requires_grad=True) for a in arrays]
-    out, w = fn(*tensors)
-    out.backward(cotangent)
-    return out.numpy(), w.numpy(), [t.grad.numpy() for t in tensors]
+def test_unit_sdpa_weights_backward():
+    rng = np.random.default_rng(2)
+    Q, K = (Tensor(rng.standard_normal((2, 4, 3)), requires_grad=True) for _ in range(2))
+    V = Tensor(rng.standard_normal((2, 4, 2)))
+    for kwargs in ({"is_causal": True}, {"mask": [[1, 1, 0, 0]] * 3 + [[0] * 4]}, {"dropout_p": 0.3, "rng": 5}):
+        assert gradcheck(lambda q, k: scaled_dot_product_attention(q, k, V, **kwargs)[1], [Q, K]), kwargs
+    print("✓ the weights' rule: gradcheck with a causal mask, a fully blocked query and dropout")
 
 
-def test_unit_sdpa_matches_composed():
-    rng = np.random.default_rng(1)
-    arrays = [rng.standard_normal((2, 3, 5, 4)), rng.standard_normal((2, 3, 6, 4)), rng.standard_normal((2, 3, 6, 7))]
-    g = rng.standard_normal((2, 3, 5, 7))
-    padding = create_padding_mask([6, 4], 6)
-    for mask, causal in ((None, False), (None, True), (padding, False), (padding, True),
-                         ([[1, 0, 1, 0, 0, 0]] + [[0] * 6] + [[1] * 6] * 3, False)):
-        a = _grads_of(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
-        b = _grads_of(lambda q, k, v: composed_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
-        assert np.allclose(a[0], b[0], atol=1e-12) and np.allclose(a[1], b[1], atol=1e-12)
-        for ga, gb in zip(a[2], b[2]):
-            assert np.allclose(ga, gb, atol=1e-12)
-    X = Tensor(HAND_X)
-    out, w = scaled_dot_product_attention(X, X, X)
-    assert np.allclose(w.numpy(), HAND_WEIGHTS, atol=1e-5) and np.allclose(out.numpy(), HAND_OUTPUT, atol=1e-5)
-    assert out.dtype == np.float32 and w.dtype == np.float32
-    assert out.requires_grad is False and scaled_dot_product_attention(Tensor(HAND_X, requires_grad=True), X, X)[0]._node.op == "sdpa"
-    print("✓ scaled_dot_product_attention: one op, same values and gradients as the composed version")
-
-
-test_unit_sdpa_matches_composed()
+test_unit_sdpa_weights_backward()
 
 # %% [markdown]
-# What fusing buys, measured: the peak memory of a forward + backward pass (tracemalloc
-# sees NumPy's allocations) and the number of operations recorded in the graph.
+# ### What fusing buys
+#
+# **Predict, then run.** For a causal forward + backward pass with four `(512, 64)` heads
+# in float32, one `(4, 512, 512)` array is 4 MiB. How many such arrays do you expect the
+# composed version to hold at its peak, and the fused one? How many operations does each
+# record? The cell measures the peak memory (tracemalloc sees NumPy's allocations) and
+# counts the recorded operations.
 
 # %%
 import tracemalloc
 
 
 def graph_size(t: Tensor) -> int:
+    """Number of recorded operations behind t."""
     seen, stack = set(), [t]
     while stack:
         node = stack.pop()
@@ -666,6 +1406,7 @@ def graph_size(t: Tensor) -> int:
 
 
 def fwd_bwd_peak(attn, T: int = 512) -> tuple[float, int]:
+    """(peak MiB, recorded ops) of one causal forward + backward of attn on four (T, 64) heads."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((4, T, 64), dtype=np.float32) for _ in range(4)]
     tracemalloc.start()
@@ -680,49 +1421,18 @@ def fwd_bwd_peak(attn, T: int = 512) -> tuple[float, int]:
 
 for name, attn in (("composed", composed_attention), ("fused sdpa", scaled_dot_product_attention)):
     peak, ops = fwd_bwd_peak(attn)
-    print(f"{name:11s}: {ops} recorded ops, peak {peak:5.1f} MiB for forward + backward "
+    print(f"{name:11s}: {ops} recorded op{'s' if ops != 1 else ''}, peak {peak:5.1f} MiB for forward + backward "
           f"(one (4, 512, 512) float32 array is {4 * 512 * 512 * 4 / 2**20:.0f} MiB)")
 
-# %%
-def test_unit_sdpa_edge_cases():
-    # fully blocked rows: weights 0, output 0, finite gradients
-    Q = Tensor(np.random.default_rng(2).standard_normal((1, 3, 4)), requires_grad=True)
-    out, w = scaled_dot_product_attention(Q, Q, Q, mask=[[1, 1, 0], [0, 0, 0], [1, 0, 1]])
-    out.backward(np.ones(out.shape))
-    assert np.all(w.numpy()[0, 1] == 0) and np.all(out.numpy()[0, 1] == 0) and np.isfinite(Q.grad.numpy()).all()
-    assert w.numpy()[0, 0, 2] == 0 and w.numpy()[0, 2, 1] == 0
-    # huge scores stay finite and pick the largest
-    big = Tensor([[1e4, 0.0], [0.0, 1e4]])
-    out, w = scaled_dot_product_attention(big, big, Tensor([[1.0], [2.0]]))
-    assert np.isfinite(w.numpy()).all() and np.allclose(w.numpy(), np.eye(2))
-    # float16 in, float16 out, no overflow, no NaN
-    h = np.full((1, 4, 64), 40.0, np.float16)
-    out, w = scaled_dot_product_attention(h, h, h, is_causal=True)
-    assert out.dtype == np.float16 and np.isfinite(out.numpy()).all() and np.allclose(out.numpy(), 40.0)
-    # dropout: only in training, rescaled by 1/(1-p), zero elsewhere
-    X = Tensor(np.ones((64, 8)))
-    _, w = scaled_dot_product_attention(X, X, X, dropout_p=0.5, rng=0)
-    assert np.array_equal(w.numpy(), scaled_dot_product_attention(X, X, X, dropout_p=0.5, rng=0)[1].numpy())
-    kept = w.numpy()[w.numpy() > 0]
-    assert np.allclose(kept, 2 / 64) and 0.4 < kept.size / w.size < 0.6
-    _, w = scaled_dot_product_attention(X, X, X, dropout_p=0.5, training=False)
-    assert np.allclose(w.numpy(), 1 / 64)
-    print("✓ fully blocked rows, huge scores, float16, dropout")
-
-
-test_unit_sdpa_edge_cases()
-
 # %% [markdown]
-# ## 7. Gradient flow
+# ## 8. Gradient flow
 #
 # Gradients reach `Q` and `K` through the weights (*where to look*: `dS`) and `V` through
 # the weighted sum (*what to take*: `dV = Wᵀ dO`). A key that every query has blocked
 # receives no gradient at all: no attention, no learning signal. Module 05's `gradcheck`
-# compares our fused rule with central differences in float64.
+# compares your fused rule with central differences in float64.
 
 # %%
-from tinytorch.core.autograd import gradcheck
-
 rng = np.random.default_rng(3)
 Q = Tensor(rng.standard_normal((1, 4, 3)), requires_grad=True)
 K = Tensor(rng.standard_normal((1, 4, 3)), requires_grad=True)
@@ -758,7 +1468,7 @@ def test_unit_gradient_flow():
 test_unit_gradient_flow()
 
 # %% [markdown]
-# ## 8. Multi-head attention
+# ## 9. Multi-head attention
 #
 # One attention head computes one set of weights: one notion of "relevant". Language
 # needs several at once (the subject of this verb, the previous word, the matching
@@ -768,24 +1478,42 @@ test_unit_gradient_flow()
 #
 # ```
 # x (B, T, E) --q_proj/k_proj/v_proj--> (B, T, E) --reshape--> (B, T, H, D) --permute--> (B, H, T, D)
-#   --attention per head--> (B, H, Tq, D) --permute/reshape--> (B, Tq, E) --out_proj--> (B, Tq, E)
+#   --attention per head--> (B, H, Tq, D) --permute--> (B, Tq, H, D) --reshape--> (B, Tq, E) --out_proj--> (B, Tq, E)
 # ```
 #
-# The reshape and permute are views, and the batched matmul treats `(B, H)` as batch
-# dimensions: all heads in one call, no loop. The projections see the tokens flattened to
-# `(B·T, E)`: one matrix product each, and in the backward pass the weight gradient
-# `xᵀ · dy` is one `(E, B·T) @ (B·T, E)` product too, instead of `B` products summed afterwards. The parameters are the same as for one
-# full-width head: four `E × E` projections (plus biases), whatever `H` is. Real models:
-# GPT-2 small has 12 heads of 64 (E = 768), Llama-2-7B 32 heads of 128 (E = 4096).
+# Head `h` owns features `h·D … h·D + D − 1` of each projection (that is what reshaping
+# `(B, T, E)` to `(B, T, H, D)` means), and merging puts them back in the same place.
+# Reshaping `(B, T, E)` straight to `(B, H, T, D)` has the right shape but the wrong
+# contents — it mixes positions into heads — and nothing crashes: section 13 shows the
+# symptom. The reshape and permute are views, and the batched matmul treats `(B, H)` as
+# batch dimensions: all heads in one call, no loop. The projections see the tokens
+# flattened to `(B·T, E)`: one matrix product each, and in the backward pass the weight
+# gradient `xᵀ · dy` is one `(E, B·T) @ (B·T, E)` product too. The parameters are the same
+# as for one full-width head: four `E × E` projections (plus biases), whatever `H` is.
+# Real models: GPT-2 small has 12 heads of 64 (E = 768), Llama-2-7B 32 heads of 128 (E = 4096).
 #
 # **Self-attention** takes queries, keys and values from the same sequence (a square
 # `Tq × Tq` score matrix); **cross-attention** takes queries from one sequence and keys
 # and values from another (a decoder reading an encoder; a rectangular `Tq × Tk`
 # matrix). The same class does both: `key` defaults to `query`, `value` to `key`.
 #
-# Masks for `forward`: `(Tq, Tk)` applies to everything; `(B, Tq, Tk)` gets a head axis
-# inserted (`(B, 1, Tq, Tk)`); 4-D masks `(B|1, H|1, Tq, Tk)` such as a padding mask pass
-# through unchanged.
+# **Masks.** `mask` may be `(Tq, Tk)` (for everything), `(B, Tq, Tk)` (a head axis is
+# inserted: `(B, 1, Tq, Tk)`) or 4-D `(B|1, H|1, Tq, Tk)`. A padding mask is different: it
+# is naturally `(B, Tk)` — one row of real/padding flags per batch item. Passed as `mask`,
+# a `(B, Tk)` array is read as `(Tq, Tk)` whenever `B == Tq` (a batch of 4 sentences of 4
+# tokens): item 0's flags would then mask query 0 of every item. That is a silent wrong
+# answer, so `forward` takes padding separately, as PyTorch does: `key_padding_mask`
+# `(B, Tk)`, 1 = real token. The given `_keep` reshapes it to `(B, 1, 1, Tk)` (every head,
+# every query of its own item) and combines it with `mask`, so you never reshape a padding
+# mask by hand. (PyTorch's `key_padding_mask` uses True = *padding*; ours keeps the one
+# convention of this module, 1 = attend.)
+#
+# `forward`'s contract: project `query`, `key`, `value` with `q_proj`, `k_proj`, `v_proj`;
+# split each into heads `(B, H, T, D)`; call your `scaled_dot_product_attention` with
+# `mask=keep` (the checked mask that `self._keep` builds above your code), `is_causal`, `dropout_p=self.dropout`,
+# `training=self.training` (so `model.eval()` switches dropout off) and `rng=self.rng`;
+# merge the heads back to `(B, Tq, E)`; apply `out_proj`. Return `(output (B, Tq, E),
+# weights (B, H, Tq, Tk))`. The input checks are given.
 
 # %%
 #| export
@@ -793,9 +1521,11 @@ class MultiHeadAttention(Module):
     """Multi-head scaled dot-product attention with learned q/k/v/out projections.
 
     Linear layers `q_proj`, `k_proj`, `v_proj`, `out_proj` (each embed_dim -> embed_dim,
-    weights (in, out), y = x @ W + b). forward(query (B, Tq, E), key (B, Tk, E) = query,
-    value (B, Tk, E) = key, mask=None, is_causal=False) -> (output (B, Tq, E),
-    weights (B, H, Tq, Tk)). Dropout on the weights follows `.training`.
+    weights (in, out), y = x @ W + b); head h uses features h·D .. h·D+D-1 (D = head_dim).
+    forward(query (B, Tq, E), key (B, Tk, E) = query, value (B, Tk, E) = key, mask=None,
+    is_causal=False, key_padding_mask=None) -> (output (B, Tq, E), weights (B, H, Tq, Tk)).
+    mask: (Tq, Tk), (B, Tq, Tk) or (B|1, H|1, Tq, Tk), 1 = attend; key_padding_mask: (B, Tk),
+    1 = real token, 0 = padding. Dropout on the weights follows `.training`.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True, *,
@@ -818,34 +1548,53 @@ class MultiHeadAttention(Module):
         self.v_proj = Linear(embed_dim, embed_dim, **settings)
         self.out_proj = Linear(embed_dim, embed_dim, **settings)
 
-    def _head_mask(self, mask: Any) -> Any:
-        """(Tq, Tk) and 4-D masks as they are; (B, Tq, Tk) -> (B, 1, Tq, Tk)."""
-        if mask is None:
-            return None
-        m = mask.data if isinstance(mask, Tensor) else to_array(mask)
-        if m.ndim == 3:
-            return m[:, None]
-        if m.ndim not in (2, 4):
-            raise ValueError(
-                f"MultiHeadAttention: mask must have shape (Tq, Tk), (B, Tq, Tk) or (B|1, H|1, Tq, Tk); got {tuple(m.shape)}."
-            )
-        return m
+    def _keep(self, mask: Any, key_padding_mask: Any, batch: int, tq: int, tk: int, like: Any) -> Any:
+        """One checked bool keep mask for the scores (B, H, Tq, Tk), or None when nothing is masked.
+
+        mask (Tq, Tk) and 4-D masks are used as they are; (B, Tq, Tk) gets a head axis,
+        (B, 1, Tq, Tk). key_padding_mask must be (B, Tk): it becomes (B, 1, 1, Tk), so that it
+        blocks keys of its own batch item for every head and query. Both together: a position
+        is kept when both keep it.
+        """
+        scores_shape = (batch, self.num_heads, tq, tk)
+        keep = None
+        if mask is not None:
+            m = to_array(mask, device=device_of(like))
+            if m.ndim == 3:
+                m = m[:, None]
+            elif m.ndim not in (2, 4):
+                raise ValueError(
+                    "MultiHeadAttention: mask must have shape (Tq, Tk), (B, Tq, Tk) or (B|1, H|1, Tq, Tk); "
+                    f"got {tuple(m.shape)}. A (B, Tk) padding mask goes to key_padding_mask=."
+                )
+            keep = _keep_mask(m, scores_shape, like)
+        if key_padding_mask is not None:
+            pad = to_array(key_padding_mask, device=device_of(like))
+            if tuple(pad.shape) != (batch, tk):
+                raise ValueError(
+                    f"MultiHeadAttention: key_padding_mask must have shape (batch, Tk) = {(batch, tk)} "
+                    f"(1 = real token, 0 = padding), got {tuple(pad.shape)}."
+                )
+            pad = _keep_mask(pad, (batch, tk), like)[:, None, None, :]
+            keep = pad if keep is None else keep & pad
+        return keep
 
     def forward(self, query: Any, key: Any = None, value: Any = None, mask: Any = None,
-                is_causal: bool = False) -> tuple[Tensor, Tensor]:
-        query = _as_tensor(query)
-        key = query if key is None else _as_tensor(key)
-        value = key if value is None else _as_tensor(value)
+                is_causal: bool = False, key_padding_mask: Any = None) -> tuple[Tensor, Tensor]:
+        query = as_tensor(query)
+        key = query if key is None else as_tensor(key)
+        value = key if value is None else as_tensor(value)
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.ndim != 3 or t.shape[-1] != self.embed_dim:
                 raise ValueError(
                     f"MultiHeadAttention: {name} must have shape (batch, seq, {self.embed_dim}), got {t.shape}."
                 )
-        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0] or key.shape[1] == 0:
             raise ValueError(
                 f"MultiHeadAttention: query {query.shape}, key {key.shape} and value {value.shape} need the same "
-                "batch size, and key and value the same length."
+                "batch size, and key and value the same length, at least 1 (Tk = 0 leaves nothing to attend to)."
             )
+        keep = self._keep(mask, key_padding_mask, query.shape[0], query.shape[1], key.shape[1], query.data)
         ### BEGIN SOLUTION
         B, Tq, E = query.shape
         Tk = key.shape[1]
@@ -858,27 +1607,15 @@ class MultiHeadAttention(Module):
         k = heads(self.k_proj, key, Tk)
         v = heads(self.v_proj, value, Tk)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask=self._head_mask(mask), dropout_p=self.dropout, is_causal=is_causal,
+            q, k, v, mask=keep, dropout_p=self.dropout, is_causal=is_causal,
             training=self.training, rng=self.rng)
         out = out.permute(0, 2, 1, 3).reshape(B * Tq, E)  # concatenate the heads
         return self.out_proj(out).reshape(B, Tq, E), weights
         ### END SOLUTION
 
 
-class SelfAttention(Module):
-    """Q = K = V = x: forward(x (B, T, E), mask=None) -> (output, weights); causal=True masks the future."""
-
-    def __init__(self, embed_dim: int, num_heads: int, causal: bool = False, dropout: float = 0.0,
-                 bias: bool = True, **settings: Any):
-        super().__init__()
-        self.causal = causal
-        self.attention = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, bias=bias, **settings)
-
-    def forward(self, x: Any, mask: Any = None) -> tuple[Tensor, Tensor]:
-        ### BEGIN SOLUTION
-        return self.attention(x, mask=mask, is_causal=self.causal)
-        ### END SOLUTION
-
+# %% [markdown]
+# Parameter counts, self- and cross-attention, and a padding mask given both ways:
 
 # %%
 from tinytorch.core.layers import count_parameters
@@ -897,111 +1634,220 @@ y, w = mha(x)
 print("self-attention: output", y.shape, "weights", w.shape, "(square per head)")
 y, w = mha(x, memory)
 print("cross-attention: output", y.shape, "weights", w.shape, "(6 queries x 9 keys)")
+lengths = [9, 5]
+real_tokens = create_padding_mask(lengths, 9).numpy()[:, 0, 0]  # (B, Tk)
+by_key_padding = mha(x, memory, key_padding_mask=real_tokens)[0].numpy()
+by_4d_mask = mha(x, memory, mask=create_padding_mask(lengths, 9))[0].numpy()
+print("key_padding_mask (2, 9) and the (2, 1, 1, 9) padding mask agree:", np.allclose(by_key_padding, by_4d_mask))
+
+
+# %% [markdown]
+# The checks for multi-head attention (given) compute the same thing in NumPy with your
+# module's own weights (`reference_multi_head`), and recognise the head layout mistakes.
+
+# %%
+#| export core.attention_checks
+HEAD_SPLIT = ("the heads are split by reshaping (B, T, E) straight to (B, H, T, D): reshape to (B, T, H, D), "
+              "then move the head axis in front of T")
+HEAD_MERGE = ("the heads are merged by reshaping (B, H, T, D) straight to (B, T, E): move the head axis "
+              "behind T first, then reshape")
+MHA_DROPOUT_IN_EVAL = "MultiHeadAttention applied dropout after .eval(): pass training=self.training"
+PADDING_AS_ATTN_MASK = ("key_padding_mask (B, Tk) was read as a (Tq, Tk) mask: it must become (B, 1, 1, Tk), "
+                        "blocking the keys of its own batch item for every head and query")
+
+
+# ---- multi-head attention ------------------------------------------------------------------------
+def _project(linear: Any, x: np.ndarray) -> np.ndarray:
+    weight = np.asarray(to_host(linear.weight), dtype=np.float64)
+    bias = 0.0 if linear.bias is None else np.asarray(to_host(linear.bias), dtype=np.float64)
+    return x @ weight + bias
+
+
+def reference_multi_head(mha: Any, query: np.ndarray, key: np.ndarray, value: np.ndarray, keep: Any = None,
+                         split: str = "right", merge: str = "right") -> tuple[np.ndarray, np.ndarray]:
+    """NumPy multi-head attention with `mha`'s weights: (output (B, Tq, E), weights (B, H, Tq, Tk)).
+
+    split="reshape" or merge="reshape" reproduce the head-layout mistakes (a reshape without
+    moving the head axis), so that a check can name them.
+    """
+    H = mha.num_heads
+    D = mha.embed_dim // H
+
+    def heads(x: np.ndarray) -> np.ndarray:
+        B, T, _ = x.shape
+        return x.reshape(B, H, T, D) if split == "reshape" else x.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(_project(mha.q_proj, query)), heads(_project(mha.k_proj, key)), heads(_project(mha.v_proj, value))
+    out, weights = reference_attention(q, k, v, keep)
+    B, _, Tq, _ = out.shape
+    merged = out.reshape(B, Tq, H * D) if merge == "reshape" else out.transpose(0, 2, 1, 3).reshape(B, Tq, H * D)
+    return _project(mha.out_proj, merged), weights
+
+
+def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
+    """Cross-, causal self- and padded attention against NumPy with the module's own weights."""
+    mha = mha_class(12, 3, dtype=np.float64, seed=1)
+    x, memory = _random((2, 5, 12), 31), _random((2, 7, 12), 32)
+    layouts = [(HEAD_SPLIT, "reshape", "right"), (HEAD_MERGE, "right", "reshape"),
+               (f"{HEAD_SPLIT}; and {HEAD_MERGE}", "reshape", "reshape")]
+    pad = np.array([[1] * 7, [1, 1, 1, 0, 0, 0, 0]], dtype=np.float32).reshape(2, 1, 1, 7)
+    for probe, key, kwargs, keep in (
+            ("cross-attention, query (2, 5, 12), key = value (2, 7, 12)", memory, {}, None),
+            ("self-attention (2, 5, 12), is_causal=True", None, {"is_causal": True}, _causal_keep(5, 5)),
+            ("cross-attention with a (2, 1, 1, 7) padding mask", memory, {"mask": pad}, pad)):
+        context = x if key is None else key
+        got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        causes = [(cause, reference_multi_head(mha, x, context, context, keep, split, merge))
+                  for cause, split, merge in layouts]
+        _compare(name, probe, got, reference_multi_head(mha, x, context, context, keep), causes)
+
+
+def check_key_padding_mask(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
+    """key_padding_mask (B, Tk) blocks padded keys of each batch item, also when B == Tq."""
+    mha = mha_class(8, 2, dtype=np.float64, seed=2)
+    x = _random((4, 4, 8), 35)  # B = Tq = Tk = 4: a (B, Tk) mask also fits a (Tq, Tk) reading
+    keep = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]], dtype=np.float32)
+    for probe, kwargs, full in (
+            ("self-attention (4, 4, 8), key_padding_mask of lengths [4, 2, 3, 1]", {}, keep[:, None, None, :]),
+            ("the same with is_causal=True", {"is_causal": True}, keep[:, None, None, :] * _causal_keep(4, 4))):
+        got = _run(mha, Tensor(x), key_padding_mask=keep, **kwargs)
+        wrong = keep if not kwargs else keep * _causal_keep(4, 4)
+        _compare(name, probe, got, reference_multi_head(mha, x, x, x, full),
+                 [(PADDING_AS_ATTN_MASK, reference_multi_head(mha, x, x, x, wrong))])
+
+
+def check_multi_head_dropout(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
+    """Dropout on the weights while training, none after .eval()."""
+    mha = mha_class(8, 2, dropout=0.5, seed=0)
+    x = Tensor(_random((1, 6, 8), 33).astype(np.float32))
+    if not np.any(_run(mha, x)[1] == 0):
+        raise AttentionBug(f"{name}: dropout=0.5 in training mode dropped no weight: pass dropout_p=self.dropout.")
+    mha.eval()
+    weights = _run(mha, x)[1]
+    mha.train()
+    if np.any(weights == 0) or not np.allclose(weights.sum(-1), 1, atol=1e-5):
+        raise AttentionBug(f"{name}: {MHA_DROPOUT_IN_EVAL}.")
 
 
 # %%
 def test_unit_multi_head_attention():
-    rng = np.random.default_rng(7)
+    check_multi_head(MultiHeadAttention)  # cross, causal, padded: against NumPy with the module's weights
+    check_key_padding_mask(MultiHeadAttention)
+    check_multi_head_dropout(MultiHeadAttention)
     mha = MultiHeadAttention(16, 4)
     assert count_parameters(mha) == 4 * (16 * 16 + 16) and mha.q_proj.weight.shape == (16, 16)
     assert count_parameters(MultiHeadAttention(64, 8)) == 16640
-    x = Tensor(rng.standard_normal((2, 5, 16)).astype(np.float32))
+    x = Tensor(np.random.default_rng(7).standard_normal((2, 5, 16)).astype(np.float32))
     out, w = mha(x, is_causal=True)
-    assert out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 5)
-    assert np.allclose(np.triu(w.numpy(), 1), 0) and np.allclose(w.numpy().sum(-1), 1, atol=1e-6)
-    # the same result by hand, one head at a time
-    xs = x.numpy()
-    proj = lambda lin, a: a @ lin.weight.numpy() + lin.bias.numpy()
-    q, k, v = (proj(l, xs).reshape(2, 5, 4, 4).transpose(0, 2, 1, 3) for l in (mha.q_proj, mha.k_proj, mha.v_proj))
-    s = q @ k.transpose(0, 1, 3, 2) / 2 + np.triu(np.full((5, 5), -np.inf), 1)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    ref = proj(mha.out_proj, (p @ v).transpose(0, 2, 1, 3).reshape(2, 5, 16))
-    assert np.allclose(out.numpy(), ref, atol=1e-5)
-    # cross-attention and masks of every documented shape
-    mem = Tensor(rng.standard_normal((2, 7, 16)).astype(np.float32))
-    out, w = mha(x, mem, mask=create_padding_mask([7, 3], 7))
-    assert w.shape == (2, 4, 5, 7) and np.all(w.numpy()[1, :, :, 3:] == 0)
+    assert out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 5) and out.dtype == np.float32
+    mem = Tensor(np.random.default_rng(8).standard_normal((2, 7, 16)).astype(np.float32))
     out3, w3 = mha(x, mem, mask=np.broadcast_to(np.array([1, 1, 1, 0, 0, 0, 0]), (2, 5, 7)))
     assert np.all(w3.numpy()[:, :, :, 3:] == 0)
-    out2, _ = mha(x, mem, mask=np.ones((5, 7)))
-    assert np.allclose(out2.numpy(), mha(x, mem)[0].numpy())
-    sa = SelfAttention(16, 4, causal=True)
-    assert np.allclose(np.triu(sa(x)[1].numpy(), 1), 0)
     expect_error(ValueError, lambda: MultiHeadAttention(10, 3), lambda: mha(Tensor(np.zeros((2, 5, 8)))),
-                 lambda: mha(x, Tensor(np.zeros((2, 7, 12)))), lambda: mha(x, mask=np.ones((3, 3))))
-    print("✓ multi-head attention: shapes, per-head maths, cross-attention, masks, errors")
+                 lambda: mha(x, Tensor(np.zeros((2, 7, 12)))), lambda: mha(x, mask=np.ones((3, 3))),
+                 lambda: mha(x, key_padding_mask=np.ones((5, 2))), lambda: mha(x, Tensor(np.zeros((2, 0, 16)))))
+    print("✓ multi-head attention: per-head maths, cross-attention, masks, key_padding_mask, eval, errors")
 
 
 test_unit_multi_head_attention()
 
 # %% [markdown]
-# ## 9. What attention costs
-#
-# Scores and weights are `Tq × Tk` per head: for a sequence of length `n`, **O(n²·d)
-# time and O(n²) memory**. Doubling the sequence quadruples both. Measured on your
-# `scaled_dot_product_attention` (forward, 4 batch-heads, `d = 64`, causal, float32):
-
-# %% [markdown]
-# One detail about measuring: NumPy's BLAS splits a matrix product over several threads.
-# On a busy machine those threads wait for each other and a 1-millisecond product can take
-# 100. So the timing runs in a fresh Python process with one BLAS thread (the variables
-# must be set before NumPy is imported), still on your `scaled_dot_product_attention`.
+# Self-attention is the special case `key = value = query`; the wrapper keeps a causal flag,
+# as a GPT block (module 13) does.
 
 # %%
-import json
-import subprocess
+#| export
+class SelfAttention(Module):
+    """Q = K = V = x: forward(x (B, T, E), mask=None, key_padding_mask=None) -> (output, weights).
+
+    A MultiHeadAttention in `self.attention`; causal=True passes is_causal=True on every call.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, causal: bool = False, dropout: float = 0.0,
+                 bias: bool = True, **settings: Any):
+        super().__init__()
+        self.causal = causal
+        self.attention = MultiHeadAttention(embed_dim, num_heads, dropout=dropout, bias=bias, **settings)
+
+    def forward(self, x: Any, mask: Any = None, key_padding_mask: Any = None) -> tuple[Tensor, Tensor]:
+        ### BEGIN SOLUTION
+        return self.attention(x, mask=mask, is_causal=self.causal, key_padding_mask=key_padding_mask)
+        ### END SOLUTION
+
+
+# %%
+def test_unit_self_attention():
+    x = Tensor(np.random.default_rng(7).standard_normal((2, 5, 16)).astype(np.float32))
+    sa = SelfAttention(16, 4, causal=True, seed=0)
+    out, w = sa(x)
+    assert np.allclose(out.numpy(), sa.attention(x, x, x, is_causal=True)[0].numpy()) and np.allclose(np.triu(w.numpy(), 1), 0)
+    assert np.all(sa(x, key_padding_mask=[[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])[1].numpy()[1, :, :, 2:] == 0)
+    print("✓ self-attention: Q = K = V, causal flag, key_padding_mask passed on")
+
+
+test_unit_self_attention()
+
+# %% [markdown]
+# ## 10. What attention costs
+#
+# Scores and weights are `Tq × Tk` per head: for a sequence of length `n`, **O(n²·d)
+# time and O(n²) memory**. Doubling the sequence quadruples both — in the limit. At small
+# `n` the work that grows only like `n·d` (the output, reading Q, K and V) and fixed
+# overheads (Python, allocating arrays) still count.
+#
+# **Predict, then run.** The cell times a causal forward pass of *your*
+# `scaled_dot_product_attention` on four heads of width 64, doubling `T` from 64 to 1024.
+# Write down the ratio you expect from one row to the next, for small `T` and for large
+# `T`. The clock is `time.process_time` (CPU time of this process: the work itself, not the
+# time other programs took), and each row is the fastest of five runs (the one least
+# disturbed).
+
+# %%
 import time
 
-TIMING_CODE = """
-import json, time, numpy as np
-from tinytorch.core.tensor import Tensor
-from tinytorch.core.attention import scaled_dot_product_attention
-rows = []
-for T in (64, 128, 256, 512, 1024):
-    q, k, v = (Tensor(np.random.default_rng(i).standard_normal((4, T, 64), dtype=np.float32)) for i in range(3))
-    times = []
-    for _ in range(7):
-        start = time.process_time()
-        scaled_dot_product_attention(q, k, v, is_causal=True)
-        times.append(time.process_time() - start)
-    rows.append((T, sorted(times)[3]))
-print(json.dumps(rows))
-"""
 
-
-def time_per_doubling() -> list:
-    """[(T, median seconds)] of a causal forward pass, (4, T, 64), measured on one thread."""
-    one_thread = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", TIMING_CODE], env=one_thread, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr)
-    return json.loads(result.stdout)
+def time_per_doubling(attn, lengths=(64, 128, 256, 512, 1024), repeats: int = 5) -> list:
+    """[(T, seconds)]: the fastest of `repeats` causal forward passes of attn on (4, T, 64) float32."""
+    rows = []
+    for T in lengths:
+        q, k, v = (Tensor(np.random.default_rng(i).standard_normal((4, T, 64), dtype=np.float32)) for i in range(3))
+        attn(q, k, v, is_causal=True)  # warm-up: the first call pays for allocations
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            attn(q, k, v, is_causal=True)
+            times.append(time.process_time() - start)
+        rows.append((T, min(times)))
+    return rows
 
 
 previous = None
 print(f"{'T':>5} {'time (ms)':>10} {'x previous':>10}")
-for T, t in time_per_doubling():
-    print(f"{T:>5} {t * 1e3:10.2f} {'' if previous is None else f'{t / previous:10.2f}'}")
-    previous = t
+for T, seconds in time_per_doubling(scaled_dot_product_attention):
+    print(f"{T:>5} {seconds * 1e3:10.2f} {'' if previous is None else f'{seconds / previous:10.2f}'}")
+    previous = seconds
 
 # %% [markdown]
-# Short sequences are dominated by fixed overheads, so the ratio climbs towards 4 as `T`
-# grows (`benchmarks/attention.py` measures forward + backward the same way, next to
-# PyTorch). The memory of the weights alone (float32, 4 bytes each):
+# The ratio climbs towards 4 as `T` grows (`benchmarks/attention.py` measures forward +
+# backward the same way, next to PyTorch). Memory is the harder limit. **Predict:** how
+# many bytes do the weights of one head take at 4,096 tokens in float32? At 32,768 tokens?
+# The weights alone (4 bytes each in float32, 2 in float16), for one sequence:
 
 # %%
-print(f"{'batch':>5} {'seq':>6} {'heads':>5} {'weights per head':>17} {'all heads':>12}")
-for batch, seq, heads in ((1, 512, 12), (8, 1024, 12), (32, 2048, 1), (32, 2048, 12), (1, 32768, 32)):
+print(f"{'batch':>5} {'seq':>6} {'heads':>5} {'per head fp32':>14} {'all heads fp32':>15} {'all heads fp16':>15}")
+for batch, seq, heads in ((1, 512, 12), (8, 1024, 12), (32, 2048, 1), (1, 4096, 32), (1, 32768, 32)):
     per_head = batch * seq * seq * 4
-    print(f"{batch:>5} {seq:>6} {heads:>5} {per_head / 2**20:14,.0f} MiB {per_head * heads / 2**30:9,.1f} GiB")
+    print(f"{batch:>5} {seq:>6} {heads:>5} {per_head / 2**20:10,.0f} MiB {per_head * heads / 2**30:11,.1f} GiB "
+          f"{per_head * heads / 2 / 2**30:11,.1f} GiB")
 
 # %% [markdown]
 # Batch 32 at sequence length 2048 in float32 needs **512 MiB per head** just for the
-# weights, and autograd keeps them until the backward pass; twelve heads and twelve layers
-# do not fit any GPU. The next section removes the `n²` memory.
+# weights, and autograd keeps them until the backward pass. At 4,096 tokens one head of
+# one layer needs 64 MiB; at 32,768 tokens 4 GiB, and a model with 32 heads 128 GiB per
+# layer (64 GiB in float16) — more than any GPU holds. The next section removes the `n²`
+# memory.
 #
-# ## 10. Beyond the matrix: chunked and tiled attention
+# ## 11. Beyond the matrix: chunked and tiled attention
 #
 # **Chunked attention** processes the queries in blocks: each block needs only its own
 # `chunk × Tk` rows of scores. The result is exact (rows of a softmax are independent),
@@ -1019,46 +1865,69 @@ for batch, seq, heads in ((1, 512, 12), (8, 1024, 12), (32, 2048, 1), (32, 2048,
 # m     = m_new
 # ```
 #
-# and at the end `output = acc / l`. This is exact — the same numbers as the full softmax
+# with `m` starting at the dtype's most negative finite number (`finfo.min`, as in section
+# 7's guard), `l` at 0 and `acc` at 0. Not at `-inf`: for a query whose keys in a block
+# are all blocked, `exp(m - m_new)` would be `exp(-inf - (-inf))` = NaN.
+# At the end `output = acc / l` (with `l` of 0, a fully blocked query, giving 0). This is exact — the same numbers as the full softmax
 # — because every term is rescaled to the final maximum. It is the idea behind
 # **FlashAttention** (Dao et al., 2022), which runs these tiles in a GPU's fast on-chip
 # memory. The backward pass needs the weights again; instead of storing them it keeps only
 # the output and one number per query, the log-sum-exp `lse = m + log l`, and recomputes
-# each tile: `P = exp(s_b − lse)`. Memory is linear in the sequence length, forward and
-# backward. With `is_causal`, tiles that lie entirely in the future are skipped.
+# each tile: `P = exp(s_b − lse)`, then applies section 7's rule tile by tile (with
+# `rowsum(dO ⊙ O)` computed once). Memory is linear in the sequence length, forward and
+# backward. With `is_causal`, key tiles that lie entirely in the future are skipped.
 #
 # Our version loops in Python over blocks of queries (256 at a time) and, inside, over
 # blocks of keys (`block_size`); everything else — batch, heads, the queries of a block —
 # is one vectorised matmul. A tile is `256 × block_size` numbers, whatever the sequence
-# length.
+# length. The given helpers: `_flash_setup` converts and broadcasts the inputs and turns
+# the mask into a blocked array (a copy: the caller may change their mask before the
+# backward pass, and the gradient must not change with it); `_tile_blocked` cuts the
+# blocked entries of one tile out of it, adding the causal ones.
 #
-# (A third trick, the **KV cache**, is for generation: when a model produces one token at
-# a time, the keys and values of earlier tokens never change, so it keeps them and computes
-# only the new token's row. You will build it in module 13.)
+# A third trick, the **KV cache**, is for generation: when a model produces one token at a
+# time, the keys and values of earlier tokens never change, so it keeps them and computes
+# only the new token's query row — one `1 × T` row of scores per step instead of the whole
+# `T × T` matrix. You will build it in module 13; the exercises measure what it saves.
+#
+# `flash_attention`'s contract: same arguments and result as `scaled_dot_product_attention`
+# (without dropout; the output only); records op `"flash_attention"` with inputs
+# `(Q, K, V)` and saved `out` (work dtype, `(…, Tq, dv)`), `lse` (`(…, Tq, 1)`, `+inf` for a
+# query that saw nothing, so its recomputed tiles are 0), `blocked` (from `_flash_setup`,
+# or None), `is_causal`, `block_size` and `scale`.
 
 # %%
 #| export
-def _tile_blocked(user_blocked: Any, is_causal: bool, q0: int, q1: int, k0: int, k1: int, xp) -> Any:
-    """Blocked entries of the tile (queries q0:q1, keys k0:k1), or None."""
-    blocked = None if user_blocked is None else user_blocked[..., q0:q1, k0:k1]
+def _tile_blocked(blocked: Any, is_causal: bool, q0: int, q1: int, k0: int, k1: int, xp) -> Any:
+    """Blocked entries of the tile (queries q0:q1, keys k0:k1), or None when nothing is blocked."""
+    tile = None if blocked is None else blocked[..., q0:q1, k0:k1]
     if is_causal and k1 - 1 > q0:  # some key of the tile comes after some query of the tile
-        causal = xp.arange(k0, k1)[None, :] > xp.arange(q0, q1)[:, None]
-        blocked = causal if blocked is None else (blocked | causal)
-    return blocked
+        future = xp.arange(k0, k1)[None, :] > xp.arange(q0, q1)[:, None]
+        tile = future if tile is None else (tile | future)
+    return tile
 
 
-def _flash_setup(Q: Tensor, K: Tensor, V: Tensor, mask: Any, scale: float | None):
-    """Arrays in the working dtype broadcast to common leading dims, the scale and the user's blocked mask."""
+def _flash_arrays(Q: Tensor, K: Tensor, V: Tensor):
+    """(xp, work dtype, output dtype, q, k, v, lead): arrays in the work dtype, broadcast to common leading dims."""
     xp = array_module(Q.data)
     work, out_dtype = _work_dtype(Q, K, V)
     q, k, v = (t.data.astype(work, copy=False) for t in (Q, K, V))
     lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     q, k, v = (xp.broadcast_to(a, lead + a.shape[-2:]) for a in (q, k, v))  # views, no copies
+    return xp, work, out_dtype, q, k, v, lead
+
+
+def _flash_setup(Q: Tensor, K: Tensor, V: Tensor, mask: Any, scale: float | None):
+    """_flash_arrays plus the scale (default 1/√dk) and the mask as a blocked bool array (…, Tq, Tk) or None.
+
+    The blocked array is a new array made from the mask (`_blocked_positions`), so it can be
+    saved for the backward pass: changing the caller's mask afterwards changes nothing.
+    """
+    xp, work, out_dtype, q, k, v, lead = _flash_arrays(Q, K, V)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    tq, tk = q.shape[-2], k.shape[-2]
-    blocked = _blocked_positions(mask, False, lead + (tq, tk), q)
+    blocked = _blocked_positions(mask, False, lead + (q.shape[-2], k.shape[-2]), q)
     if blocked is not None:  # a view with the full (…, Tq, Tk) shape, so that tiles can be sliced
-        blocked = xp.broadcast_to(blocked, lead + (tq, tk))
+        blocked = xp.broadcast_to(blocked, lead + (q.shape[-2], k.shape[-2]))
     return xp, work, out_dtype, q, k, v, lead, scale, blocked
 
 
@@ -1072,12 +1941,14 @@ def flash_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = 
     """Exact attention tiled over key blocks with an online softmax; returns the output only.
 
     Same arguments and result as scaled_dot_product_attention (keep mask, top-left causal,
-    fully blocked rows -> 0), but never holds a Tq × Tk array: keys are visited in blocks of
-    `block_size`, queries in blocks of max(256, block_size), so the extra memory grows
-    linearly with the sequence length. Records one op, "flash_attention", whose backward
-    recomputes the tiles from Q, K, V, the output and the per-row log-sum-exp.
+    fully blocked rows -> 0, float16 computed in float32), but never holds a Tq × Tk array:
+    keys are visited in blocks of `block_size`, queries in blocks of _query_block(block_size),
+    so the extra memory grows linearly with the sequence length. Records one op,
+    "flash_attention", inputs (Q, K, V), saved: out (work dtype), lse (…, Tq, 1; +inf where a
+    query saw nothing), blocked (from _flash_setup, or None), is_causal, block_size, scale.
+    Its backward recomputes the tiles from these.
     """
-    Q, K, V = _as_tensor(Q), _as_tensor(K), _as_tensor(V)
+    Q, K, V = as_tensor(Q), as_tensor(K), as_tensor(V)
     _check_qkv(Q, K, V, "flash_attention")
     if int(block_size) < 1:
         raise ValueError(f"flash_attention: block_size must be a positive int, got {block_size}.")
@@ -1116,22 +1987,70 @@ def flash_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = 
         out[..., q0:q1, :] = acc / safe_sum
         lse[..., q0:q1, :] = xp.where(empty, np.inf, xp.maximum(row_max, lowest) + xp.log(safe_sum))
     return record_op("flash_attention", out.astype(out_dtype, copy=False), (Q, K, V), out=out, lse=lse,
-                     mask=mask, is_causal=bool(is_causal), block_size=kb, scale=scale)
+                     blocked=user_blocked, is_causal=bool(is_causal), block_size=kb, scale=scale)
     ### END SOLUTION
 
 
+# %% [markdown]
+# The check for tiled attention (given) runs every forward check with one key block (where
+# the online softmax has nothing to rescale), then with blocks whose largest score comes
+# first or last, then with blocks of 2.
+
+# %%
+#| export core.attention_checks
+FLASH_RESCALE = ("flash_attention does not rescale what it accumulated when a later key block raises the row "
+                 "maximum: multiply row_sum and acc by exp(m_old - m_new)")
+
+
+# ---- flash attention -----------------------------------------------------------------------------
+def check_flash_attention(flash: Callable, name: str = "flash_attention") -> None:
+    """The forward checks with one key block, then several blocks whose maxima fall or rise, then small blocks."""
+    check_attention(lambda *a, **kw: flash(*a, block_size=64, **kw), f"{name} (one key block)")
+    q = np.ones((1, 1, 4))
+    rising = (np.linspace(-2, 2, 6)[:, None] * np.ones((1, 4)))[None]  # scores grow with the key index
+    falling = rising[:, ::-1]
+    v = _random((1, 6, 3), 34)
+    right_when_falling = _close(_run(flash, q, falling, v, block_size=2)[0], reference_attention(q, falling, v)[0], 1e-6)
+    right_when_rising = _close(_run(flash, q, rising, v, block_size=2)[0], reference_attention(q, rising, v)[0], 1e-6)
+    if right_when_falling and not right_when_rising:
+        raise AttentionBug(f"{name}: right when the first key block holds the largest score, wrong when a later "
+                           f"one does (block_size=2): {FLASH_RESCALE}.")
+    check_attention(lambda *a, **kw: flash(*a, block_size=2, **kw), f"{name} (block_size=2)")
+
+
+# %%
+def test_unit_flash_attention():
+    check_flash_attention(flash_attention)  # every forward check, one key block and many
+    out = flash_attention(Tensor(HAND_X, requires_grad=True), Tensor(HAND_X), Tensor(HAND_X), block_size=2)
+    assert out._node.op == "flash_attention" and set(out._node.saved) >= {"out", "lse", "blocked", "scale"}
+    print("✓ flash attention forward: the checks pass with one key block and with many")
+
+
+test_unit_flash_attention()
+
+# %% [markdown]
+# The backward pass visits the same tiles, recomputing each from `lse`.
+
+# %%
+#| export
 @register_backward("flash_attention")
 def flash_attention_backward(grad: Any, node) -> tuple:
-    """Recompute each tile P = exp(Q K_bᵀ·scale − lse), then apply the fused SDPA rule tile by tile."""
+    """(dQ, dK, dV) of "flash_attention": recompute each tile P = exp(scale·Q K_bᵀ − lse), then
+    apply the fused rule tile by tile, with delta = rowsum(dO ⊙ O) computed once.
+
+    Reads node.inputs (Q, K, V; `_flash_arrays` gives their arrays) and node.saved (out, lse,
+    blocked, is_causal, block_size, scale). Visits the same tiles as the forward pass.
+    """
     ### BEGIN SOLUTION
     Q, K, V = node.inputs
     saved = node.saved
-    xp, work, _, q, k, v, lead, scale, user_blocked = _flash_setup(Q, K, V, saved["mask"], saved["scale"])
-    out, lse, is_causal = saved["out"], saved["lse"], saved["is_causal"]
+    xp, work, _, q, k, v, lead = _flash_arrays(Q, K, V)
+    out, lse, user_blocked = saved["out"], saved["lse"], saved["blocked"]
+    is_causal, scale = saved["is_causal"], saved["scale"]
     tq, tk = q.shape[-2], k.shape[-2]
     kb, qb = saved["block_size"], _query_block(saved["block_size"])
     g = grad.astype(work, copy=False)
-    delta = xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dO ⊙ O) = rowsum(dW ⊙ W)
+    delta = xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dO ⊙ O) = rowsum(dP ⊙ P)
     d_q = xp.empty(lead + q.shape[-2:], dtype=work)
     d_k = xp.zeros(lead + k.shape[-2:], dtype=work)
     d_v = xp.zeros(lead + v.shape[-2:], dtype=work)
@@ -1162,9 +2081,35 @@ def flash_attention_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 
+# %%
+def test_unit_flash_attention_backward():
+    for block in (2, 64):
+        for check in GRADIENT_CHECKS:
+            check(lambda *a, **kw: flash_attention(*a, block_size=block, **kw), f"flash_attention (block_size={block})")
+    rng = np.random.default_rng(9)
+    arrays = [rng.standard_normal((2, 2, 13, 4)), rng.standard_normal((2, 2, 11, 4)), rng.standard_normal((2, 2, 11, 3))]
+    g = rng.standard_normal((2, 2, 13, 3))
+    mask = np.ones((2, 1, 13, 11))
+    mask[0, :, :, 5:] = 0
+    mask[1, :, 4] = 0  # a fully blocked query
+    for block in (1, 4, 11):
+        for m, causal in ((None, True), (mask, False), (mask, True)):
+            tensors = [Tensor(a, requires_grad=True) for a in arrays]
+            flash_attention(*tensors, mask=m, is_causal=causal, block_size=block).backward(g)
+            ref_t = [Tensor(a, requires_grad=True) for a in arrays]
+            scaled_dot_product_attention(*ref_t, mask=m, is_causal=causal)[0].backward(g)
+            for name, a, b in zip("QKV", tensors, ref_t):
+                assert np.allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-10), \
+                    f"d{name} of flash differs from sdpa's (block_size={block}, causal={causal})"
+    print("✓ flash attention backward: central differences, and the same gradients as sdpa for every block size")
+
+
+test_unit_flash_attention_backward()
+
 # %% [markdown]
 # Chunked attention needs no new operation: it calls your attention on slices of the
-# queries (forward only here; concatenating Tensors is module 13's business).
+# queries (forward only here). Its causal mask is the bottom-right slice of the full one,
+# rows `q0 … q0+chunk−1`: the same kind of explicit mask a KV cache needs.
 
 # %%
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk: int = 128, is_causal: bool = False) -> np.ndarray:
@@ -1177,6 +2122,10 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk: int = 128, is_caus
         blocks.append(scaled_dot_product_attention(q[..., q0:q0 + chunk, :], k, v, mask=mask)[0].numpy())
     return np.concatenate(blocks, axis=-2)
 
+
+# %% [markdown]
+# **Predict, then run.** When `T` doubles, by what factor does the peak memory of the
+# standard path grow? Of the chunked one? Of the tiled one?
 
 # %%
 def peak_memory(fn) -> float:
@@ -1209,39 +2158,22 @@ for T in (512, 1024, 2048):
 # sequence length. `benchmarks/attention.py` measures time and memory of forward +
 # backward up to T = 8192.
 
-# %%
-def test_unit_flash_attention():
-    rng = np.random.default_rng(9)
-    arrays = [rng.standard_normal((2, 2, 13, 4)), rng.standard_normal((2, 2, 11, 4)), rng.standard_normal((2, 2, 11, 3))]
-    g = rng.standard_normal((2, 2, 13, 3))
-    mask = np.ones((2, 1, 13, 11))
-    mask[0, :, :, 5:] = 0
-    mask[1, :, 4] = 0  # a fully blocked query
-    for block in (1, 4, 5, 11, 64):
-        for m, causal in ((None, False), (None, True), (mask, False), (mask, True)):
-            tensors = [Tensor(a, requires_grad=True) for a in arrays]
-            out = flash_attention(*tensors, mask=m, is_causal=causal, block_size=block)
-            out.backward(g)
-            ref_t = [Tensor(a, requires_grad=True) for a in arrays]
-            ref = scaled_dot_product_attention(*ref_t, mask=m, is_causal=causal)[0]
-            ref.backward(g)
-            assert np.allclose(out.numpy(), ref.numpy(), atol=1e-10)
-            for a, b in zip(tensors, ref_t):
-                assert np.allclose(a.grad.numpy(), b.grad.numpy(), atol=1e-10)
-    assert out._node.op == "flash_attention" and np.all(out.numpy()[1, :, 4] == 0)
-    print("✓ flash attention equals the standard path: values and gradients, every block size")
-
-
-test_unit_flash_attention()
-
 # %% [markdown]
-# ## 11. Seeing attention
+# ## 12. Seeing attention
 #
-# A heatmap of the weights shows, for every query (row), where it looks (columns).
-# `plot_attention` draws one matrix, `plot_attention_heads` a grid with one panel per
-# head. matplotlib is imported inside the functions (the package does not need it to
-# import) and, on a machine without a display, the non-interactive Agg backend is chosen
-# so the figure can still be saved; in Jupyter the inline backend is left alone.
+# A heat map of the weights shows, for every query (a row), where it looks (the columns).
+# The plotting code is given: `plot_attention` draws one `(Tq, Tk)` matrix,
+# `plot_attention_heads` a grid with one panel per head, and `plot_sentence_attention`
+# the figure of the README (bidirectional next to causal attention on a sentence).
+# matplotlib is imported inside the functions, so the package does not need it to import;
+# on a machine without a display the non-interactive Agg backend is chosen so figures can
+# still be saved; in Jupyter the inline backend is left alone.
+#
+# We have no trained model yet, so `sentence_attention` builds toy embeddings that behave a
+# little like trained ones: every *word* gets a fixed random vector (the same word, the same
+# vector), words with a similar role share a component ("cat", "it" and "tired" refer to the
+# same thing), and a small position signal is added; `Q = K = V` are those vectors, and
+# the weights come from your `scaled_dot_product_attention`.
 
 # %%
 #| export
@@ -1257,8 +2189,9 @@ def _pyplot():
     return plt
 
 
-def _to_numpy(weights: Any) -> np.ndarray:
-    return weights.numpy() if isinstance(weights, Tensor) else Tensor(weights).numpy()
+def _save(fig, path: Any, dpi: int) -> None:
+    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
+        fig.savefig(path, dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):
@@ -1275,12 +2208,12 @@ def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):
 
 def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = None,
                    title: str = "Attention weights", path: Any = None, ax: Any = None):
-    """Heatmap of one (Tq, Tk) weight matrix (leading size-1 dims are dropped); returns the Figure.
+    """Heat map of one (Tq, Tk) weight matrix (leading size-1 dims are dropped); returns the Figure.
 
-    Saves a PNG to `path` when given. Pass `ax` to draw into an existing Axes.
+    Rows are queries, columns keys. Saves a PNG to `path` when given; pass `ax` to draw into
+    an existing Axes.
     """
-    ### BEGIN SOLUTION
-    w = _to_numpy(weights)
+    w = to_host(weights)
     while w.ndim > 2 and w.shape[0] == 1:
         w = w[0]
     if w.ndim != 2:
@@ -1296,22 +2229,24 @@ def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = Non
     image = _draw(ax, w, query_tokens, key_tokens, title)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
+    _save(fig, path, 120)
     return fig
-    ### END SOLUTION
 
 
 def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any = None,
-                         title: str = "Attention weights per head", path: Any = None, cols: int = 4):
-    """Grid of heatmaps, one per head, from (H, Tq, Tk) weights (or (1, H, Tq, Tk)); returns the Figure."""
-    ### BEGIN SOLUTION
-    w = _to_numpy(weights)
+                         title: str = "Attention weights per head", path: Any = None, cols: int = 4,
+                         titles: Any = None):
+    """Grid of heat maps, one per head, from (H, Tq, Tk) weights (or (1, H, Tq, Tk)); returns the Figure.
+
+    `titles` names the panels (default "head 0", "head 1", ...).
+    """
+    w = to_host(weights)
     if w.ndim == 4 and w.shape[0] == 1:
         w = w[0]
     if w.ndim != 3:
         raise ValueError(f"plot_attention_heads: needs (H, Tq, Tk) weights, got shape {w.shape}.")
     heads = w.shape[0]
+    titles = [f"head {h}" for h in range(heads)] if titles is None else list(titles)
     cols = max(1, min(int(cols), heads))
     rows = -(-heads // cols)
     plt = _pyplot()
@@ -1319,7 +2254,7 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
                              squeeze=False)
     for h, ax in enumerate(axes.flat):
         if h < heads:
-            _draw(ax, w[h], query_tokens if h % cols == 0 else None, key_tokens, f"head {h}")
+            _draw(ax, w[h], query_tokens if h % cols == 0 else None, key_tokens, titles[h])
             if h % cols:
                 ax.set_yticks([])
                 ax.set_ylabel("")
@@ -1327,58 +2262,103 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
             ax.axis("off")
     fig.suptitle(title)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
+    _save(fig, path, 120)
     return fig
-    ### END SOLUTION
 
 
-# %% [markdown]
-# A real sentence. We have no trained model yet, so we build toy embeddings that behave a
-# little like trained ones: every *word* gets a fixed random vector (the same word, the same
-# vector), words with a similar role share a component ("cat", "it" and "tired" refer to the
-# same thing), and a small position signal is added; `Q = K = V` are those vectors.
-# Bidirectional attention lets "the" look ahead to the other "the" and "cat" ahead to "it";
-# causal attention only looks back — its upper triangle is empty, and "it" still finds
-# "cat". (`benchmarks/make_heatmap.py` draws the same figure for the README.)
-
-# %%
-import tempfile
+DEMO_SENTENCE = "the cat sat on the mat because it was tired"
+WORD_ROLES = {"the": 0, "mat": 1, "cat": 2, "it": 2, "tired": 2, "sat": 3, "was": 3, "on": 4, "because": 4}
 
 
-GROUPS = {"the": 0, "mat": 1, "cat": 2, "it": 2, "tired": 2, "sat": 3, "was": 3, "on": 4, "because": 4}
-
-
-def sentence_attention(sentence: str, dim: int = 32, seed: int = 0):
-    """Toy embeddings, Q = K = V: returns (tokens, bidirectional weights, causal weights).
+def sentence_embeddings(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int = 0) -> tuple[list, Tensor]:
+    """Toy embeddings of the words of `sentence`: (tokens, float32 Tensor (T, dim)).
 
     Each word gets a fixed random vector (the same word, the same vector) plus a vector shared
-    by words with a similar role (GROUPS: the cat / it / tired, the verbs, the connectives), as
-    trained embeddings would, plus a small position signal. Seeded: always the same picture.
+    by words with a similar role (WORD_ROLES: the cat / it / tired, the verbs, the connectives),
+    as trained embeddings would, plus a small position signal. Seeded: always the same vectors.
     """
     tokens = sentence.split()
     vocab = {word: i for i, word in enumerate(sorted(set(tokens)))}
     rng = np.random.default_rng(seed)
     words = rng.standard_normal((len(vocab), dim))
-    roles = rng.standard_normal((max(GROUPS.values()) + 1, dim))
+    roles = rng.standard_normal((max(WORD_ROLES.values()) + 1, dim))
     positions = np.arange(len(tokens))[:, None] / 10000 ** (np.arange(dim)[None, :] / dim)
-    x = 0.5 * words[[vocab[w] for w in tokens]] + 0.7 * roles[[GROUPS.get(w, 0) for w in tokens]] + 0.3 * np.sin(positions)
-    x = Tensor(x, dtype=np.float32)
+    x = 0.5 * words[[vocab[w] for w in tokens]] + 0.7 * roles[[WORD_ROLES.get(w, 0) for w in tokens]] \
+        + 0.3 * np.sin(positions)
+    return tokens, Tensor(x, dtype=np.float32)
+
+
+def sentence_attention(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int = 0):
+    """Q = K = V = sentence_embeddings(...): returns (tokens, bidirectional weights, causal weights), each (T, T)."""
+    tokens, x = sentence_embeddings(sentence, dim, seed)
     return tokens, scaled_dot_product_attention(x, x, x)[1], scaled_dot_product_attention(x, x, x, is_causal=True)[1]
 
 
-tokens, bidirectional, causal = sentence_attention("the cat sat on the mat because it was tired")
-plt = _pyplot()
-fig, axes = plt.subplots(1, 2, figsize=(12, 5))
-plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
-plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
+def plot_sentence_attention(sentence: str = DEMO_SENTENCE, path: Any = None, dpi: int = 100):
+    """Bidirectional (BERT-style) next to causal (GPT-style) heat maps of sentence_attention; returns the Figure."""
+    tokens, bidirectional, causal = sentence_attention(sentence)
+    fig, axes = _pyplot().subplots(1, 2, figsize=(12, 5))
+    plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
+    plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
+    _save(fig, path, dpi)
+    return fig
+
+
+# %% [markdown]
+# Bidirectional attention lets "the" look ahead to the other "the" and "cat" ahead to "it";
+# causal attention only looks back — its upper triangle is empty, and "it" still finds
+# "cat". (`benchmarks/make_heatmap.py` saves this figure for the README.)
+
+# %%
+import tempfile
+
+tokens, bidirectional, causal = sentence_attention()
 heatmap_path = os.path.join(tempfile.mkdtemp(), "attention_heatmap.png")
-fig.savefig(heatmap_path, dpi=100)
+plot_sentence_attention(path=heatmap_path)
 print("saved", heatmap_path, os.path.getsize(heatmap_path), "bytes;",
       "causal upper triangle all zero:", bool(np.all(np.triu(causal.numpy(), 1) == 0)))
-heads_fig = plot_attention_heads(MultiHeadAttention(32, 4)(Tensor(np.random.default_rng(1).standard_normal((1, 6, 32)),
-                                                                  dtype=np.float32), is_causal=True)[1],
-                                 tokens[:6], tokens[:6], title="4 random heads, causal")
+print("where 'it' looks (causal):", {t: round(float(w), 2) for t, w in zip(tokens, causal.numpy()[7]) if w > 0.05})
+
+# %% [markdown]
+# ### Reading a heat map
+#
+# Four shapes come back again and again. **Predict** which settings of *your* attention
+# give each, then run the cell:
+#
+# * a bright **diagonal**: every token looks at itself — keys that match their own query
+#   far better than any other (distinct tokens, a sharp temperature);
+# * a flat, **uniform** colour: every score equal (a scale of 0, or identical keys) —
+#   attention that averages and learns nothing from position or content;
+# * a **sparse** picture, one bright cell per row: a large scale on random vectors makes
+#   every softmax nearly one-hot (the saturation of section 3);
+# * a **triangle**: causal masking — nothing above the diagonal, and with equal scores each
+#   row spreads evenly over its past (row `i` holds `1/(i+1)`).
+#
+# Trained heads show mixtures: a shifted diagonal (look at the previous token), vertical
+# stripes (everyone looks at one token, often the first or a punctuation mark), blocks
+# (words of one phrase). The entropy per row (section 3) puts a number on "sharp" versus
+# "spread".
+
+# %%
+def row_entropy(weights: np.ndarray) -> np.ndarray:
+    """−Σ w log w per row (0 for one-hot, ln(Tk) for uniform); 0·log 0 counts as 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    return -(w * np.log(np.where(w > 0, w, 1.0))).sum(-1)
+
+
+patterns_rng = np.random.default_rng(12)
+distinct = Tensor(np.eye(8) * 3)  # eight tokens that only match themselves
+random_tokens = Tensor(patterns_rng.standard_normal((8, 16)))
+patterns = {
+    "diagonal": scaled_dot_product_attention(distinct, distinct, distinct)[1],
+    "uniform": scaled_dot_product_attention(random_tokens, random_tokens, random_tokens, scale=0.0)[1],
+    "sparse": scaled_dot_product_attention(random_tokens, random_tokens, random_tokens, scale=3.0)[1],
+    "triangle": scaled_dot_product_attention(random_tokens, random_tokens, random_tokens, scale=0.0, is_causal=True)[1],
+}
+for label, w in patterns.items():
+    print(f"{label:9s}: mean row entropy {row_entropy(w.numpy()).mean():.2f} nats (uniform over 8 keys: {math.log(8):.2f})")
+patterns_figure = plot_attention_heads(np.stack([w.numpy() for w in patterns.values()]),
+                                       title="four patterns", titles=list(patterns), cols=4)
 
 
 # %%
@@ -1393,116 +2373,132 @@ def test_unit_plots():
     assert len([ax for ax in fig2.axes if ax.images]) == 5
     expect_error(ValueError, lambda: plot_attention(np.ones((2, 3, 3))), lambda: plot_attention(w, list("abc")),
                  lambda: plot_attention_heads(w))
+    assert np.allclose(patterns["uniform"].numpy(), 1 / 8) and np.all(np.triu(patterns["triangle"].numpy(), 1) == 0)
+    assert np.allclose(row_entropy(patterns["uniform"].numpy()), math.log(8))
     _pyplot().close("all")
-    print("✓ heatmaps: figure returned, PNG written, shapes checked")
+    print("✓ heat maps: figures returned, PNG written, shapes checked; the four patterns look as they should")
 
 
 test_unit_plots()
 
 # %% [markdown]
-# ## 12. Debugging attention: five classic bugs and their symptoms
+# ## 13. Debugging attention: classic bugs and their symptoms
 #
-# Attention code rarely crashes when it is wrong: the shapes often still fit. Each bug
-# below produces a *symptom* that one of the invariants catches:
+# Attention code rarely crashes when it is wrong: the shapes often still fit. Each classic
+# bug has a *symptom*, and one of the checks you have been running sees it:
 #
-# | bug | symptom | caught by |
+# | bug | symptom | the check that sees it |
 # |---|---|---|
-# | `Q @ K` instead of `Q @ Kᵀ` | shape error when `Tk ≠ d_k`; silently wrong when square | swapping key/value pairs must not change the output |
-# | forgotten `/ √d_k` | weights nearly one-hot at large `d_k`, gradients vanish | comparison with a reference; peak weight ≈ 1 |
-# | softmax over the wrong axis (`dim=-2`) | *columns* sum to 1, rows do not | rows sum to 1 |
-# | padding mask shaped `(B, T, 1)` instead of `(B, 1, T)` | it blocks queries, padded keys still receive weight | weights on padded keys are 0 |
-# | flipped convention (1 = blocked) | causal model looks only at the future | the output of token i must not change when later tokens change |
+# | `Q @ K` instead of `Q @ Kᵀ` | a shape error when `Tk ≠ d_k`; silently wrong when square | `check_key_order`: permuting the (key, value) pairs must not change the output |
+# | forgotten `1/√d_k`, or `1/d_k` | weights too sharp or too flat; at large `d_k` nearly one-hot, gradients vanish | `check_scale`: the hand example |
+# | softmax over the wrong axis | the *columns* sum to 1, the rows do not | `check_rows_sum_to_one` |
+# | padding mask laid along the queries | padded keys still receive weight; padded queries are zeroed | `check_padding` |
+# | flipped convention (1 = blocked) | a causal model looks only at the future | `check_causal`, `check_padding` |
+# | causal mask off by one | the diagonal is blocked (query 0 sees nothing), or the next token leaks | `check_causal` |
+# | masks combined with the wrong operator | a key blocked by one mask but not the other is seen | `check_padding_and_causal` |
+# | `-inf` fill without a guard | NaN in every query whose keys are all blocked, and in the gradients | `check_fully_blocked` |
+# | float16 scores | `q·k` past 65,504 is `inf`, then NaN | `check_float16` |
+# | head split or merge without the transpose | right shapes, wrong numbers: positions leak between heads | `check_multi_head` |
+# | dropout in eval, or ignored in the backward | a model that behaves differently after `.eval()`; wrong gradients | `check_dropout`, `check_dropout_backward`, `check_multi_head_dropout` |
+#
+# To see the checks at work, `CLASSIC_BUGS` (given, below) makes each of the first seven
+# bugs *with your own function*, by calling it the wrong way on purpose: handing it `K`
+# transposed (so its `Q @ Kᵀ` becomes `Q @ K`), `scale=1.0`, the roles of `Q` and `K`
+# swapped (whose transposed weights are a softmax over the queries), a padding mask moved
+# to the query axis, an inverted mask, a causal triangle shifted by one. Each check passes
+# on your function and fails, naming the bug, on the misused one.
 
 # %%
-def check_rows_sum_to_one(attn) -> bool:
-    x = Tensor(np.random.default_rng(10).standard_normal((2, 5, 8)))
-    return bool(np.allclose(attn(x, x, x)[1].numpy().sum(-1), 1.0))
+#| export core.attention_checks
+def _keys_not_transposed(attn: Callable) -> Callable:
+    """Q @ K instead of Q @ Kᵀ: give attn K already transposed, and its own transpose undoes it."""
+    return lambda q, k, v, **kw: attn(q, as_tensor(k).transpose(-2, -1), v, **kw)
 
 
-def check_key_permutation(attn) -> bool:
-    rng = np.random.default_rng(11)
-    q, k, v = (Tensor(rng.standard_normal((4, 4))) for _ in range(3))  # square: the wrong transpose still "works"
-    order = [2, 0, 3, 1]
-    return bool(np.allclose(attn(q, k, v)[0].numpy(), attn(q, k[order], v[order])[0].numpy()))
+def _unscaled(attn: Callable) -> Callable:
+    return lambda q, k, v, **kw: attn(q, k, v, **{**kw, "scale": 1.0})
 
 
-def check_matches_reference(attn) -> bool:
-    rng = np.random.default_rng(12)
-    q, k, v = (rng.standard_normal((3, 64)) for _ in range(3))
-    s = q @ k.T / 8
-    w = np.exp(s - s.max(-1, keepdims=True))
-    w /= w.sum(-1, keepdims=True)
-    return bool(np.allclose(attn(Tensor(q), Tensor(k), Tensor(v))[0].numpy(), w @ v, atol=1e-6))
+def _softmax_over_queries(attn: Callable) -> Callable:
+    """softmax over the queries of Q Kᵀ = the transpose of a softmax over the last axis of K Qᵀ."""
+    def run(q, k, v, scale=None, **kw):
+        q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        placeholder = Tensor(np.zeros(q.shape[:-1] + (1,)))  # a V of the right length; only the weights are used
+        weights = attn(k, q, placeholder, scale=scale, **kw)[1].transpose(-2, -1)
+        return weights @ v, weights
+    return run
 
 
-def check_padding_ignored(attn) -> bool:
-    x = Tensor(np.random.default_rng(13).standard_normal((2, 5, 8)))
-    w = attn(x, x, x, mask=np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))[1].numpy()
-    return bool(np.all(w[0, :, 3:] == 0))
+def _padding_on_queries(attn: Callable) -> Callable:
+    return lambda q, k, v, mask=None, **kw: attn(
+        q, k, v, mask=None if mask is None else np.swapaxes(to_host(mask), -1, -2), **kw)
 
 
-def check_causal(attn) -> bool:
-    rng = np.random.default_rng(14)
-    x = rng.standard_normal((6, 8))
-    y = x.copy()
-    y[4:] = rng.standard_normal((2, 8))  # change the future
-    run = lambda a: attn(Tensor(a), Tensor(a), Tensor(a), mask=create_causal_mask(6))[0].numpy()
-    return bool(np.allclose(run(x)[:4], run(y)[:4]))
+def _explicit_causal(attn: Callable, offset: int, invert: bool) -> Callable:
+    """is_causal=True turned into an explicit mask shifted by `offset` (0: right) and optionally inverted."""
+    def run(q, k, v, mask=None, is_causal=False, **kw):
+        q, k = as_tensor(q), as_tensor(k)
+        keep = None if mask is None else np.asarray(to_host(mask)) != 0
+        if is_causal:
+            causal = _causal_keep(q.shape[-2], k.shape[-2], offset)
+            keep = causal if keep is None else keep & causal
+        if invert and keep is not None:
+            keep = ~keep
+        return attn(q, k, v, mask=keep, **kw)
+    return run
 
 
-def padding_attention(attn):
-    """Turns a (B, T) padding mask into the (B, 1, T) keep mask that broadcasts over queries."""
-    return lambda q, k, v, mask=None: attn(q, k, v, mask=None if mask is None else mask[:, None, :])
-
-
-def _numpy_attention(q, k, v, mask=None, transpose_k=True, scale=True, axis=-1, keep_value=1):
-    q, k, v = (t.numpy() for t in (q, k, v))
-    s = q @ (np.swapaxes(k, -1, -2) if transpose_k else k)
-    if scale:
-        s = s / np.sqrt(q.shape[-1])
-    if mask is not None:
-        s = np.where(np.asarray(mask.numpy() if isinstance(mask, Tensor) else mask) == keep_value, s, -1e30)
-    w = np.exp(s - s.max(axis, keepdims=True))
-    w = w / w.sum(axis, keepdims=True)
-    return Tensor(w @ v), Tensor(w)
-
-
-BUGS = {
-    "wrong transpose": (lambda q, k, v, mask=None: _numpy_attention(q, k, v, mask, transpose_k=False), check_key_permutation),
-    "forgotten scale": (lambda q, k, v, mask=None: _numpy_attention(q, k, v, mask, scale=False), check_matches_reference),
-    "softmax on the wrong axis": (lambda q, k, v, mask=None: _numpy_attention(q, k, v, mask, axis=-2), check_rows_sum_to_one),
-    "mask broadcast over queries": (lambda q, k, v, mask=None: _numpy_attention(
-        q, k, v, None if mask is None else np.asarray(mask)[:, :, None]), check_padding_ignored),
-    "flipped convention": (lambda q, k, v, mask=None: _numpy_attention(q, k, v, mask, keep_value=0), check_causal),
+CLASSIC_BUGS = {  # name: (make the bug with an attention function, the check that sees it, the cause it names)
+    "Q @ K instead of Q @ Kᵀ": (_keys_not_transposed, check_key_order, TRANSPOSE),
+    "forgotten 1/√d_k": (_unscaled, check_scale, NO_SCALE),
+    "softmax over the wrong axis": (_softmax_over_queries, check_rows_sum_to_one, SOFTMAX_AXIS),
+    "padding mask along the queries": (_padding_on_queries, check_padding, PADDING_ON_QUERIES),
+    "flipped mask convention": (lambda attn: _explicit_causal(attn, 0, True), check_causal, INVERTED),
+    "causal mask blocks the diagonal": (lambda attn: _explicit_causal(attn, -1, False), check_causal, CAUSAL_DIAGONAL),
+    "causal mask sees the next token": (lambda attn: _explicit_causal(attn, 1, False), check_causal, CAUSAL_NEXT),
 }
 
-ours = scaled_dot_product_attention
-for name, (buggy, check) in BUGS.items():
-    wrapped = padding_attention(ours) if check is check_padding_ignored else ours
-    print(f"{name:30s} caught by {check.__name__:25s}: buggy passes? {check(buggy)}   ours passes? {check(wrapped)}")
+
+def demonstrate_bugs(attn: Callable) -> list[tuple[str, str]]:
+    """[(bug, what its check says)] for each of CLASSIC_BUGS made with `attn`; raises if a check misses one."""
+    said = []
+    for bug, (make, check, cause) in CLASSIC_BUGS.items():
+        check(attn)  # your function passes
+        try:
+            check(make(attn), "with the bug")
+        except AttentionBug as err:
+            if cause not in str(err):
+                raise AssertionError(f"{check.__name__} caught '{bug}' but blamed another cause: {err}") from None
+            said.append((bug, str(err)))
+            continue
+        raise AssertionError(f"{check.__name__} does not catch '{bug}'")
+    return said
+
+
+# %%
+for bug, message in demonstrate_bugs(scaled_dot_product_attention):
+    print(f"{bug}\n    -> {message}\n")
 
 
 # %%
 def test_unit_common_bugs():
-    for name, (buggy, check) in BUGS.items():
-        wrapped = padding_attention(scaled_dot_product_attention) if check is check_padding_ignored \
-            else scaled_dot_product_attention
-        assert check(wrapped), f"the real implementation fails {check.__name__}"
-        assert not check(buggy), f"{check.__name__} does not catch '{name}'"
-    print("✓ each classic bug is caught by its invariant; the real implementation passes all five")
+    demonstrate_bugs(scaled_dot_product_attention)
+    demonstrate_bugs(composed_attention)
+    print("✓ each classic bug, made with your own functions, is caught and named; your functions pass")
 
 
 test_unit_common_bugs()
 
 # %% [markdown]
-# ## 13. Checking against a reference: PyTorch
+# ## 14. Checking against a reference: PyTorch
 #
 # When PyTorch is installed, the same inputs must give the same numbers as
 # `torch.nn.functional.scaled_dot_product_attention`. Remember the conventions: its
 # boolean mask is True = attend (like ours); `torch.nn.MultiheadAttention`'s boolean
-# masks are True = *blocked*, and its `in_proj_weight` is `(3E, E)` applied as `x @ Wᵀ`
-# while our Linear weights are `(in, out)`. The test suite compares both, including
-# gradients (`tests/12_attention/test_attention_torch.py`).
+# masks, `key_padding_mask` included, are True = *blocked*, and its `in_proj_weight` is
+# `(3E, E)` applied as `x @ Wᵀ` while our Linear weights are `(in, out)`. The test suite
+# compares both, including gradients (`tests/12_attention/test_attention_torch.py`).
 
 # %%
 try:
@@ -1534,11 +2530,10 @@ if torch is not None:
     ours.out_proj.weight.data = theirs.out_proj.weight.detach().numpy().T.copy()
     ours.out_proj.bias.data = theirs.out_proj.bias.detach().numpy().copy()
     x = rng.standard_normal((2, 6, E))
-    lengths = [6, 4]
-    ours_out, ours_w = ours(Tensor(x), mask=create_padding_mask(lengths, 6), is_causal=True)
-    blocked_future = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)          # torch: True = BLOCKED
-    blocked_padding = torch.tensor(create_padding_mask(lengths, 6).numpy()[:, 0, 0] == 0)
-    t_out, t_w = theirs(*(torch.tensor(x),) * 3, attn_mask=blocked_future, key_padding_mask=blocked_padding,
+    real = create_padding_mask([6, 4], 6).numpy()[:, 0, 0]  # (B, Tk), 1 = real token
+    ours_out, ours_w = ours(Tensor(x), key_padding_mask=real, is_causal=True)
+    blocked_future = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)  # torch: True = BLOCKED
+    t_out, t_w = theirs(*(torch.tensor(x),) * 3, attn_mask=blocked_future, key_padding_mask=torch.tensor(real == 0),
                         average_attn_weights=False)
     print(f"nn.MultiheadAttention (causal + padding): max |difference| output "
           f"{np.abs(ours_out.numpy() - t_out.detach().numpy()).max():.2e}, "
@@ -1549,10 +2544,135 @@ if torch is not None:
 #
 # * Attention is a soft dictionary lookup: `softmax(Q Kᵀ / √d_k) V`, batched over any
 #   leading dimensions; the `√d_k` keeps the scores at unit variance (a temperature).
-# * Softmax subtracts the row maximum; masks use 1 = attend here, block with `-inf` plus a
-#   finite fallback (or the dtype's minimum) and zero fully blocked rows — never NaN.
-# * One fused op with a hand-derived backward beats a chain of small ops in memory and
-#   time; the composed version is its executable specification.
-# * Multi-head attention splits the width into heads at no extra parameter cost.
+# * Softmax subtracts the row maximum; masks use 1 = attend here and hold only 0/1; block
+#   with `-inf` plus a finite fallback (or the dtype's minimum) and zero fully blocked
+#   rows — never NaN; compute float16 in float32.
+# * One fused op with a hand-derived backward (dropout included) beats a chain of small
+#   ops in memory and time; the composed version is its executable specification.
+# * Multi-head attention splits the width into heads at no extra parameter cost; padding
+#   goes in as a `(B, Tk)` `key_padding_mask`, never reshaped by hand.
 # * Time and memory grow as `n²`; tiling over keys with an online softmax makes memory
-#   linear while staying exact — FlashAttention's idea, which module 13's GPT can use.
+#   linear while staying exact — FlashAttention's idea. A KV cache (module 13) makes each
+#   generated token cost one row instead of the whole matrix.
+#
+# ## Exercises and questions
+#
+# Answer each by running your own code (add cells as you like); the cells below get you
+# started and print the numbers the questions ask about.
+#
+# **1. Temperature.** For the sentence of section 12 (`sentence_embeddings()`), compute the
+# weights of your `scaled_dot_product_attention` with `scale` = 0, 0.05, `1/√32` (the
+# default) and 1. (a) At which scale is every row uniform, and what is its entropy? (b) As
+# the scale grows, where does "it" end up looking, and why is that the word it matches best
+# when `Q = K`? (c) A trained model has no `scale=` knob to turn: what can it learn instead to
+# make its attention sharper or flatter?
+
+# %%
+demo_tokens, demo_x = sentence_embeddings()
+for s in (0.0, 0.05, 1 / math.sqrt(32), 1.0):
+    w = scaled_dot_product_attention(demo_x, demo_x, demo_x, scale=s)[1].numpy()
+    top = np.argsort(w[7])[::-1][:2]
+    looks = ("every word alike (all weights equal)" if np.allclose(w[7], w[7, 0])
+             else {demo_tokens[i]: round(float(w[7, i]), 2) for i in top})
+    print(f"scale {s:5.3f}: mean row entropy {row_entropy(w).mean():.3f} (uniform: {math.log(len(demo_tokens)):.3f}); "
+          f"'it' looks most at {looks}")
+
+# %% [markdown]
+# **2. One head versus many.** (a) Check with `count_parameters` that `MultiHeadAttention(64, 1)`
+# and `MultiHeadAttention(64, 8)` have the same number of parameters, and explain why. (b)
+# Count the multiply-adds of the scores for one head of width 64 and for eight heads of
+# width 8, at `T = 128`: are they different? (c) Plot the eight heads of a random
+# `MultiHeadAttention(64, 8)` on a random input with `plot_attention_heads`: why do the
+# heads differ even though nothing was trained? What would one head of width 64 be unable
+# to express that eight heads can?
+
+# %%
+one, eight = MultiHeadAttention(64, 1, seed=0), MultiHeadAttention(64, 8, seed=0)
+print("parameters:", count_parameters(one), count_parameters(eight))
+T = 128
+print("score multiply-adds, 1 head x 64:", T * T * 64, "  8 heads x 8:", 8 * T * T * 8)
+heads_x = Tensor(np.random.default_rng(1).standard_normal((1, 6, 64)), dtype=np.float32)
+heads_figure = plot_attention_heads(eight(heads_x, is_causal=True)[1], title="8 random heads, causal")
+
+# %% [markdown]
+# **3. The causes of NaN.** Produce each of these with NumPy, then show that your
+# `scaled_dot_product_attention` gives finite numbers (or a clear error) in the same
+# situation: (a) a query whose keys are all blocked, filled with `-inf`; (b) float16 inputs
+# whose dot products pass 65,504; (c) an additive mask (`0`/`-inf`) passed where a keep mask
+# is expected. Which of the three gives a wrong *answer* rather than NaN in code that does
+# not check its masks?
+
+# %%
+fully_blocked = np.array([[True, True, True], [False, True, True]])  # query 0 sees nothing
+q3 = np.random.default_rng(2).standard_normal((2, 4))
+k3 = np.random.default_rng(3).standard_normal((3, 4))
+print("(a) ours, fully blocked query 0:", scaled_dot_product_attention(q3, k3, k3, mask=~fully_blocked)[1].numpy().round(3))
+h3 = np.full((3, 64), 40, np.float16)
+print("(b) ours, float16 with q.k = 102,400:", scaled_dot_product_attention(h3, h3, h3)[0].numpy()[0, :4])
+additive = np.where(fully_blocked, -np.inf, 0.0)
+try:
+    scaled_dot_product_attention(q3, k3, k3, mask=additive)
+except ValueError as err:
+    print("(c) ours, an additive mask:", err)
+
+# %% [markdown]
+# **4. Memory at 4k and 32k tokens.** (a) From section 10's table: how much memory do the
+# weights of one layer of a 32-head model take at 4,096 and at 32,768 tokens, in float32
+# and in float16? (b) Measure the peak memory of your `flash_attention` (forward only) at
+# `T` = 512, 1024 and 2048 with `peak_memory`, and extrapolate to 32,768 tokens for one
+# head of width 128. (c) Why does flash attention still need `O(T)` memory, and for what?
+
+# %%
+for T in (512, 1024, 2048):
+    qkv = [Tensor(np.random.default_rng(i).standard_normal((1, T, 128), dtype=np.float32)) for i in range(3)]
+    print(f"T={T:5d}: flash forward peak {peak_memory(lambda: flash_attention(*qkv, is_causal=True)) / 2**20:6.2f} MiB; "
+          f"the T x T weights would be {T * T * 4 / 2**20:7.1f} MiB")
+
+# %% [markdown]
+# **5. What a KV cache saves.** A model generating token `t` needs the new token's query
+# against the keys and values of all `t` tokens so far. (a) With your
+# `scaled_dot_product_attention`, check that one new query with the cached keys and values
+# gives exactly the last row of full causal attention — and explain why `is_causal=True`
+# would be wrong for that single query (top-left alignment). (b) Time both at `T = 1024`.
+# (c) The cache holds `2 · layers · heads · T · head_dim · bytes`: how large is it for
+# GPT-2 small (12 layers, 12 heads of 64) at 1,024 tokens in float32, and for Llama-2-7B
+# (32 layers, 32 heads of 128) at 4,096 tokens in float16?
+
+# %%
+T, d = 1024, 64
+cache_rng = np.random.default_rng(4)
+seq = Tensor(cache_rng.standard_normal((1, T, d), dtype=np.float32))
+full = scaled_dot_product_attention(seq, seq, seq, is_causal=True)[0].numpy()
+new_query = seq[:, -1:, :]
+one_row = scaled_dot_product_attention(new_query, seq, seq, mask=create_causal_mask(T)[-1:])[0].numpy()
+top_left = scaled_dot_product_attention(new_query, seq, seq, is_causal=True)[0].numpy()
+print("one query with the cache = the last row:", np.allclose(one_row, full[:, -1:], atol=1e-6),
+      "  with is_causal=True instead:", np.allclose(top_left, full[:, -1:], atol=1e-6))
+timings = {}
+for label, call in (("whole prefix", lambda: scaled_dot_product_attention(seq, seq, seq, is_causal=True)),
+                    ("one new row", lambda: scaled_dot_product_attention(new_query, seq, seq))):
+    start = time.process_time()
+    for _ in range(5):
+        call()
+    timings[label] = (time.process_time() - start) / 5
+print({label: f"{seconds * 1e3:.2f} ms" for label, seconds in timings.items()})
+for model, layers, heads, head_dim, tokens_, nbytes in (("GPT-2 small", 12, 12, 64, 1024, 4),
+                                                          ("Llama-2-7B", 32, 32, 128, 4096, 2)):
+    print(f"{model}: KV cache {2 * layers * heads * tokens_ * head_dim * nbytes / 2**20:,.0f} MiB")
+
+# %% [markdown]
+# **6. Reading heat maps.** In section 12's four patterns: (a) which pattern has the
+# lowest row entropy, and why is it not exactly 0 (print it with more digits than the
+# table: `:.2e`)? (b) In the triangle, what is the weight
+# in row 3, and what would it be with `scale=1` instead of 0? (c) Make a fifth pattern,
+# the *shifted diagonal* of a head that always looks at the previous token, with your
+# attention and a hand-made mask, and plot it. (Query 0 has no previous token: its row is
+# fully blocked, so your attention gives it all zeros. Say why that is the right answer.)
+#
+# **7. Questions to answer in words** (run code to support each answer):
+# (a) Why can `Q @ K` without the transpose pass a test that uses square matrices?
+# (b) Why is `dS` zero wherever a key is blocked, and what does that mean for learning?
+# (c) The fused op saves `probs` *and* `weights` when dropout is on. Which one does each
+# backward step need, and why can't one be rebuilt from the other without `drop`?
+# (d) `flash_attention` saves one number per query (`lse`). Show with your code that
+# `exp(scores − lse)` gives back the weights.

@@ -1,5 +1,11 @@
-"""Module 03: parameter registration, names and order, modes, state_dict, Linear, Dropout, containers."""
+"""Module 03: parameter registration, names and order, modes, state_dict, buffers, Linear, Dropout, containers.
+
+The order matters for students: `Module` is tested first with hand-made modules (no
+Linear, Dropout or containers), then Linear, Dropout, the containers and whole models, so
+the first failing test points at the piece that is wrong, and its message names the cause.
+"""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -9,129 +15,161 @@ from tinytorch.core.layers import Dropout, Linear, Module, ModuleList, Sequentia
 from tinytorch.core.tensor import Tensor
 
 
-class MLP(Module):
-    def __init__(self, seed=0):
+def leaf(values):
+    return Tensor(np.array(values, dtype=np.float32), requires_grad=True)
+
+
+class Affine(Module):
+    """y = x * scale + shift, parameters made by hand."""
+
+    def __init__(self, size=2, start=1.0):
         super().__init__()
-        rng = np.random.default_rng(seed)
-        self.fc1 = Linear(4, 8, rng=rng)
-        self.act = ReLU()
-        self.drop = Dropout(0.5, rng=rng)
-        self.fc2 = Linear(8, 3, rng=rng)
+        self.scale = leaf(np.full(size, start))
+        self.shift = leaf(np.zeros(size))
 
     def forward(self, x):
-        return self.fc2(self.drop(self.act(self.fc1(x))))
+        return x * self.scale + self.shift
 
 
-class Mixed(Module):
-    """Own parameters assigned after a child; a list of modules; a non-parameter tensor."""
+class Tree(Module):
+    """A child assigned before own parameters; a plain list of modules and an activation;
+    a tensor without requires_grad; a string."""
 
     def __init__(self):
         super().__init__()
-        self.body = Linear(2, 2, seed=0)
-        self.scale = Tensor([1.0, 2.0], requires_grad=True)
-        self.buffer = Tensor([5.0])  # requires_grad=False: not a parameter
-        self.name = "mixed"
-        self.blocks = [Linear(2, 2, seed=1), Tanh(), Linear(2, 1, bias=False, seed=2)]
-        self.shift = Tensor([0.0], requires_grad=True)
+        self.body = Affine(2, 1.0)
+        self.gain = leaf([1.0, 2.0])
+        self.constant = Tensor([5.0])  # requires_grad=False: not a parameter
+        self.name = "tree"
+        self.blocks = [Affine(2, 2.0), Tanh(), Affine(2, 3.0)]
+        self.bias = leaf([0.0])
+
+    def forward(self, x):
+        h = self.body(x) * self.gain
+        for block in self.blocks:
+            h = block(h)
+        return h + self.bias
 
 
-def names(module):
-    return [n for n, _ in module.named_parameters()]
+TREE_NAMES = ["gain", "bias", "body.scale", "body.shift", "blocks.0.scale", "blocks.0.shift",
+              "blocks.2.scale", "blocks.2.shift"]
 
 
-# ---- registration, names, order ------------------------------------------------------------
+def check_names(module, expected):
+    """Compare named_parameters() with `expected`; the failure says which rule was broken."""
+    named = module.named_parameters()
+    got = [name for name, _ in named]
+    repeated = [f"{name} (the same tensor as {next(n for n, u in named[:i] if u is t)})"
+                for i, (name, t) in enumerate(named) if any(u is t for _, u in named[:i])]
+    assert not repeated, (f"named_parameters listed a tensor more than once: {repeated}: list each tensor once, "
+                          "under its first name (shared weights are one parameter)")
+    missing = [n for n in expected if n not in got]
+    if missing:
+        if all(re.search(r"\.\d+(\.|$)", n) for n in missing):
+            cause = ("parameters inside a list of modules are missing: a list assigned to an attribute is a child, "
+                     "its items named name.0, name.1, ...")
+        elif all("." in n for n in missing):
+            cause = "children's parameters are missing: named_parameters must recurse into child modules"
+        else:
+            cause = "own parameters are missing: assigning a leaf Tensor with requires_grad=True registers it"
+        pytest.fail(f"named_parameters() gave {got}; missing {missing}: {cause}")
+    extra = [n for n in got if n not in expected]
+    assert not extra, f"named_parameters() gave {got}; {extra} are not parameters (expected {expected})"
+    assert got == expected, (f"named_parameters() gave {got}, expected {expected}: same names, wrong order; "
+                             "own parameters first, then each child's, in assignment order")
 
 
-def test_named_parameters_like_pytorch():
-    assert names(MLP()) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+# ---- Module: registration, names, order -----------------------------------------------------------
+
+
+def test_own_parameters_are_registered_by_assignment():
+    check_names(Affine(), ["scale", "shift"])
+
+
+def test_child_parameters_are_found_recursively():
+    outer = Module()
+    outer.first = Affine()
+    outer.second = Affine()
+    check_names(outer, ["first.scale", "first.shift", "second.scale", "second.shift"])
 
 
 def test_order_is_own_parameters_first_then_children_in_assignment_order():
-    m = Mixed()
-    assert names(m) == ["scale", "shift", "body.weight", "body.bias", "blocks.0.weight", "blocks.0.bias",
-                        "blocks.2.weight"]
+    check_names(Tree(), TREE_NAMES)
 
 
-def test_parameters_are_the_same_tensor_objects():
-    m = MLP()
-    params = m.parameters()
-    assert isinstance(params, list) and len(params) == 4
-    assert params[0] is m.fc1.weight and params[1] is m.fc1.bias and params[3] is m.fc2.bias
-    assert [p for _, p in m.named_parameters()] == params
-    assert all(p.requires_grad for p in params)
-
-
-def test_non_parameters_are_not_registered():
-    m = Mixed()
-    assert all(p is not m.buffer for p in m.parameters())
-    assert len(m.parameters()) == 7
-
-
-def test_computed_tensors_are_not_parameters():
-    lin = Linear(2, 2, seed=0)
-    lin.last_output = lin(Tensor([[1.0, 2.0]]))  # requires a gradient, but was computed
-    assert lin.last_output.requires_grad
-    assert names(lin) == ["weight", "bias"]
-
-
-def test_reassignment_keeps_position_and_changing_kind_unregisters():
-    m = MLP()
-    m.fc1 = Linear(4, 8, seed=3)
-    assert names(m) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
-    m.fc1 = None
-    assert names(m) == ["fc2.weight", "fc2.bias"]
-    lin = Linear(3, 3, seed=0)
-    lin.bias = None
-    assert names(lin) == ["weight"]
-    del lin.weight
-    assert names(lin) == []
-
-
-def test_frozen_parameter_stays_registered():
-    lin = Linear(2, 2, seed=0)
-    lin.weight.requires_grad = False
-    assert names(lin) == ["weight", "bias"]
+def test_lists_of_modules_and_parameters_are_children():
+    m = Module()
+    m.items = [leaf([1.0]), Affine(1)]
+    check_names(m, ["items.0", "items.1.scale", "items.1.shift"])
+    later = Module()
+    later.stack = []
+    later.stack.append(Affine(1))  # appended after the assignment: still seen
+    check_names(later, ["stack.0.scale", "stack.0.shift"])
 
 
 def test_shared_parameters_listed_once():
     m = Module()
-    shared = Linear(3, 3, seed=0)
+    shared = Affine()
     m.a = shared
     m.b = shared
-    assert names(m) == ["a.weight", "a.bias"]
-    assert count_parameters(m) == 12
+    check_names(m, ["a.scale", "a.shift"])
+    m.c = [shared.scale, leaf([1.0])]
+    check_names(m, ["a.scale", "a.shift", "c.1"])
 
 
-def test_module_list_attribute_and_nesting():
-    class Stack(Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = ModuleList([Linear(3, 3, seed=i) for i in range(3)])
-            self.head = Sequential(Linear(3, 2, seed=9), GELU())
+def test_parameters_are_the_same_tensor_objects():
+    t = Tree()
+    params = t.parameters()
+    assert isinstance(params, list) and len(params) == 8
+    assert params[0] is t.gain and params[2] is t.body.scale and params[4] is t.blocks[0].scale, (
+        "parameters() must return the tensors themselves (an optimizer updates them in place of the model's)")
+    assert [p for _, p in t.named_parameters()] == params
+    t.body.scale.data = np.full(2, 0.1, dtype=np.float32)  # what an optimizer does: the model sees it
+    expected = np.tanh(np.array([0.1, 0.1]) * [1.0, 2.0] * 2.0) * 3.0
+    np.testing.assert_allclose(t(Tensor([1.0, 1.0])).numpy(), expected, rtol=1e-6)
 
-    s = Stack()
-    assert names(s) == [f"layers.{i}.{k}" for i in range(3) for k in ("weight", "bias")] + [
-        "head.0.weight", "head.0.bias"]
-    assert count_parameters(s) == 3 * 12 + 8
+
+def test_non_parameters_are_not_registered():
+    t = Tree()
+    assert all(p is not t.constant for p in t.parameters()), "a tensor without requires_grad is not a parameter"
+    assert len(t.parameters()) == 8
 
 
-def test_registered_list_appended_later_is_seen():
-    m = Module()
-    m.items = []
-    m.items.append(Linear(2, 1, seed=0))
-    assert names(m) == ["items.0.weight", "items.0.bias"]
+def test_computed_tensors_are_not_parameters():
+    m = Affine()
+    m.last_output = m(Tensor([1.0, 2.0]))  # requires a gradient, but was computed
+    assert m.last_output.requires_grad
+    check_names(m, ["scale", "shift"])
+
+
+def test_reassignment_keeps_position_and_changing_kind_unregisters():
+    t = Tree()
+    t.gain = leaf([3.0, 4.0])
+    check_names(t, TREE_NAMES)
+    t.body = None
+    check_names(t, [n for n in TREE_NAMES if not n.startswith("body.")])
+    a = Affine()
+    a.scale = "no longer a parameter"
+    check_names(a, ["shift"])
+    del a.shift
+    check_names(a, [])
+
+
+def test_frozen_parameter_stays_registered():
+    a = Affine()
+    a.scale.requires_grad = False
+    check_names(a, ["scale", "shift"])
 
 
 def test_named_modules_and_children():
-    m = MLP()
-    assert [n for n, _ in m.named_children()] == ["fc1", "act", "drop", "fc2"]
-    assert [n for n, _ in m.named_modules()] == ["", "fc1", "act", "drop", "fc2"]
+    t = Tree()
+    assert [n for n, _ in t.named_children()] == ["body", "blocks.0", "blocks.1", "blocks.2"]
+    assert [n for n, _ in t.named_modules()] == ["", "body", "blocks.0", "blocks.1", "blocks.2"]
 
 
 def test_forward_must_be_defined():
     m = Module()
-    m.fc = Linear(2, 2, seed=0)
-    assert names(m) == ["fc.weight", "fc.bias"]
+    m.inner = Affine()
     with pytest.raises(NotImplementedError):
         m(Tensor([1.0, 2.0]))
 
@@ -140,141 +178,237 @@ def test_forward_must_be_defined():
 
 
 def test_zero_grad_clears_every_gradient():
-    m = MLP()
-    for p in m.parameters():
+    t = Tree()
+    for p in t.parameters():
         p.grad = Tensor(np.ones(p.shape, dtype=np.float32))
-    m.zero_grad()
-    assert [p.grad for p in m.parameters()] == [None] * 4
+    t.zero_grad()
+    for name, p in t.named_parameters():
+        if p.grad is not None and not np.any(p.grad.numpy()):
+            pytest.fail(f"zero_grad set {name}.grad to zeros: zero_grad must set .grad to None, not zeros")
+        assert p.grad is None, (f"zero_grad left a gradient on {name}: zero_grad must reach every parameter, "
+                                "children's included (use self.parameters())")
 
 
 def test_train_eval_recursive():
-    m = Mixed()
-    outer = Sequential(m, Dropout(0.1))
-    assert outer.training and m.body.training
-    assert outer.eval() is outer
-    flags = [mod.training for mod in outer.modules()]
-    assert len(flags) == 7 and not any(flags)  # Sequential, Mixed, body, 2 Linears + Tanh, Dropout
-    assert not m.blocks[1].training  # the activation inside a plain list
-    assert outer.train() is outer and all(mod.training for mod in outer.modules())
-    outer.train(False)
-    assert not m.body.training
+    t = Tree()
+    assert t.training and t.body.training and t.blocks[1].training
+    result = t.eval()
+    assert result is t, "train() and eval() must return the module itself (model = Model().eval() must work)"
+    for name, module in t.named_modules():
+        assert not module.training, (f"after eval() the child {name!r} is still in training mode: train(mode) "
+                                     "must set .training on every child, recursively")
+    assert t.train() is t
+    for name, module in t.named_modules():
+        assert module.training, f"after train() the child {name!r} is still in eval mode"
+    t.train(False)
+    assert not t.blocks[2].training
 
 
 # ---- state_dict ---------------------------------------------------------------------------------------
 
 
 def test_state_dict_names_values_and_copies():
-    m = MLP()
-    state = m.state_dict()
-    assert list(state) == names(m)
-    for (name, p) in m.named_parameters():
-        assert isinstance(state[name], np.ndarray)
+    t = Tree()
+    state = t.state_dict()
+    assert list(state) == TREE_NAMES
+    for name, p in t.named_parameters():
+        assert isinstance(state[name], np.ndarray), f"state_dict()[{name!r}] must be a NumPy array"
         assert np.array_equal(state[name], p.numpy())
-        assert not np.shares_memory(state[name], p.data)
+        assert not np.shares_memory(state[name], p.data), (
+            f"state_dict()[{name!r}] shares memory with the parameter: state_dict must return copies, "
+            "or the next in-place change of the model changes the saved values too")
 
 
 def test_state_dict_round_trip_is_exact():
-    a, b = MLP(seed=0), MLP(seed=1)
-    x = Tensor(np.random.default_rng(5).standard_normal((6, 4)))
-    a.eval(), b.eval()
+    a, b = Tree(), Tree()
+    for p in b.parameters():
+        p.data = p.data + 1.0
+    x = Tensor([0.3, -0.2])
     assert not np.allclose(a(x).numpy(), b(x).numpy())
     missing, unexpected = b.load_state_dict(a.state_dict())
     assert missing == [] and unexpected == []
     for name, p in b.named_parameters():
         assert np.array_equal(p.numpy(), a.state_dict()[name]) and p.dtype == np.float32
     assert np.array_equal(a(x).numpy(), b(x).numpy())
-    # loading copies: changing the source afterwards does not change the model
     state = a.state_dict()
     b.load_state_dict(state)
-    state["fc1.bias"][:] = 123.0
-    assert not np.any(b.fc1.bias.numpy() == 123.0)
+    state["body.shift"][:] = 123.0
+    assert not np.any(b.body.shift.numpy() == 123.0), (
+        "changing the dict after load_state_dict changed the model: load_state_dict must copy the values it is "
+        "given")
 
 
 def test_load_state_dict_accepts_tensors_and_lists_and_casts():
-    lin = Linear(2, 1, seed=0)
-    lin.load_state_dict({"weight": Tensor([[1.0], [2.0]], dtype=np.float64), "bias": [0.5]})
-    assert lin.weight.dtype == np.float32 and lin.bias.dtype == np.float32
-    assert lin.weight.numpy().tolist() == [[1.0], [2.0]] and lin.bias.numpy().tolist() == [0.5]
+    a = Affine(2)
+    a.load_state_dict({"scale": Tensor([1.0, 2.0], dtype=np.float64), "shift": [0.5, 0.25]})
+    assert a.scale.dtype == np.float32 and a.shift.dtype == np.float32, "loaded values take the parameter's dtype"
+    assert a.scale.numpy().tolist() == [1.0, 2.0] and a.shift.numpy().tolist() == [0.5, 0.25]
 
 
 def test_load_state_dict_missing_and_unexpected_keys():
-    m = MLP()
-    state = m.state_dict()
-    del state["fc2.bias"]
-    state["fc3.weight"] = np.zeros((2, 2))
-    before = m.state_dict()
+    t = Tree()
+    state = t.state_dict()
+    del state["blocks.2.shift"]
+    state["head.weight"] = np.zeros((2, 2))
+    before = t.state_dict()
     with pytest.raises(KeyError) as err:
-        m.load_state_dict(state)
-    assert "fc2.bias" in str(err.value) and "fc3.weight" in str(err.value)
-    assert "missing" in str(err.value) and "unexpected" in str(err.value)
-    for name, p in m.named_parameters():  # nothing was changed
+        t.load_state_dict(state)
+    assert "blocks.2.shift" in str(err.value) and "head.weight" in str(err.value)
+    for name, p in t.named_parameters():  # nothing was changed
         assert np.array_equal(p.numpy(), before[name])
 
 
 def test_load_state_dict_non_strict_reports():
-    m = MLP()
-    state = m.state_dict()
-    state["fc1.weight"] = np.full((4, 8), 0.25, dtype=np.float32)
-    del state["fc2.bias"]
+    t = Tree()
+    state = t.state_dict()
+    state["gain"] = np.full(2, 0.25, dtype=np.float32)
+    del state["bias"]
     state["extra"] = np.zeros(1)
-    missing, unexpected = m.load_state_dict(state, strict=False)
-    assert missing == ["fc2.bias"] and unexpected == ["extra"]
-    assert np.all(m.fc1.weight.numpy() == 0.25)
+    missing, unexpected = t.load_state_dict(state, strict=False)
+    assert missing == ["bias"] and unexpected == ["extra"]
+    assert np.all(t.gain.numpy() == 0.25)
 
 
 def test_load_state_dict_shape_mismatch_names_both_shapes():
-    m = MLP()
-    state = m.state_dict()
-    state["fc1.weight"] = np.zeros((8, 4), dtype=np.float32)
-    before = m.state_dict()
+    t = Tree()
+    state = t.state_dict()
+    state["gain"] = np.zeros((3,), dtype=np.float32)
+    before = t.state_dict()
     with pytest.raises(ValueError) as err:
-        m.load_state_dict(state)
+        t.load_state_dict(state)
     text = str(err.value)
-    assert "fc1.weight" in text and "(8, 4)" in text and "(4, 8)" in text
-    assert np.array_equal(m.fc1.weight.numpy(), before["fc1.weight"])
+    assert "gain" in text and "(3,)" in text and "(2,)" in text
+    assert np.array_equal(t.gain.numpy(), before["gain"])
+
+
+# ---- buffers and to(device) -----------------------------------------------------------------------------
+
+
+class Standardize(Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", Tensor([1.0, 2.0]))
+        self.register_buffer("std", Tensor([2.0, 4.0]))
+        self.gain = leaf([1.0, 1.0])
+
+    def forward(self, x):
+        return (x - self.mean) / self.std * self.gain
+
+
+def test_buffers_are_named_and_not_parameters():
+    outer = Module()
+    outer.prep = Standardize()
+    outer.items = [Standardize()]
+    assert [n for n, _ in outer.named_buffers()] == ["prep.mean", "prep.std", "items.0.mean", "items.0.std"]
+    assert outer.buffers()[0] is outer.prep.mean
+    check_names(outer, ["prep.gain", "items.0.gain"])
+    with pytest.raises(TypeError):
+        outer.prep.register_buffer("bad", leaf([1.0]))
+
+
+def test_state_dict_saves_buffers_after_parameters_and_loads_them():
+    outer = Module()
+    outer.prep = Standardize()
+    state = outer.state_dict()
+    assert list(state) == ["prep.gain", "prep.mean", "prep.std"], (
+        f"state_dict keys {list(state)}: state_dict must contain every buffer after the parameters")
+    assert np.array_equal(state["prep.mean"], [1.0, 2.0])
+    assert not np.shares_memory(state["prep.mean"], outer.prep.mean.data), "buffers are saved as copies too"
+    other = Module()
+    other.prep = Standardize()
+    other.prep.mean.data = np.zeros(2, dtype=np.float32)
+    other.load_state_dict(state)
+    assert np.array_equal(other.prep.mean.numpy(), [1.0, 2.0]), "load_state_dict must restore buffers"
+
+
+def test_to_moves_in_place_and_returns_the_module():
+    s = Standardize()
+    gain, mean = s.gain, s.mean
+    gain.grad = Tensor(np.ones(2, dtype=np.float32))
+    assert s.to("cpu") is s
+    assert s.gain is gain and s.mean is mean, "to() keeps the same tensor objects (an optimizer still holds them)"
+    assert gain.device == "cpu" and mean.device == "cpu" and gain.grad is not None
 
 
 # ---- Linear ---------------------------------------------------------------------------------------------
 
 
+def forward(layer, x):
+    """layer(x), with a failure that says what the forward must compute when it raises."""
+    try:
+        return layer(Tensor(x))
+    except ValueError as err:
+        pytest.fail(f"Linear({layer.in_features} -> {layer.out_features}) with weight {layer.weight.shape} failed "
+                    f"on an input of shape {np.shape(x)}: {err}\nThe forward is x @ weight with weight of shape "
+                    "(in_features, out_features): no transpose")
+
+
 def test_linear_shapes_and_registration():
     lin = Linear(5, 3, seed=0)
-    assert lin.weight.shape == (5, 3) and lin.bias.shape == (3,)
+    assert lin.weight.shape == (5, 3), (
+        f"Linear(5, 3).weight has shape {lin.weight.shape}, expected (in_features, out_features) = (5, 3): "
+        "TinyTorch stores W as (in, out), so the forward is x @ W")
+    assert lin.bias.shape == (3,), f"Linear(5, 3).bias has shape {lin.bias.shape}, expected (out_features,) = (3,)"
     assert lin.weight.dtype == np.float32 and lin.weight.requires_grad and lin.bias.requires_grad
-    assert names(lin) == ["weight", "bias"]
+    check_names(lin, ["weight", "bias"])
     assert Linear(5, 3, bias=False, seed=0).bias is None
-    assert names(Linear(5, 3, bias=False)) == ["weight"]
+    check_names(Linear(5, 3, bias=False), ["weight"])
 
 
 def test_linear_hand_computed_values():
     lin = Linear(2, 3, seed=0)
     lin.weight.data = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
     lin.bias.data = np.array([0.5, 0.0, -1.0], dtype=np.float32)
-    y = lin(Tensor([[1.0, 1.0], [2.0, -1.0]]))
-    assert y.numpy().tolist() == [[5.5, 7.0, 8.0], [-1.5, -1.0, -1.0]]
-    assert lin(Tensor([1.0, 0.0])).numpy().tolist() == [1.5, 2.0, 2.0]  # a single vector
+    y = forward(lin, [[1.0, 1.0], [2.0, -1.0]])
+    assert y.numpy().tolist() == [[5.5, 7.0, 8.0], [-1.5, -1.0, -1.0]], f"x @ W + b gave {y.numpy().tolist()}"
     no_bias = Linear(2, 3, bias=False, seed=0)
     no_bias.weight.data = lin.weight.data
-    assert no_bias(Tensor([[1.0, 1.0]])).numpy().tolist() == [[5.0, 7.0, 9.0]]
+    assert forward(no_bias, [[1.0, 1.0]]).numpy().tolist() == [[5.0, 7.0, 9.0]]
 
 
-def test_linear_any_leading_dims(rng):
+@pytest.mark.parametrize("shape", [(4,), (6, 4), (2, 5, 4), (2, 5, 6, 4)], ids=lambda s: str(s))
+def test_linear_keeps_any_leading_dims(shape, rng):
     lin = Linear(4, 3, dtype=np.float64, rng=rng)
-    x = rng.standard_normal((2, 5, 6, 4))
-    y = lin(Tensor(x))
-    assert y.shape == (2, 5, 6, 3) and y.dtype == np.float64
-    assert np.allclose(y.numpy(), x @ lin.weight.numpy() + lin.bias.numpy(), rtol=1e-12)
+    x = rng.standard_normal(shape)
+    y = forward(lin, x)
+    expected = shape[:-1] + (3,)
+    assert y.shape == expected, (
+        f"Linear(4 -> 3) turned an input of shape {shape} into {y.shape}, expected {expected}: keep the input's "
+        "leading dims (x @ weight batches over them and the (out,) bias broadcasts: reshape nothing)")
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y.numpy(), x @ lin.weight.numpy() + lin.bias.numpy(), rtol=1e-12)
 
 
-def test_linear_initialisation_range_and_statistics():
-    n = 400
-    lin = Linear(n, 300, seed=0)
-    w = lin.weight.numpy()
-    bound = 1 / math.sqrt(n)
-    assert np.abs(w).max() <= bound and np.abs(lin.bias.numpy()).max() <= bound
+def test_linear_records_matmul_then_add():
+    lin = Linear(3, 2, seed=0)
+    x = Tensor(np.ones((1, 3)))
+    y = lin(x)
+    assert y._node.op == "add" and y._node.inputs[1] is lin.bias, "the last op is add(x @ weight, bias)"
+    product = y._node.inputs[0]
+    assert product._node.op == "matmul" and product._node.inputs[0] is x and product._node.inputs[1] is lin.weight
+
+
+def describe_bound(largest, fan_in, fan_out):
+    """Which scale the weights' largest magnitude matches, as a hint for the failure message."""
+    if largest > 0.5:
+        return "the weights are not scaled: draw from uniform(-1/√in_features, 1/√in_features)"
+    if abs(largest - 1 / math.sqrt(fan_out)) < 0.02 / math.sqrt(fan_out):
+        return "that is 1/√out_features: the weights were scaled by the fan-out; scale by the fan-in (in_features)"
+    return "draw from uniform(-1/√in_features, 1/√in_features)"
+
+
+@pytest.mark.parametrize("fan_in,fan_out", [(400, 300), (100, 900)], ids=["400->300", "100->900"])
+def test_linear_initialisation_scales_by_the_fan_in(fan_in, fan_out):
+    lin = Linear(fan_in, fan_out, seed=0)
+    w, b = lin.weight.numpy(), lin.bias.numpy()
+    bound = 1 / math.sqrt(fan_in)
+    largest = float(np.abs(w).max())
+    assert bound * 0.99 < largest <= bound, (
+        f"Linear({fan_in}, {fan_out}): largest |weight| = {largest:.4f}, expected just under 1/√in_features = "
+        f"{bound:.4f}; {describe_bound(largest, fan_in, fan_out)}")
+    assert np.abs(b).max() <= bound, f"the bias is drawn from the same uniform(±1/√in_features) = ±{bound:.4f}"
     assert abs(w.mean()) < 0.02 * bound
-    assert w.var() == pytest.approx(bound**2 / 3, rel=0.02)  # variance of uniform(-a, a) = a²/3
-    assert np.abs(w).max() > 0.99 * bound  # it really uses the whole range
+    assert w.var() == pytest.approx(bound**2 / 3, rel=0.03)  # variance of uniform(-a, a) = a²/3
 
 
 def test_linear_reproducible_with_seed_or_rng():
@@ -290,7 +424,7 @@ def test_linear_reproducible_with_seed_or_rng():
         Linear(6, 4, seed=1, rng=2)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_linear_dtype(dtype):
     lin = Linear(3, 2, dtype=dtype, seed=0)
     assert lin.weight.dtype == dtype and lin.bias.dtype == dtype
@@ -306,13 +440,6 @@ def test_linear_wrong_input_size_names_both_shapes():
         Linear(0, 3)
 
 
-def test_linear_records_matmul_then_add():
-    lin = Linear(3, 2, seed=0)
-    y = lin(Tensor(np.ones((1, 3))))
-    assert y._node.op == "add" and y._node.inputs[1] is lin.bias
-    assert y._node.inputs[0]._node.op == "matmul" and y._node.inputs[0]._node.inputs[1] is lin.weight
-
-
 # ---- Dropout ------------------------------------------------------------------------------------------------
 
 
@@ -321,8 +448,13 @@ def test_dropout_statistics(p):
     x = Tensor(np.full((400, 500), 3.0))
     y = Dropout(p, seed=0)(x).numpy()
     zeros = np.mean(y == 0)
-    assert abs(zeros - p) < 0.005  # 200,000 draws: std of the fraction < 0.0012
-    assert np.allclose(y[y != 0], 3.0 / (1 - p))  # survivors scaled by exactly 1/(1-p)
+    assert abs(zeros - p) < 0.005, (  # 200,000 draws: std of the fraction < 0.0012
+        f"Dropout({p}) zeroed a fraction {zeros:.3f} of the elements, expected {p}: p is the probability of "
+        "dropping (zeroing) an element; keep it with probability 1 − p")
+    survivors = np.unique(y[y != 0])
+    assert np.allclose(survivors, 3.0 / (1 - p)), (
+        f"Dropout({p}) on 3.0 kept the values {survivors[:3].tolist()}: survivors must be scaled by 1/(1−p) "
+        f"(3.0 → {3.0 / (1 - p):.4f}), so the expected value stays 3.0")
     assert abs(y.mean() - 3.0) < 0.03  # the mean is preserved
 
 
@@ -331,7 +463,10 @@ def test_dropout_eval_is_identity_and_train_is_not():
     d = Dropout(0.5, seed=0)
     assert not np.array_equal(d(x).numpy(), x.numpy())
     d.eval()
-    assert d(x) is x
+    y = d(x)
+    assert y is x, ("Dropout in eval mode must return its input itself (the identity)"
+                    + ("; it changed the values: dropout must be off in eval mode"
+                       if not np.array_equal(y.numpy(), x.numpy()) else ""))
     d.train()
     assert np.mean(d(x).numpy() == 0) > 0.4
 
@@ -354,7 +489,7 @@ def test_dropout_reproducible_and_varies_between_calls():
     assert not np.array_equal(first, a(x).numpy())
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=lambda d: np.dtype(d).name)
 def test_dropout_keeps_dtype(dtype):
     y = Dropout(0.5, seed=0)(Tensor(np.ones((4, 4), dtype=dtype)))
     assert y.dtype == dtype and set(np.unique(y.numpy())) <= {0.0, 2.0}
@@ -369,7 +504,7 @@ def test_dropout_is_a_mul_by_a_constant_mask():
     assert not mask.requires_grad and np.array_equal(mask.numpy(), y.numpy())
 
 
-# ---- containers -----------------------------------------------------------------------------------------------
+# ---- containers and counting ------------------------------------------------------------------------------
 
 
 def test_sequential_forward_values(rng):
@@ -384,7 +519,7 @@ def test_sequential_forward_values(rng):
 def test_sequential_indexing_and_names():
     model = Sequential(Linear(3, 4, seed=0), ReLU(), Linear(4, 2, seed=1))
     assert len(model) == 3 and isinstance(model[1], ReLU) and model[-1] is model[2]
-    assert names(model) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    check_names(model, ["0.weight", "0.bias", "2.weight", "2.bias"])
     head = model[:2]
     assert isinstance(head, Sequential) and len(head) == 2 and head[0] is model[0]
     assert [type(m).__name__ for m in model] == ["Linear", "ReLU", "Linear"]
@@ -401,10 +536,10 @@ def test_module_list_operations():
     assert ml.append(first) is ml
     ml.extend([ReLU(), Linear(2, 1, seed=1)])
     assert len(ml) == 3 and ml[0] is first and ml[-1].out_features == 1
-    assert names(ml) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    check_names(ml, ["0.weight", "0.bias", "2.weight", "2.bias"])
     replacement = Linear(2, 2, seed=5)
     ml[0] = replacement
-    assert ml[0] is replacement and names(ml)[0] == "0.weight" and ml.parameters()[0] is replacement.weight
+    assert ml[0] is replacement and ml.parameters()[0] is replacement.weight
     assert isinstance(ml[1:], ModuleList) and len(ml[1:]) == 2
     with pytest.raises(IndexError):
         ml[-4]
@@ -414,39 +549,56 @@ def test_module_list_operations():
         ml(Tensor([1.0, 2.0]))
 
 
+def test_module_list_attribute_and_nesting():
+    class Stack(Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = ModuleList([Linear(3, 3, seed=i) for i in range(3)])
+            self.head = Sequential(Linear(3, 2, seed=9), GELU())
+
+    check_names(Stack(), [f"layers.{i}.{k}" for i in range(3) for k in ("weight", "bias")]
+                + ["head.0.weight", "head.0.bias"])
+
+
 def test_count_parameters():
     model = Sequential(Linear(784, 128), ReLU(), Dropout(0.1), Linear(128, 64), ReLU(), Linear(64, 10))
-    assert count_parameters(model) == 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10 == 109_386
+    expected = 784 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10
+    got = count_parameters(model)
+    assert got == expected == 109_386, (
+        f"count_parameters gave {got}, expected {expected}: count the numbers (the sum of each tensor's size), "
+        "not the tensors")
+    shared = Module()
+    shared.a = shared.b = Linear(3, 3)
+    assert count_parameters(shared) == 12, "a shared layer counts once"
+
+
+# ---- whole models ---------------------------------------------------------------------------------------------
+
+
+class MLP(Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.fc1 = Linear(4, 8, rng=rng)
+        self.act = ReLU()
+        self.drop = Dropout(0.5, rng=rng)
+        self.fc2 = Linear(8, 3, rng=rng)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.act(self.fc1(x))))
+
+
+def test_mlp_names_like_pytorch_and_state_round_trip():
+    check_names(MLP(), ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])
+    a, b = MLP(seed=0).eval(), MLP(seed=1).eval()
+    x = Tensor(np.random.default_rng(5).standard_normal((6, 4)))
+    assert not np.allclose(a(x).numpy(), b(x).numpy())
+    b.load_state_dict(a.state_dict())
+    assert np.array_equal(a(x).numpy(), b(x).numpy())
+    assert all(not m.training for m in a.modules()) and not a.drop.training
 
 
 def test_repr_shows_the_tree():
     text = repr(MLP())
     assert "(fc1): Linear(in_features=4, out_features=8, bias=True)" in text
     assert "(act): ReLU()" in text and "(drop): Dropout(p=0.5)" in text
-
-
-class _WithBuffer(Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = Linear(2, 3, seed=0)
-        self.register_buffer("table", Tensor(np.arange(4.0)))
-
-    def forward(self, x):
-        return self.linear(x)
-
-
-def test_buffers_are_saved_and_moved_but_not_learned():
-    model = Sequential(_WithBuffer())
-    assert [name for name, _ in model.named_buffers()] == ["0.table"]
-    assert all(p is not model[0].table for p in model.parameters()), "a buffer is not a parameter"
-    state = model.state_dict()
-    assert list(state) == ["0.linear.weight", "0.linear.bias", "0.table"]
-    assert np.array_equal(state["0.table"], [0, 1, 2, 3])
-    other = Sequential(_WithBuffer())
-    other[0].table.data = np.zeros(4)
-    other.load_state_dict(state)
-    assert np.array_equal(other[0].table.numpy(), [0, 1, 2, 3]), "load_state_dict must restore buffers"
-    weight = model[0].linear.weight
-    assert model.to("cpu") is model and model[0].linear.weight is weight, "to() moves in place"
-    with pytest.raises(TypeError):
-        model[0].register_buffer("bad", Tensor([1.0], requires_grad=True))

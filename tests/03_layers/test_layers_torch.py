@@ -17,8 +17,8 @@ def copy_into_torch(ours, theirs):
             theirs.bias.copy_(torch.from_numpy(ours.bias.numpy()))
 
 
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 7)])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("shape", [(7,), (5, 7), (2, 3, 7)], ids=lambda s: str(s))
 def test_linear_matches_torch(bias, shape, rng):
     ours = Linear(7, 4, bias=bias, dtype=np.float64, rng=rng)
     theirs = torch.nn.Linear(7, 4, bias=bias, dtype=torch.float64)

@@ -62,3 +62,13 @@ def test_bce_with_logits_matches_torch(scale, rng):
     t = rng.random((8, 5))
     expected = F.binary_cross_entropy_with_logits(torch.from_numpy(x), torch.from_numpy(t)).item()
     assert BCEWithLogitsLoss()(Tensor(x), t).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_float16_cross_entropy_over_70000_classes_matches_torch(rng):
+    # PyTorch accumulates a float16 cross-entropy in float32; the float16 sum of 70,000 exponentials is inf
+    z = (rng.standard_normal((3, 70_000)) * 2).astype(np.float16)
+    t = rng.integers(0, 70_000, 3)
+    expected = F.cross_entropy(torch.from_numpy(z), torch.from_numpy(t)).item()
+    loss = CrossEntropyLoss()(Tensor(z), t)
+    assert loss.dtype == np.float16
+    assert float(loss.item()) == pytest.approx(expected, rel=2e-3)

@@ -3,7 +3,9 @@
 One `Case` per op (or per interesting variant): a TinyTorch function of Tensors, the
 same computation in PyTorch, the input shapes and the domain each input is drawn from.
 Every test file (central differences, PyTorch parity, non-contiguous inputs) iterates
-over `CASES`; adding an op means adding one line here.
+over `CASES`; adding an op means adding one line here. Numerical gradients come from
+`tinytorch.testing.numeric_vjp` (the one copy of central differences), and every failure
+message names the case and the ops of its graph (`ops_in`).
 
 Nothing here builds a Tensor or imports a later module at import time: forwards of
 modules 02 and 04 are imported inside the case functions, so a missing or stubbed
@@ -164,24 +166,17 @@ BINARY_OPS = {
 }
 
 
-def numeric_vjp(fn: Callable, arrays: list[np.ndarray], cotangent: np.ndarray, eps: float = 1e-6) -> list[np.ndarray]:
-    """Central differences of Σ cotangent ⊙ fn(*arrays), one gradient per array (float64).
-
-    Independent of module 05: evaluates the forward only, on fresh Tensors each time.
-    """
-    from tinytorch.core.tensor import Tensor
-
-    def f(values: list[np.ndarray]) -> float:
-        return float((np.asarray(fn(*[Tensor(v) for v in values]).numpy()) * cotangent).sum())
-
-    grads = []
-    for i, x in enumerate(arrays):
-        g = np.zeros(x.shape)
-        for index in np.ndindex(*x.shape):
-            plus = [a.copy() for a in arrays]
-            minus = [a.copy() for a in arrays]
-            plus[i][index] += eps
-            minus[i][index] -= eps
-            g[index] = (f(plus) - f(minus)) / (2 * eps)
-        grads.append(g)
-    return grads
+def ops_in(out) -> str:
+    """The op names in `out`'s graph, output first ("mean, mul, sub"): failure messages name them."""
+    names: list[str] = []
+    seen: set[int] = set()
+    stack = [out]
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or t._node is None:
+            continue
+        seen.add(id(t))
+        if t._node.op not in names:
+            names.append(t._node.op)
+        stack.extend(t._node.inputs)
+    return ", ".join(names) or "(no op recorded)"

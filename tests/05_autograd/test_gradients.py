@@ -2,6 +2,8 @@
 
 Driven by the one op table in autograd_op_table.py; broadcasting shapes come from
 hypothesis; non-contiguous inputs must give the same gradients as contiguous ones.
+Central differences come from `tinytorch.testing.numeric_vjp`; every failure names the
+case and the ops of its graph.
 """
 import zlib
 
@@ -11,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
-from autograd_op_table import BINARY_OPS, CASE_IDS, CASES, draw, numeric_vjp
+from autograd_op_table import BINARY_OPS, CASE_IDS, CASES, draw, ops_in
 from tinytorch.core.tensor import Tensor
+from tinytorch.testing import numeric_vjp
 
 
 def seeded(name: str) -> np.random.Generator:
@@ -28,20 +31,23 @@ def run_backward(fn, arrays, cotangent_rng):
     return xs, out, v
 
 
-def assert_grads_close(xs, expected, what, atol=1e-6, rtol=1e-5):
+def assert_grads_close(xs, expected, what, out, atol=1e-6, rtol=1e-5):
+    """Each input's .grad equals `expected`; messages name `what` and the ops of `out`'s graph."""
+    what = f"{what} (ops: {ops_in(out)})"
     for i, (x, e) in enumerate(zip(xs, expected)):
         assert x.grad is not None, f"{what}: input {i} got no gradient"
         assert x.grad.shape == x.shape, f"{what}: input {i} grad shape {x.grad.shape} != {x.shape}"
         assert x.grad.dtype == np.float64, f"{what}: input {i} grad dtype {x.grad.dtype}"
-        np.testing.assert_allclose(x.grad.numpy(), e, atol=atol, rtol=rtol, err_msg=f"{what}: input {i}")
+        np.testing.assert_allclose(x.grad.numpy(), e, atol=atol, rtol=rtol,
+                                   err_msg=f"{what}: input {i}: backward disagrees with central differences")
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_backward_matches_central_differences(case):
     rng = seeded(case.name)
     arrays = case.arrays(rng)
-    xs, _, v = run_backward(case.fn, arrays, rng)
-    assert_grads_close(xs, numeric_vjp(case.fn, arrays, v), case.name)
+    xs, out, v = run_backward(case.fn, arrays, rng)
+    assert_grads_close(xs, numeric_vjp(case.fn, arrays, v), case.name, out)
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -73,9 +79,10 @@ def test_noncontiguous_inputs_give_the_same_gradients(case):
     rng.bit_generator.state = state  # the same cotangent for the second run
     xs_nc, out_nc, _ = run_backward(case.fn, [noncontiguous(a) for a in arrays], rng)
     np.testing.assert_allclose(out_nc.numpy(), out.numpy(), rtol=1e-12, atol=1e-12)
+    what = f"{case.name} (ops: {ops_in(out)}), non-contiguous input"
     for i, (x, y) in enumerate(zip(xs, xs_nc)):
-        assert y.grad is not None and y.grad.shape == x.shape, f"{case.name}: input {i}"
-        np.testing.assert_allclose(y.grad.numpy(), x.grad.numpy(), rtol=1e-12, atol=1e-12)
+        assert y.grad is not None and y.grad.shape == x.shape, f"{what}: input {i}"
+        np.testing.assert_allclose(y.grad.numpy(), x.grad.numpy(), rtol=1e-12, atol=1e-12, err_msg=f"{what}: input {i}")
 
 
 @given(
@@ -90,7 +97,7 @@ def test_binary_ops_under_broadcasting(op, shapes, seed):
     arrays = [draw(domain_a, rng, shape_a), draw(domain_b, rng, shape_b)]
     xs, out, v = run_backward(fn, arrays, rng)
     assert out.shape == shapes.result_shape
-    assert_grads_close(xs, numeric_vjp(fn, arrays, v), f"{op} {shape_a} {shape_b}")
+    assert_grads_close(xs, numeric_vjp(fn, arrays, v), f"{op} {shape_a} {shape_b}", out)
 
 
 @given(
@@ -103,7 +110,7 @@ def test_matmul_under_batch_broadcasting(shapes, seed):
     matmul = lambda a, b: a @ b  # noqa: E731
     xs, out, v = run_backward(matmul, arrays, rng)
     assert out.shape == shapes.result_shape
-    assert_grads_close(xs, numeric_vjp(matmul, arrays, v), f"matmul {shapes.input_shapes}")
+    assert_grads_close(xs, numeric_vjp(matmul, arrays, v), f"matmul {shapes.input_shapes}", out)
 
 
 @given(
@@ -119,5 +126,5 @@ def test_reductions_over_any_axes(shape, data):
     fn = lambda a: getattr(a, op)(axis=axis, keepdims=keepdims)  # noqa: E731
     rng = np.random.default_rng(len(shape))
     arrays = [draw("any", rng, shape)]
-    xs, _, v = run_backward(fn, arrays, rng)
-    assert_grads_close(xs, numeric_vjp(fn, arrays, v), f"{op} axis={axis} keepdims={keepdims}")
+    xs, out, v = run_backward(fn, arrays, rng)
+    assert_grads_close(xs, numeric_vjp(fn, arrays, v), f"{op} axis={axis} keepdims={keepdims}", out)

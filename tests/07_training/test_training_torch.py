@@ -56,3 +56,21 @@ def test_cosine_without_warmup_matches_cosine_annealing():
         opt.step()
         theirs.step()
         ours.step()
+
+
+@pytest.mark.parametrize("warmup,total,min_lr", [(4, 20, 0.0), (2, 9, 0.01), (10, 40, 0.001)],
+                         ids=lambda v: str(v))
+def test_cosine_with_warmup_matches_linear_then_cosine_annealing(warmup, total, min_lr):
+    """Warm-up base·(t+1)/W is LinearLR(1/W → 1 over W−1 steps); then CosineAnnealingLR to min_lr."""
+    ours = CosineWarmupLR(SGD([Tensor(np.zeros(1), requires_grad=True)], lr=0.1), warmup_steps=warmup,
+                          total_steps=total, min_lr=min_lr)
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=0.1)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / warmup, end_factor=1.0, total_iters=warmup - 1)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total - warmup, eta_min=min_lr)
+    theirs = torch.optim.lr_scheduler.SequentialLR(opt, [warm, decay], milestones=[warmup])
+    for step in range(total + 1):
+        assert ours.lr == pytest.approx(opt.param_groups[0]["lr"], rel=1e-9, abs=1e-15), f"step {step}"
+        opt.step()
+        theirs.step()
+        ours.step()

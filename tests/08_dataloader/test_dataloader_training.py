@@ -50,3 +50,16 @@ def test_a_different_loader_seed_changes_the_run():
     a.fit(loader_a, epochs=2)
     b.fit(loader_b, epochs=2)
     assert not np.array_equal(a.model.parameters()[0].numpy(), b.model.parameters()[0].numpy())
+
+
+def test_resuming_with_a_loader_of_another_seed_changes_nothing(tmp_path):
+    first, loader1 = run(1)
+    first.fit(loader1, epochs=2)
+    path = first.save(tmp_path / "ckpt", loader=loader1)
+    target, _ = run(77)
+    other = DataLoader(dataset(), batch_size=16, shuffle=True, seed=4)
+    before = [p.numpy().copy() for p in target.model.parameters()]
+    with pytest.raises(ValueError, match="seed"):
+        target.load(path, loader=other)
+    assert other.epoch == 0 and target.step == 0
+    assert all(np.array_equal(b, p.numpy()) for b, p in zip(before, target.model.parameters()))

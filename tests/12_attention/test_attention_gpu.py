@@ -41,3 +41,22 @@ def test_multi_head_attention_on_gpu_matches_cpu():
     out_gpu, weights_gpu = mha(Tensor(x, device="cuda"), is_causal=True)
     np.testing.assert_allclose(out_gpu.numpy(), out_cpu.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(weights_gpu.numpy(), weights_cpu.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_masks_and_key_padding_mask_on_gpu():
+    """Keep masks made on the host or on the GPU, key_padding_mask, and the 0/1 rule, with CuPy arrays."""
+    import cupy
+
+    x = np.random.default_rng(2).standard_normal((2, 4, 8)).astype(np.float32)
+    real = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=np.float32)
+    mha = MultiHeadAttention(8, 2, seed=0)
+    out_cpu, weights_cpu = mha(Tensor(x), key_padding_mask=real, is_causal=True)
+    mha.to("cuda")
+    for mask in (real, cupy.asarray(real)):
+        out_gpu, weights_gpu = mha(Tensor(x, device="cuda"), key_padding_mask=mask, is_causal=True)
+        np.testing.assert_allclose(out_gpu.numpy(), out_cpu.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(weights_gpu.numpy(), weights_cpu.numpy(), rtol=1e-5, atol=1e-6)
+    additive = cupy.asarray(np.where(np.tril(np.ones((4, 4), dtype=bool)), 0.0, -np.inf))
+    q = Tensor(x, device="cuda")
+    with pytest.raises(ValueError, match="keep = additive == 0"):
+        scaled_dot_product_attention(q, q, q, mask=additive)

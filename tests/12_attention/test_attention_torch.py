@@ -77,11 +77,12 @@ def copy_weights(ours: MultiHeadAttention, theirs: "torch.nn.MultiheadAttention"
     ours.out_proj.bias.data = theirs.out_proj.bias.detach().numpy().copy()
 
 
-@pytest.mark.parametrize("case", ["self", "causal", "cross", "padding", "causal_padding"])
+@pytest.mark.parametrize("case", ["self", "causal", "cross", "padding", "causal_padding", "key_padding_mask",
+                                  "causal_key_padding_mask"])
 def test_multihead_attention_matches_torch(case, rng):
     torch.manual_seed(0)
     B, Tq, E, H = 2, 5, 16, 4
-    Tk = 7 if case in ("cross", "padding") else Tq
+    Tk = 7 if case in ("cross", "padding", "key_padding_mask") else Tq
     theirs = torch.nn.MultiheadAttention(E, H, batch_first=True).double()
     torch.nn.init.normal_(theirs.in_proj_bias)
     torch.nn.init.normal_(theirs.out_proj.bias)
@@ -95,12 +96,16 @@ def test_multihead_attention_matches_torch(case, rng):
     lengths = [Tk, 3]
 
     ours_kwargs, torch_kwargs = {}, {}
-    if case in ("causal", "causal_padding"):
+    if case.startswith("causal"):
         ours_kwargs["is_causal"] = True
         torch_kwargs["attn_mask"] = torch.triu(torch.ones(Tq, Tk, dtype=torch.bool), 1)  # True = blocked
     if case in ("padding", "causal_padding"):
         ours_kwargs["mask"] = create_padding_mask(lengths, Tk)  # 1 = attend
         torch_kwargs["key_padding_mask"] = torch.tensor(create_padding_mask(lengths, Tk).numpy()[:, 0, 0] == 0)
+    if case.endswith("key_padding_mask"):  # ours: (B, Tk), 1 = real token; torch's: True = padding
+        real = create_padding_mask(lengths, Tk).numpy()[:, 0, 0]
+        ours_kwargs["key_padding_mask"] = real
+        torch_kwargs["key_padding_mask"] = torch.tensor(real == 0)
 
     xq = Tensor(x, requires_grad=True)
     xk = Tensor(mem, requires_grad=True) if cross else xq

@@ -1,97 +1,45 @@
-"""The classic attention bugs of lesson 12, section 12: each one has a symptom, and a check
-that sees the symptom. Every check must pass on the real implementation and fail on the
-buggy one (so the check can fail, and the real code is what makes it pass)."""
+"""The classic attention bugs of lesson 12, section 13, made with the student's own functions.
+
+Each bug is produced by calling the real function the wrong way on purpose (K handed over
+transposed, scale=1.0, a mask moved to the query axis, an inverted or shifted causal mask, the
+roles of Q and K swapped). Its check must pass on the real function and fail on the misused
+one with a message that names this bug, not another.
+"""
+import re
+
 import numpy as np
 import pytest
 
-from tinytorch.core.attention import (MultiHeadAttention, create_causal_mask, create_padding_mask,
-                                      scaled_dot_product_attention)
+from tinytorch.core.attention import MultiHeadAttention, composed_attention, scaled_dot_product_attention
+from tinytorch.core.attention_checks import CLASSIC_BUGS, AttentionBug, check_padding
 from tinytorch.core.tensor import Tensor
 
-
-def numpy_attention(q, k, v, mask=None, transpose_k=True, scale=True, axis=-1, keep_value=1, mask_axis="keys"):
-    """A from-scratch attention whose keyword arguments switch on one bug at a time."""
-    q, k, v = (t.numpy() if isinstance(t, Tensor) else np.asarray(t) for t in (q, k, v))
-    s = q @ (np.swapaxes(k, -1, -2) if transpose_k else k)
-    if scale:
-        s = s / np.sqrt(q.shape[-1])
-    if mask is not None:
-        m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
-        if mask_axis == "queries":  # a (B, 1, 1, T) padding mask laid along the queries: (B, 1, T, 1)
-            m = m.reshape(m.shape[0], 1, -1, 1)
-        s = np.where(m == keep_value, s, -1e30)
-    w = np.exp(s - s.max(axis, keepdims=True))
-    w = w / w.sum(axis, keepdims=True)
-    return Tensor(w @ v), Tensor(w)
+FUNCTIONS = {"scaled_dot_product_attention": scaled_dot_product_attention, "composed_attention": composed_attention}
 
 
-# ---- the checks (symptom detectors) ---------------------------------------------------------
-def rows_sum_to_one(attn):
-    x = Tensor(np.random.default_rng(0).standard_normal((2, 5, 8)))
-    return bool(np.allclose(attn(x, x, x)[1].numpy().sum(-1), 1.0))
-
-
-def invariant_to_key_order(attn):
-    rng = np.random.default_rng(1)
-    q, k, v = (rng.standard_normal((4, 4)) for _ in range(3))  # square: a wrong transpose runs silently
-    order = [2, 0, 3, 1]
-    a = attn(Tensor(q), Tensor(k), Tensor(v))[0].numpy()
-    b = attn(Tensor(q), Tensor(k[order]), Tensor(v[order]))[0].numpy()
-    return bool(np.allclose(a, b))
-
-
-def matches_reference(attn):
-    rng = np.random.default_rng(2)
-    q, k, v = (rng.standard_normal((3, 64)) for _ in range(3))
-    s = q @ k.T / 8.0
-    w = np.exp(s - s.max(-1, keepdims=True))
-    w /= w.sum(-1, keepdims=True)
-    return bool(np.allclose(attn(Tensor(q), Tensor(k), Tensor(v))[0].numpy(), w @ v, atol=1e-6))
-
-
-def padded_keys_ignored(attn):
-    x = Tensor(np.random.default_rng(3).standard_normal((2, 1, 5, 8)))  # (B, H, T, D)
-    w = attn(x, x, x, mask=create_padding_mask([3, 5], 5))[1].numpy().reshape(2, 5, 5)
-    return bool(np.all(w[0, :, 3:] == 0) and np.allclose(w.sum(-1), 1))
-
-
-def future_does_not_leak(attn):
-    rng = np.random.default_rng(4)
-    x = rng.standard_normal((6, 8))
-    y = x.copy()
-    y[4:] = rng.standard_normal((2, 8))
-    run = lambda a: attn(Tensor(a), Tensor(a), Tensor(a), mask=create_causal_mask(6))[0].numpy()
-    return bool(np.allclose(run(x)[:4], run(y)[:4]))
-
-
-BUGS = {
-    "wrong transpose": (dict(transpose_k=False), invariant_to_key_order),
-    "forgotten scale": (dict(scale=False), matches_reference),
-    "softmax on the wrong axis": (dict(axis=-2), rows_sum_to_one),
-    "mask broadcasts over queries": (dict(mask_axis="queries"), padded_keys_ignored),
-    "flipped mask convention": (dict(keep_value=0), future_does_not_leak),
-}
-
-
-@pytest.mark.parametrize("name", list(BUGS))
-def test_check_passes_real_attention_and_catches_the_bug(name):
-    bug, check = BUGS[name]
-    assert check(scaled_dot_product_attention), f"scaled_dot_product_attention fails {check.__name__}"
-    assert check(lambda *a, **k: numpy_attention(*a, **k)), "the correct NumPy attention must pass"
-    assert not check(lambda *a, **k: numpy_attention(*a, **{**k, **bug})), f"{check.__name__} misses '{name}'"
+@pytest.mark.parametrize("bug", list(CLASSIC_BUGS))
+@pytest.mark.parametrize("function", list(FUNCTIONS))
+def test_check_passes_the_real_function_and_names_the_bug(function, bug):
+    make, check, cause = CLASSIC_BUGS[bug]
+    attn = FUNCTIONS[function]
+    check(attn)
+    with pytest.raises(AttentionBug, match=re.escape(cause)):
+        check(make(attn), f"{function} with the bug")
 
 
 def test_wrong_transpose_is_a_shape_error_when_not_square():
+    make, _, _ = CLASSIC_BUGS["Q @ K instead of Q @ Kᵀ"]
     q, k, v = np.zeros((3, 4)), np.zeros((5, 4)), np.zeros((5, 2))
     with pytest.raises(ValueError):
-        numpy_attention(q, k, v, transpose_k=False)
+        make(scaled_dot_product_attention)(q, k, v)
     assert scaled_dot_product_attention(q, k, v)[0].shape == (3, 2)
 
 
 def test_forgotten_scale_saturates_the_softmax():
+    make, _, _ = CLASSIC_BUGS["forgotten 1/√d_k"]
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal((64, 512)) for _ in range(3))
-    peak_bug = numpy_attention(q, k, v, scale=False)[1].numpy().max(-1).mean()
+    peak_bug = make(scaled_dot_product_attention)(q, k, v)[1].numpy().max(-1).mean()
     peak_ours = scaled_dot_product_attention(q, k, v)[1].numpy().max(-1).mean()
     assert peak_bug > 0.9 and peak_ours < 0.5
 
@@ -103,6 +51,8 @@ def test_torch_style_blocked_mask_flips_the_meaning():
     w_wrong = scaled_dot_product_attention(x, x, x, mask=blocked_future)[1].numpy()
     w_right = scaled_dot_product_attention(x, x, x, mask=~blocked_future)[1].numpy()
     assert np.all(np.tril(w_wrong) == 0) and np.all(np.triu(w_right, 1) == 0)
+    with pytest.raises(AttentionBug, match="inverted"):
+        check_padding(lambda q, k, v, mask=None, **kw: scaled_dot_product_attention(q, k, v, mask=1 - mask, **kw))
 
 
 def test_mha_mask_with_batch_axis_gets_a_head_axis():

@@ -38,7 +38,7 @@ def test_the_edition_has_stubs_and_no_solution(edition_course):
     reference = course.module("01").notebook.read_text(encoding="utf-8")
     student = (edition / "modules" / "01_tensor" / "tensor_dev.py").read_text(encoding="utf-8")
     assert "raise NotImplementedError('Tensor.matmul is not implemented yet" in student
-    solution_line = "        return record_op(\"matmul\""  # a line of the reference matmul body
+    solution_line = "    return record_op(\"matmul\""  # a line of the reference matmul body
     assert solution_line in reference and solution_line not in student
     assert student.count(BEGIN_MARKER) == reference.count(BEGIN_MARKER)
     for path in (edition / "tinytorch").rglob("*.py"):

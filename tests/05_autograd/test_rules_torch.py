@@ -1,34 +1,40 @@
-"""PyTorch parity: the same values and gradients as torch (float64) for every op in the table."""
+"""PyTorch parity: the same values and gradients as torch (float64) for every op in the table.
+
+(Named so that it runs after the hand-computed rule and engine tests, whose messages
+name the cause of a failure; parity failures name the case and its ops.)
+"""
 import zlib
 
 import numpy as np
 import pytest
 
-from autograd_op_table import CASE_IDS, CASES
+from autograd_op_table import CASE_IDS, CASES, ops_in
 from tinytorch.core.tensor import Tensor
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 
-def _compare(fn, torch_fn, arrays, seed):
+def _compare(fn, torch_fn, arrays, seed, name=""):
     xs = [Tensor(a.copy(), requires_grad=True) for a in arrays]
     out = fn(*xs)
+    what = f"{name} (ops: {ops_in(out)})"
     ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
     ref = torch_fn(torch, *ts)
-    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-10, atol=1e-12, err_msg=f"{what}: value")
     v = np.asarray(np.random.default_rng(seed).standard_normal(out.shape))
     out.backward(v)
     ref.backward(torch.tensor(v))
     for i, (x, t) in enumerate(zip(xs, ts)):
-        assert x.grad is not None and x.grad.shape == tuple(t.grad.shape), f"input {i}"
-        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12, err_msg=f"input {i}")
+        assert x.grad is not None and x.grad.shape == tuple(t.grad.shape), f"{what}: input {i}"
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-9, atol=1e-12,
+                                   err_msg=f"{what}: input {i}: gradient differs from torch")
 
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_values_and_gradients_match_torch(case):
     seed = zlib.crc32(case.name.encode())
-    _compare(case.fn, case.torch_fn, case.arrays(np.random.default_rng(seed)), seed + 1)
+    _compare(case.fn, case.torch_fn, case.arrays(np.random.default_rng(seed)), seed + 1, case.name)
 
 
 def test_max_ties_match_torch_amax():

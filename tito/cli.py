@@ -232,6 +232,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             console.print(f"[yellow]Warning:[/] {escape(_rel(copy))} is newer than {row.module.notebook.name}: "
                           "tito exports the .py, so edits made in the .ipynb are not in the package.",
                           highlight=False)
+    from .reset import orphaned_backups
+
+    for key in orphaned_backups(settings):
+        console.print(f"[yellow]Warning:[/] {key} has no notebook any more, but it has backups: "
+                      f"`tito module reset {key} --restore` lists them.", highlight=False)
     return 0
 
 

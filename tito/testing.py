@@ -41,7 +41,7 @@ from .runner import course_env, describe_pytest, pytest_counts, run_python
 RESULTS_FILE = "results.json"
 PARTS = ("inline", "pytest", "notebook")
 PROGRAM_TIMEOUT_S = 1800  # for programs outside `tito test` (release check's stub runs)
-PYTEST_COLUMNS = "250"  # pytest cuts each failure's one-line reason to the terminal width
+PYTEST_COLUMNS = "1000"  # pytest cuts each failure's one-line reason to the terminal width: make that wide
 
 Progress = Callable[[str, str], None]  # (row name, what is running now)
 

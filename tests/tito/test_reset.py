@@ -142,6 +142,8 @@ def test_a_deleted_notebook_is_restored_from_its_backup(course, deleted):
         path.unlink()
         path.parent.rmdir()
 
+    status = course.tito("status")
+    assert "02_toy has no notebook any more, but it has backups" in course.flat(status.stdout)
     listing = course.tito("module", "reset", "02", "--restore")
     assert listing.returncode == 0 and "1 solution line written" in listing.stdout, listing.stdout
     restored = course.tito("module", "reset", "toy", "--restore", "1")

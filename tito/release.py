@@ -121,7 +121,10 @@ tito doctor
    A module you have not started is one line, "not started: N stubs left". Once you have
    started, tito shows the first failure in full and how many more there are;
    `tito test {number} -v` shows everything, `-x` stops at the first failing test.
-   Your module is done when it says passed.
+   Your module is done when it says passed. `tito test {number} --notebook` also runs the
+   notebook in a Jupyter kernel (the third column of the table). Some tests compare your
+   numbers with PyTorch's; they are skipped until you `pip install torch` (the CPU build is
+   enough), and GPU tests are skipped without CuPy and a GPU: `-v` lists what was skipped.
 
 `tito status` shows every module: exported, in sync with its notebook, stubs left, last test result.
 `tito module reset {number}` starts a module over (your version is saved first in

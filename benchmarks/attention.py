@@ -19,111 +19,30 @@ torch.set_num_threads(1) is called, so the comparison is kernel against kernel.
 """
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+_common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import gc  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-try:
-    import torch
+from _common import Device, interleaved_medians, machine, write_section  # noqa: E402
 
-    torch.set_num_threads(1)
-except ImportError:  # the benchmark still measures TinyTorch alone
-    torch = None
+torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
+RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
 
 from tinytorch.core.attention import (MultiHeadAttention, flash_attention,  # noqa: E402
                                       scaled_dot_product_attention)
 from tinytorch.core.tensor import Tensor  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 console = Console(width=None if sys.stdout.isatty() else 120)
-
-
-# ---- the machine -----------------------------------------------------------------------------
-def machine() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    blas = "unknown"
-    try:
-        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{info.get('name', '?')} {info.get('version', '')}".strip()
-    except Exception:  # older NumPy: no dict mode
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": blas,
-        "torch": torch.__version__ if torch is not None else "not installed",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-class Device:
-    """Where the arrays live: NumPy on the CPU, or CuPy on a GPU (timings synchronise)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        if name == "cuda":
-            import cupy
-
-            self.cupy = cupy
-
-    def tensor(self, array: np.ndarray, requires_grad: bool = False) -> Tensor:
-        return Tensor(array, requires_grad=requires_grad, device=self.name)
-
-    def torch(self, array: np.ndarray, requires_grad: bool = False):
-        t = torch.tensor(array, device="cuda" if self.name == "cuda" else "cpu")
-        return t.requires_grad_(requires_grad)
-
-    def sync(self) -> None:
-        if self.name == "cuda":
-            self.cupy.cuda.Device().synchronize()
-            if torch is not None and torch.cuda.is_available():
-                torch.cuda.synchronize()
-
-
-def interleaved_medians(fns: dict, repeats: int, device: Device) -> dict:
-    """Median seconds of each function, calling them in turn (one warm-up call each).
-
-    On the CPU the clock is the process's CPU time (time.process_time): everything runs on
-    one thread, so it is the work itself, and it does not grow when other programs on a
-    shared machine take the core away. On a GPU it is wall-clock time after synchronising.
-    """
-    clock = time.perf_counter if device.name == "cuda" else time.process_time
-    times = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    device.sync()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = clock()
-            fn()
-            device.sync()
-            times[name].append(clock() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def sdpa_step(device: Device, B: int, H: int, T: int, d: int, flash: bool = False):
@@ -169,7 +88,7 @@ def mha_step(device: Device, B: int, T: int, E: int, H: int):
 
     if torch is None:
         return ours, None, None
-    theirs_mha = torch.nn.MultiheadAttention(E, H, batch_first=True).to("cuda" if device.name == "cuda" else "cpu")
+    theirs_mha = torch.nn.MultiheadAttention(E, H, batch_first=True).to(device.torch_device)
     tx, tg = device.torch(x, requires_grad=True), device.torch(g)
     blocked = torch.triu(torch.ones(T, T, dtype=torch.bool, device=tx.device), 1)
 
@@ -190,13 +109,13 @@ def bench_speed(device: Device, repeats: int) -> list[dict]:
     rows = []
     ours, theirs = sdpa_step(device, 4, 8, 128, 64)
     fns = {"ours": ours} if theirs is None else {"ours": ours, "torch": theirs}
-    medians = interleaved_medians(fns, repeats, device)
+    medians = interleaved_medians(fns, repeats, device.sync)
     rows.append({"name": "scaled_dot_product_attention fwd+bwd (B=4, H=8, T=128, d=64, causal)",
                  "ours": medians["ours"], "torch": medians.get("torch"),
                  "torch_label": "F.scaled_dot_product_attention"})
     ours, fused, explicit = mha_step(device, 4, 128, 512, 8)
     fns = {"ours": ours} if fused is None else {"ours": ours, "fused": fused, "explicit": explicit}
-    medians = interleaved_medians(fns, repeats, device)
+    medians = interleaved_medians(fns, repeats, device.sync)
     rows.append({"name": "MultiHeadAttention fwd+bwd (B=4, T=128, E=512, H=8, causal)",
                  "ours": medians["ours"], "torch": medians.get("fused"),
                  "torch_label": "nn.MultiheadAttention, need_weights=False"})
@@ -262,7 +181,7 @@ def bench_scaling(device: Device, lengths: list[int], repeats: int) -> list[dict
         fns = {"ours": ours, "flash": flash}
         if theirs is not None:
             fns["torch"] = theirs
-        rows.append({"T": T, **interleaved_medians(fns, repeats, device)})
+        rows.append({"T": T, **interleaved_medians(fns, repeats, device.sync)})
     table = Table(title=f"Time per doubling: attention fwd+bwd, B=1, H=4, d=64, causal, median of {repeats}")
     cols = ["T", "standard (ms)", "x prev", "flash (ms)", "x prev"] + (["PyTorch (ms)", "x prev"] if torch else [])
     for col in cols:
@@ -361,15 +280,7 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "section is skipped (tracemalloc sees host memory only).",
         "",
     ]
-    section = "\n".join(lines)
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else "# Benchmark results\n\n"
-    start = text.find(lines[0])
-    if start < 0:  # other benchmarks' sections stay as they are; ours is appended or replaced
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(lines[0]))
-        text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
-    RESULTS.write_text(text, encoding="utf-8")
+    write_section(lines[0], "\n".join(lines), RESULTS)
     console.print(f"[green]wrote the attention section of {RESULTS}[/green]")
 
 
@@ -381,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.repeats = 5 if args.quick else 25
     args.scaling_repeats = 3 if args.quick else 7
-    device = Device(args.device)
-    info = machine()
+    device = Device(args.device, torch)
+    info = machine(torch)
     console.print(f"[bold]Attention benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
     if torch is None:

@@ -19,108 +19,29 @@ torch.set_num_threads(1) is called, so the comparison is kernel against kernel.
 """
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+_common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import gc  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 import tracemalloc  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-try:
-    import torch
+from _common import Device, interleaved_medians, machine, write_section  # noqa: E402
 
-    torch.set_num_threads(1)
-except ImportError:  # the benchmark still measures TinyTorch alone
-    torch = None
+torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
+RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
 
 from tinytorch.core.spatial import Conv2d, MaxPool2d, im2col  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SECTION = "## Convolution (module 09)"
 console = Console(width=None if sys.stdout.isatty() else 120)
-
-
-# ---- the machine -----------------------------------------------------------------------------
-def machine() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    blas = "unknown"
-    try:
-        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{info.get('name', '?')} {info.get('version', '')}".strip()
-    except Exception:  # older NumPy: no dict mode
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": blas,
-        "torch": torch.__version__ if torch is not None else "not installed",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-class Device:
-    """Where the arrays live: NumPy on the CPU, or CuPy on a GPU (timings synchronise)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        if name == "cuda":
-            import cupy
-
-            self.cupy = cupy
-
-    def sync(self) -> None:
-        if self.name == "cuda":
-            self.cupy.cuda.Device().synchronize()
-            if torch is not None and torch.cuda.is_available():
-                torch.cuda.synchronize()
-
-    @property
-    def torch_device(self) -> str:
-        return "cuda" if self.name == "cuda" and torch is not None and torch.cuda.is_available() else "cpu"
-
-
-def interleaved_medians(fns: dict, repeats: int, device: Device) -> dict:
-    """Median seconds of each function, calling them in turn (one warm-up call each).
-
-    On the CPU the clock is the process's CPU time (time.process_time): everything runs on
-    one thread, so it is the work itself, and it does not grow when other programs on a
-    shared machine take the core away. On a GPU it is wall-clock time after synchronising.
-    """
-    clock = time.perf_counter if device.name == "cuda" else time.process_time
-    times = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    device.sync()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = clock()
-            fn()
-            device.sync()
-            times[name].append(clock() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def conv_step(device: Device, batch: int, c_in: int, c_out: int, side: int, input_grad: bool = True):
@@ -196,7 +117,7 @@ def bench_speed(device: Device, repeats: int, quick: bool) -> list[dict]:
             kwargs, name = {**kwargs, "batch": 4}, name.replace("(32,", "(4,")
         ours, theirs = step(device, **kwargs)
         fns = {"ours": ours} if theirs is None else {"ours": ours, "torch": theirs}
-        medians = interleaved_medians(fns, repeats, device)
+        medians = interleaved_medians(fns, repeats, device.sync)
         rows.append({"name": name, "ours": medians["ours"], "torch": medians.get("torch")})
     table = Table(title=f"Forward + backward, float32, one thread, median of {repeats} interleaved runs")
     for col in ("benchmark", "TinyTorch (ms)", "PyTorch (ms)", "ratio (ours / PyTorch)"):
@@ -249,7 +170,7 @@ def bench_scaling(device: Device, sides: list[int], batch: int, repeats: int) ->
     for side in sides:
         ours, theirs = conv_step(device, batch, 3, 16, side)
         fns = {"ours": ours} if theirs is None else {"ours": ours, "torch": theirs}
-        rows.append({"side": side, **interleaved_medians(fns, repeats, device)})
+        rows.append({"side": side, **interleaved_medians(fns, repeats, device.sync)})
     table = Table(title=f"Time as the image grows: Conv2d(3, 16, 3, padding=1) fwd+bwd, batch {batch}, "
                         f"median of {repeats}")
     cols = ["side", "TinyTorch (ms)", "x prev"] + (["PyTorch (ms)", "x prev", "ratio"] if torch else [])
@@ -355,15 +276,7 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "```",
         "",
     ]
-    section = "\n".join(lines)
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else "# Benchmark results\n\n"
-    start = text.find(SECTION)
-    if start < 0:  # other benchmarks' sections stay as they are; ours is appended or replaced
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
-    RESULTS.write_text(text, encoding="utf-8")
+    write_section(lines[0], "\n".join(lines), RESULTS)
     console.print(f"[green]wrote the convolution section of {RESULTS}[/green]")
 
 
@@ -377,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     args.scaling_repeats = 3 if args.quick else 9
     args.memory_batch = 4 if args.quick else 32
     args.scaling_batch = 2 if args.quick else 8
-    device = Device(args.device)
-    info = machine()
+    device = Device(args.device, torch)
+    info = machine(torch)
     console.print(f"[bold]Convolution benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
     if torch is None:

@@ -23,17 +23,15 @@ from __future__ import annotations
 import os
 import sys
 
+import _common
+
 if "--torch-recipe" not in sys.argv:  # the milestone subprocesses set their own thread counts
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_var] = "1"
+    _common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import gc  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import re  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -50,6 +48,7 @@ try:
 except ImportError:  # the benchmark still measures TinyTorch alone
     torch = None
 
+from _common import interleaved_medians, machine, write_section  # noqa: E402
 from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
 
@@ -57,33 +56,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 RECIPE = dict(vocab=65, embed=128, layers=4, heads=4, context=64, batch=12)
-
-
-def machine() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "torch": torch.__version__ if torch is not None else "not installed",
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-
-
-def interleaved_medians(fns: dict, repeats: int) -> dict:
-    """Median CPU seconds of each function, calling them in turn after one warm-up call each."""
-    times = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.process_time()
-            fn()
-            times[name].append(time.process_time() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 # ---- PyTorch: the same model ------------------------------------------------------------------
@@ -442,15 +414,7 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
                       "processes at once, one thread each (`--milestone-threads 1 --milestone-concurrent`), so both",
                       "saw the same load; the wall times are inflated by that load, the ratio much less."]
         lines.append("")
-    section = "\n".join(lines)
-    text = RESULTS.read_text(encoding="utf-8") if RESULTS.is_file() else "# Benchmark results\n\n"
-    start = text.find(heading)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
-    RESULTS.write_text(text, encoding="utf-8")
+    write_section(heading, "\n".join(lines), RESULTS)
     console.print(f"wrote the GPT section of {RESULTS}")
 
 
@@ -470,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         return torch_recipe(args.recipe_iters)
     args.repeats = 3 if args.quick else 15
     args.new_tokens = 8 if args.quick else 48
-    info = machine()
+    info = machine(torch)
     console.print(f"[bold]GPT benchmark[/bold]: {info['cpu']} ({info['cores']} cores); NumPy {info['numpy']}, "
                   f"PyTorch {info['torch']}, {info['date']}")
     step = training_step(args.repeats)

@@ -16,10 +16,9 @@ Prints Markdown tables (paste them into benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
-import os
+import _common
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+_common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
 import platform  # noqa: E402

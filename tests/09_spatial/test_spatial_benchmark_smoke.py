@@ -29,9 +29,11 @@ def test_conv_benchmark_quick():
 
 
 @pytest.mark.slow
-def test_conv_benchmark_writes_its_own_section_only(tmp_path):
+def test_conv_benchmark_writes_its_own_section_only(tmp_path, monkeypatch):
     """--write-results replaces the convolution section of RESULTS.md and leaves the others alone."""
     import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # where the script finds _common, as when run
 
     spec = importlib.util.spec_from_file_location("conv_bench", ROOT / "benchmarks" / "conv.py")
     bench = importlib.util.module_from_spec(spec)

@@ -917,14 +917,11 @@ def permute_backward(grad, node: Node) -> tuple:
 
 
 def _scatter_add(target: Any, index: Any, values: Any) -> None:
-    """target[index] += values, where repeated indices add up (NumPy or CuPy)."""
-    xp = array_module(target)
-    if xp is np:
-        np.add.at(target, index, values)
-    else:
-        import cupyx  # CuPy's home for scatter operations
+    """target[index] += values, where repeated indices add up (NumPy or CuPy).
 
-        cupyx.scatter_add(target, index, values)
+    `add.at` is the unbuffered form of `+=`; CuPy implements it with atomic additions.
+    """
+    array_module(target).add.at(target, index, values)
 
 
 @register_backward("getitem")

@@ -137,7 +137,7 @@ print("np.add.at gives row 3      =", unbuffered[3])
 # 4. add those sums into their rows: the ids are now distinct, so a plain
 #    `table[distinct] += sums` is safe.
 #
-# On a GPU, CuPy has `cupyx.scatter_add(table, ids, rows)`, which uses atomic additions.
+# On a GPU, CuPy's `cupy.add.at(table, ids, rows)` does the same with atomic additions.
 #
 # **Write `scatter_add_rows`.** Contract: `table` is a `(num, dim)` array (NumPy or CuPy),
 # `ids` a 1-D integer array of length `n` with values in `[0, num)`, `rows` an `(n, dim)`
@@ -160,9 +160,7 @@ def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
     if ids.size == 0:
         return table
     if xp is not np:  # CuPy: atomic adds on the GPU
-        import cupyx
-
-        cupyx.scatter_add(table, ids, rows)
+        xp.add.at(table, ids, rows)
         return table
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]

@@ -329,7 +329,7 @@ def max_backward(grad, node: Node) -> tuple:
     share = winners / winners.sum(axis=axis, keepdims=True)
     return (grad * share,)
 
-# %% ../../modules/05_autograd/autograd_dev.py #3c39b48e
+# %% ../../modules/05_autograd/autograd_dev.py #f621c237
 @register_backward("exp")
 def exp_backward(grad, node: Node) -> tuple:
     """(e^x)' = e^x: returns (g · saved out,)."""
@@ -362,14 +362,11 @@ def permute_backward(grad, node: Node) -> tuple:
 
 
 def _scatter_add(target: Any, index: Any, values: Any) -> None:
-    """target[index] += values, where repeated indices add up (NumPy or CuPy)."""
-    xp = array_module(target)
-    if xp is np:
-        np.add.at(target, index, values)
-    else:
-        import cupyx  # CuPy's home for scatter operations
+    """target[index] += values, where repeated indices add up (NumPy or CuPy).
 
-        cupyx.scatter_add(target, index, values)
+    `add.at` is the unbuffered form of `+=`; CuPy implements it with atomic additions.
+    """
+    array_module(target).add.at(target, index, values)
 
 
 @register_backward("getitem")

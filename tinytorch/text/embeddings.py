@@ -17,7 +17,7 @@ from ..core.tensor import Tensor, array_module, as_tensor, device_of, record_op,
 __all__ = ['scatter_add_rows', 'token_ids', 'embedding', 'embedding_backward', 'Embedding', 'check_positions_fit',
            'PositionalEmbedding', 'sinusoidal_table', 'SinusoidalPositionalEncoding', 'position_shift_matrix']
 
-# %% ../../modules/11_embeddings/embeddings_dev.py #cb7d308d
+# %% ../../modules/11_embeddings/embeddings_dev.py #74b280d8
 def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
     """table[ids[i]] += rows[i] for every i, in place; repeated ids add up. Returns table.
 
@@ -29,9 +29,7 @@ def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
     if ids.size == 0:
         return table
     if xp is not np:  # CuPy: atomic adds on the GPU
-        import cupyx
-
-        cupyx.scatter_add(table, ids, rows)
+        xp.add.at(table, ids, rows)
         return table
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]

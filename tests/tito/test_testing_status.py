@@ -117,19 +117,21 @@ def test_the_notebook_runs_in_a_jupyter_kernel_and_fails_with_whole_lines(course
 def test_a_hung_inline_test_is_stopped_at_the_settings_limit_naming_its_cell(course):
     settings_file = course.root / "settings.ini"
     settings_file.write_text(settings_file.read_text(encoding="utf-8").replace(
-        "test_timeout_minutes = 10", "test_timeout_minutes = 0.2"), encoding="utf-8")  # 12 seconds
+        "test_timeout_minutes = 10", "test_timeout_minutes = 0.5"), encoding="utf-8")  # 30 seconds
     # The budget covers the whole module, the export check before the inline run included:
-    # it must leave the child time to start Python and reach the loop, even on a busy machine.
+    # it must leave the child time to start Python and reach the loop, even on a busy machine
+    # (12 s was not enough on a 2-core CI machine running other work: Ctrl-C then landed in
+    # the imports, and the message could not name the cell).
     text = course.TOY.replace("    assert double(3) == 6\n", "    while double(3) == 6:\n        pass\n")
     course.add_module("02_toy", text)
     export_modules(course.settings, [course.module("02")])
     started = time.monotonic()
     result = course.tito("test", "02")
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 90
     out = course.flat(result.stdout)
     assert result.returncode == 1, out
     line = course.line_of(text, "while double(3) == 6")
-    assert f"timed out after 12 s: it was running test_unit_double at toy_dev.py line {line} (cell 4)" in out
+    assert f"timed out after 30 s: it was running test_unit_double at toy_dev.py line {line} (cell 4)" in out
 
 
 def test_a_hung_pytest_test_is_stopped_by_the_timeout_flag_naming_the_test(course):

@@ -1,5 +1,5 @@
 """What every benchmark shares: one thread, the machine's description, interleaved timing,
-and writing one section of RESULTS.md.
+the device (CPU or a GPU through CuPy), peak GPU memory, and writing one section of RESULTS.md.
 
 Import this module FIRST, before NumPy: `one_thread()` must set the BLAS thread variables
 before the BLAS library starts, or they are ignored.
@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -90,16 +92,46 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int,
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def device_ready(name: str) -> bool:
+    """True when `name` ("cpu" or "cuda") can be used here; otherwise print `error: <why>` as ONE
+    line on stderr (what to install, or that no GPU is visible; no traceback) and return False:
+    the benchmark then exits with status 2 before measuring anything."""
+    if name == "cpu":
+        return True
+    from tinytorch.core.tensor import cuda_module
+
+    try:
+        cupy = cuda_module()  # RuntimeError naming `pip install -e ".[gpu]"`, or the missing GPU
+        int((cupy.arange(4) + 1).sum())  # a first kernel: a broken CUDA setup fails here
+        return True
+    except RuntimeError as err:
+        problem = str(err)
+    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
+        problem = f"device='cuda': CuPy is installed but could not run on the GPU ({type(err).__name__}: {err})."
+    print(f"error: {' '.join(problem.split())}", file=sys.stderr)
+    return False
+
+
 class Device:
-    """Where the arrays live: NumPy on the CPU, or CuPy on a GPU (timings then synchronise)."""
+    """Where the arrays live: NumPy on the CPU, or CuPy on a GPU (timings then synchronise).
+
+    `torch_module` is the PyTorch to compare with on this device: None when PyTorch is not
+    installed, or on "cuda" when this PyTorch has no CUDA (a CPU build); `torch_note` then says
+    why. Check `device_ready(name)` first: on "cuda" this imports CuPy.
+    """
 
     def __init__(self, name: str, torch=None):
         self.name = name
         self.torch_module = torch
+        self.torch_note = "" if torch is not None else "PyTorch is not installed: measuring TinyTorch alone (pip install torch)."
         if name == "cuda":
             import cupy
 
             self.cupy = cupy
+            if torch is not None and not torch.cuda.is_available():
+                self.torch_module = None
+                self.torch_note = (f"PyTorch {torch.__version__} cannot use the GPU (a CPU build, or no CUDA): "
+                                   "measuring TinyTorch alone; install a CUDA build of torch to compare.")
 
     @property
     def torch_device(self) -> str:
@@ -128,15 +160,145 @@ class Device:
         return self.torch_module.tensor(array, device=self.torch_device).requires_grad_(requires_grad)
 
 
-def write_section(heading: str, section: str, results: Path = RESULTS) -> Path:
+def _section_span(text: str, heading: str) -> tuple[int, int] | None:
+    """(start, end) of the section whose heading line is exactly `heading`, up to the next
+    `## ` heading or the end; None when there is none. A whole line must match, so that
+    "## Attention (module 12)" never finds "## Attention (module 12) on GPU: ..."."""
+    found = re.search(rf"^{re.escape(heading)}[ \t]*$", text, flags=re.MULTILINE)
+    if found is None:
+        return None
+    end = text.find("\n## ", found.end())
+    return found.start(), len(text) if end < 0 else end + 1
+
+
+def write_section(heading: str, section: str, results: Path = RESULTS, after: str | None = None) -> Path:
     """Put `section` (which starts with the line `heading`) into RESULTS.md: replace the
-    section with that heading, or append it; the other benchmarks' sections stay as they are."""
+    section with that heading; else insert it just after the section headed `after` (when
+    given and present), else append it. The other sections stay as they are."""
     text = results.read_text(encoding="utf-8") if results.is_file() else "# Benchmark results\n\n"
-    start = text.find(heading)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
+    section = section.rstrip("\n") + "\n"
+    span = _section_span(text, heading)
+    if span is not None:
+        before, rest = text[:span[0]], text[span[1]:]
     else:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + ("" if end < 0 else "\n" + text[end + 1:])
+        anchor = _section_span(text, after) if after is not None else None
+        cut = len(text) if anchor is None else anchor[1]
+        before, rest = text[:cut].rstrip("\n") + "\n\n", text[cut:]
+    text = before + section + ("\n" + rest if rest else "")
     results.write_text(text, encoding="utf-8")
     return results
+
+
+# ---- the GPU: facts for RESULTS.md, and peak memory measured on the device ----------------------
+def gpu_facts(torch=None) -> dict:
+    """The GPU's name and memory, CuPy's version, the CUDA runtime and driver, PyTorch and its CUDA."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+
+    def version(number: int) -> str:  # 12040 -> "12.4"
+        return f"{number // 1000}.{number % 1000 // 10}"
+
+    return {
+        "gpu": name,
+        "gpu_memory": f"{props['totalGlobalMem'] / 2**30:.0f} GiB",
+        "cupy": cupy.__version__,
+        "cuda_runtime": version(runtime.runtimeGetVersion()),
+        "cuda_driver": version(runtime.driverGetVersion()),
+        "torch": torch.__version__ if torch is not None else "not used",
+        "torch_cuda": (torch.version.cuda or "none") if torch is not None else "-",
+    }
+
+
+def gpu_heading(title: str, facts: dict) -> str:
+    """The heading of a benchmark's GPU section, e.g. "## Attention (module 12) on GPU: NVIDIA H100
+    80GB HBM3": one section per benchmark and GPU model, beside the CPU section, never replacing it."""
+    return f"{title} on GPU: {facts['gpu']}"
+
+
+def gpu_facts_lines(info: dict, facts: dict, command: str) -> list[str]:
+    """The lines under a GPU section's heading: when, with what, and how the clock was read."""
+    return [
+        f"Measured {info['date']} with `{command}`.",
+        "",
+        f"* GPU: {facts['gpu']} ({facts['gpu_memory']}); CUDA runtime {facts['cuda_runtime']}, "
+        f"driver {facts['cuda_driver']}; CuPy {facts['cupy']}.",
+        f"* PyTorch {facts['torch']} (CUDA {facts['torch_cuda']}); Python {info['python']}, NumPy {info['numpy']}; "
+        f"host CPU: {info['cpu']}.",
+        "* Times are wall-clock (`time.perf_counter`) read after synchronising the device (CuPy's and",
+        "  PyTorch's queued work both finished), ours and PyTorch's runs interleaved, medians reported.",
+        "  TinyTorch on a GPU is CuPy kernels launched one NumPy-style call at a time from Python:",
+        "  at small sizes the launch overhead, not the GPU, sets its time.",
+    ]
+
+
+class CupyMemory:
+    """GPU memory measured on the device by CuPy: the peak in use, and what the pool reserved.
+
+        with CupyMemory() as memory:  # every CuPy allocation inside comes from a fresh pool
+            inputs = ...              # made inside, and not counted once start() is called
+            memory.start()
+            out = forward(inputs)
+            memory.in_use()           # bytes in use now, above start()
+            out.backward()
+        memory.peak, memory.reserved  # above start(): the peak in use, and the pool's growth
+
+    How: a fresh `cupy.cuda.MemoryPool` serves every CuPy allocation made inside the block (a
+    thread-local allocator, `cupy.cuda.using_allocator`), through a small wrapper that reads the
+    pool's `used_bytes()` right after each allocation. Bytes in use only grow at an allocation,
+    and an array's memory goes back to the pool the moment the array is freed, so the largest
+    value read is exactly the peak in use (in CuPy's 512-byte rounding), like tracemalloc's peak
+    on the CPU. The pool's `total_bytes()` is what it had to ask the driver for: freed blocks stay
+    cached and are reused, so its growth is the peak plus what fragmentation cost. PyTorch's
+    allocator is not seen here (it has torch.cuda.max_memory_allocated).
+    """
+
+    def __init__(self):
+        import cupy
+
+        self.cupy = cupy
+        self.pool = cupy.cuda.MemoryPool()
+        self._peak = self._base = self._reserved_base = 0
+        self.peak = self.reserved = 0
+
+    def _malloc(self, size: int):
+        memory = self.pool.malloc(size)
+        self._peak = max(self._peak, self.pool.used_bytes())
+        return memory
+
+    def __enter__(self) -> "CupyMemory":
+        self._context = self.cupy.cuda.using_allocator(self._malloc)
+        self._context.__enter__()
+        return self
+
+    def start(self) -> None:
+        """Count from here: what is allocated now (the inputs) is the baseline."""
+        self.cupy.cuda.Device().synchronize()
+        self._base = self._peak = self.pool.used_bytes()
+        self._reserved_base = self.pool.total_bytes()
+
+    def in_use(self) -> int:
+        return self.pool.used_bytes() - self._base
+
+    def __exit__(self, *exc) -> None:
+        self.cupy.cuda.Device().synchronize()
+        self.peak = self._peak - self._base
+        self.reserved = self.pool.total_bytes() - self._reserved_base
+        self._context.__exit__(*exc)
+
+
+def cupy_peak_bytes(prepare: Callable[[], object], run: Callable[[object], object]) -> tuple[int, int, float]:
+    """(peak bytes in use, bytes the pool reserved, wall seconds) of `run(prepare())` on the GPU,
+    measured by `CupyMemory`; what `prepare` allocates (the inputs) is not counted."""
+    with CupyMemory() as memory:
+        inputs = prepare()
+        memory.start()
+        start = time.perf_counter()
+        run(inputs)
+        memory.cupy.cuda.Device().synchronize()
+        seconds = time.perf_counter() - start
+        del inputs
+    memory.pool.free_all_blocks()
+    return memory.peak, memory.reserved, seconds

@@ -4,18 +4,22 @@
     python benchmarks/attention.py                 # full run (a few minutes on one core)
     python benchmarks/attention.py --quick         # smoke run: small sizes, few repeats
     python benchmarks/attention.py --write-results # also rewrite benchmarks/RESULTS.md
-    python benchmarks/attention.py --device cuda   # CuPy + a GPU (speed only; see RESULTS.md)
+    python benchmarks/attention.py --device cuda   # CuPy + a GPU, against PyTorch on the GPU; with
+                                                   # --write-results, its own "... on GPU: <name>" section
 
 What is measured:
 1. forward + backward of scaled_dot_product_attention (B=4, H=8, T=128, d=64, causal) and of
    MultiHeadAttention (B=4, T=128, E=512, H=8, causal), float32, ours and PyTorch's
    interleaved, median over >= 20 runs (5 with --quick);
-2. peak memory (tracemalloc) of forward + backward, flash_attention versus the standard path,
-   B=1, H=1, d=64, T = 1024 ... 8192;
+2. peak memory of forward + backward, flash_attention versus the standard path, B=1, H=1, d=64:
+   on the CPU by tracemalloc (T = 1024 ... 8192); on a GPU on the device itself, by CuPy's memory
+   pool (T = 1024 ... 16384; see `_common.cupy_peak_bytes`), next to PyTorch's
+   torch.cuda.max_memory_allocated for its F.scaled_dot_product_attention;
 3. time per doubling of the sequence length.
 
-Everything runs on ONE thread: the thread variables are set before NumPy is imported and
-torch.set_num_threads(1) is called, so the comparison is kernel against kernel.
+On the CPU everything runs on ONE thread: the thread variables are set before NumPy is imported
+and torch.set_num_threads(1) is called, so the comparison is kernel against kernel. On a GPU the
+clock is read after synchronising both libraries.
 """
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from _common import Device, interleaved_medians, machine, write_section  # noqa: E402
+from _common import (Device, cupy_peak_bytes, device_ready, gpu_facts, gpu_facts_lines,  # noqa: E402
+                     gpu_heading, interleaved_medians, machine, write_section)
 
 torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
@@ -42,6 +47,7 @@ from tinytorch.core.attention import (MultiHeadAttention, flash_attention,  # no
                                       scaled_dot_product_attention)
 from tinytorch.core.tensor import Tensor  # noqa: E402
 
+SECTION = "## Attention (module 12)"
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 
@@ -123,7 +129,8 @@ def bench_speed(device: Device, repeats: int) -> list[dict]:
         rows.append({"name": "  same, PyTorch also returning per-head weights (as ours does)",
                      "ours": medians["ours"], "torch": medians["explicit"],
                      "torch_label": "nn.MultiheadAttention, need_weights=True"})
-    table = Table(title=f"Forward + backward, float32, one thread, median of {repeats} interleaved runs")
+    where = "one thread" if device.name == "cpu" else "GPU, synchronised"
+    table = Table(title=f"Forward + backward, float32, {where}, median of {repeats} interleaved runs")
     for col in ("benchmark", "TinyTorch (ms)", "PyTorch (ms)", "ratio (ours / PyTorch)"):
         table.add_column(col, justify="left" if col == "benchmark" else "right")
     for row in rows:
@@ -172,6 +179,57 @@ def bench_memory(lengths: list[int], skip_standard_above: int) -> list[dict]:
     return rows
 
 
+def bench_memory_gpu(lengths: list[int]) -> list[dict]:
+    """Peak GPU memory of forward + backward, measured on the device: ours (flash and standard)
+    with CuPy's pool, PyTorch's F.scaled_dot_product_attention with its own allocator's counter."""
+    standard = lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+    flash = lambda q, k, v: flash_attention(q, k, v, is_causal=True, block_size=64)
+
+    def measure(fn, T: int, d: int = 64) -> tuple[int, int, float]:
+        rng = np.random.default_rng(2)
+        arrays = [rng.standard_normal((1, 1, T, d), dtype=np.float32) for _ in range(4)]
+
+        def prepare():
+            return [Tensor(a, requires_grad=i < 3, device="cuda") for i, a in enumerate(arrays)]
+
+        def run(tensors):
+            Q, K, V, G = tensors
+            fn(Q, K, V).backward(G.data)
+
+        return cupy_peak_bytes(prepare, run)
+
+    def measure_torch(T: int, d: int = 64) -> int:
+        q, k, v, g = (torch.randn(1, 1, T, d, device="cuda", requires_grad=i < 3) for i in range(4))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).backward(g)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    for fn in (standard, flash):  # CuPy compiles each kernel on its first call: not in the times below
+        measure(fn, 256)
+    if torch is not None:  # nor PyTorch's one-time allocations (its kernels' workspaces)
+        measure_torch(256)
+    rows = []
+    for T in lengths:
+        row = {"T": T, "flash": measure(flash, T), "standard": measure(standard, T)}
+        row["torch"] = measure_torch(T) if torch is not None else None
+        rows.append(row)
+    table = Table(title="Peak GPU memory of forward + backward (CuPy memory pool: bytes in use, above the inputs), "
+                        "B=1, H=1, d=64, causal, float32")
+    for col in ("T", "standard peak", "flash peak", "flash / standard", "standard time", "flash time",
+                "PyTorch SDPA peak"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        (sp, _, st), (fp, _, ft) = row["standard"], row["flash"]
+        theirs = f"{row['torch'] / 2**20:.2f} MiB" if row["torch"] is not None else "-"
+        table.add_row(str(row["T"]), f"{sp / 2**20:.2f} MiB", f"{fp / 2**20:.2f} MiB", f"1/{sp / fp:.1f}",
+                      f"{st * 1e3:.1f} ms", f"{ft * 1e3:.1f} ms", theirs)
+    console.print(table)
+    return rows
+
+
 # ---- 3. time per doubling --------------------------------------------------------------------------
 def bench_scaling(device: Device, lengths: list[int], repeats: int) -> list[dict]:
     rows = []
@@ -199,7 +257,7 @@ def bench_scaling(device: Device, lengths: list[int], repeats: int) -> list[dict
 # ---- RESULTS.md ------------------------------------------------------------------------------------
 def write_results(info: dict, speed: list, memory: list, scaling: list, args) -> None:
     lines = [
-        "## Attention (module 12)",
+        SECTION,
         "",
         f"Measured {info['date']} with `python benchmarks/attention.py` (`tito bench attention`).",
         "",
@@ -268,20 +326,67 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "",
         "### GPU",
         "",
-        "Not measured: no GPU was available for this run. TinyTorch's attention runs unchanged on",
-        "CuPy arrays (every array call goes through `array_module`). To measure on an NVIDIA GPU:",
+        "GPU measurements have their own section, \"Attention (module 12) on GPU: <its name>\", written",
+        "beside this one (never over it) by",
         "",
         "```bash",
         "pip install -e \".[gpu]\"          # CuPy for CUDA 12 (and a CUDA build of torch to compare)",
-        "python benchmarks/attention.py --device cuda",
+        "python benchmarks/attention.py --device cuda --write-results",
         "```",
-        "",
-        "On a GPU the speed section synchronises both libraries before reading the clock; the memory",
-        "section is skipped (tracemalloc sees host memory only).",
         "",
     ]
     write_section(lines[0], "\n".join(lines), RESULTS)
     console.print(f"[green]wrote the attention section of {RESULTS}[/green]")
+
+
+def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scaling: list, args) -> None:
+    """The GPU's own section, after the CPU one: speed, memory measured on the device, scaling."""
+    heading = gpu_heading(SECTION, facts)
+    lines = [heading, "", *gpu_facts_lines(info, facts, "python benchmarks/attention.py --device cuda"), "",
+             f"### Speed against PyTorch on the GPU (forward + backward, float32, median of {args.repeats} "
+             "interleaved runs)", "",
+             "| benchmark | TinyTorch | PyTorch | ratio |", "|---|---:|---:|---:|"]
+    for row in speed:
+        ratio = f"{row['ours'] / row['torch']:.2f}×" if row["torch"] else "-"
+        theirs = f"{row['torch'] * 1e3:.2f} ms ({row['torch_label']})" if row["torch"] else "not measured"
+        lines.append(f"| {row['name'].strip()} | {row['ours'] * 1e3:.2f} ms | {theirs} | {ratio} |")
+    lines += [
+        "",
+        "### Memory on the device: flash_attention versus the standard path (forward + backward)",
+        "",
+        "B=1, H=1, d=64, causal, float32, block_size=64. Peak bytes in use above the inputs, read from a",
+        "fresh CuPy memory pool after every allocation (`_common.cupy_peak_bytes`); PyTorch's column is",
+        "`torch.cuda.max_memory_allocated` above its inputs, for F.scaled_dot_product_attention.",
+        "",
+        "| T | standard | flash | flash / standard | standard time | flash time | PyTorch SDPA |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in memory:
+        (sp, _, st), (fp, _, ft) = row["standard"], row["flash"]
+        theirs = f"{row['torch'] / 2**20:.2f} MiB" if row["torch"] is not None else "-"
+        lines.append(f"| {row['T']} | {sp / 2**20:.2f} MiB | {fp / 2**20:.2f} MiB | 1/{sp / fp:.1f} | "
+                     f"{st * 1e3:.1f} ms | {ft * 1e3:.1f} ms | {theirs} |")
+    lines += [
+        "",
+        "The standard path holds T × T arrays (the weights, kept for backward, and their gradient), so",
+        "its peak grows about 4× per doubling of T; flash_attention keeps the output and one",
+        "log-sum-exp per query and recomputes tiles, so its peak grows about 2× per doubling. Times are",
+        "of one run (synchronised), with CuPy's kernels already compiled.",
+        "",
+        f"### Time per doubling of T (forward + backward, B=1, H=4, d=64, causal, median of {args.scaling_repeats})",
+        "",
+        "| T | standard | × prev | flash | × prev |" + (" PyTorch | × prev |" if torch else ""),
+        "|---:|---:|---:|---:|---:|" + ("---:|---:|" if torch else ""),
+    ]
+    for i, row in enumerate(scaling):
+        prev = scaling[i - 1] if i else None
+        cells = [str(row["T"])]
+        for key in ("ours", "flash") + (("torch",) if torch else ()):
+            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
+    console.print(f"[green]wrote the section {heading[3:]!r} of {RESULTS}[/green]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,23 +397,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.repeats = 5 if args.quick else 25
     args.scaling_repeats = 3 if args.quick else 7
+    if not device_ready(args.device):
+        return 2
+    global torch
     device = Device(args.device, torch)
+    torch = device.torch_module  # None: not installed, or (on cuda) a build without CUDA
     info = machine(torch)
-    console.print(f"[bold]Attention benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
+    facts = gpu_facts(torch) if device.name == "cuda" else None
+    where = "one thread" if facts is None else f"GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
+    console.print(f"[bold]Attention benchmark[/bold] — {info['cpu']} ({info['cores']} cores), {where}; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
-    if torch is None:
-        console.print("[yellow]PyTorch is not installed: measuring TinyTorch alone (pip install torch).[/yellow]")
+    if device.torch_note:
+        console.print(f"[yellow]{device.torch_note}[/yellow]")
     speed = bench_speed(device, args.repeats)
-    memory = []
     if device.name == "cpu":
         lengths = [256, 512] if args.quick else [1024, 2048, 4096, 8192]
         memory = bench_memory(lengths, skip_standard_above=8192)
     else:
-        console.print("memory section skipped on the GPU: tracemalloc measures host memory only")
+        memory = bench_memory_gpu([512, 1024] if args.quick else [1024, 2048, 4096, 8192, 16384])
     scaling = bench_scaling(device, [64, 128, 256] if args.quick else [128, 256, 512, 1024, 2048],
                             args.scaling_repeats)
     if args.write_results:
-        write_results(info, speed, memory, scaling, args)
+        if facts is None:
+            write_results(info, speed, memory, scaling, args)
+        else:
+            write_gpu_results(info, facts, speed, memory, scaling, args)
     return 0
 
 

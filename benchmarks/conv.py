@@ -4,18 +4,21 @@
     python benchmarks/conv.py                 # full run (about a minute on one core)
     python benchmarks/conv.py --quick         # smoke run: small sizes, few repeats
     python benchmarks/conv.py --write-results # also rewrite the convolution section of benchmarks/RESULTS.md
-    python benchmarks/conv.py --device cuda   # CuPy + a GPU (speed only)
+    python benchmarks/conv.py --device cuda   # CuPy + a GPU, against PyTorch on the GPU; with
+                                              # --write-results, its own "... on GPU: <name>" section
 
 What is measured:
 1. forward + backward of Conv2d (batch 32, 3 -> 16 channels, 3x3, 32x32, padding 1, float32),
    with and without the input's gradient, and of MaxPool2d(2) on its output; ours and
    PyTorch's interleaved, median over >= 20 runs (5 with --quick);
-2. memory: the im2col column matrix against the input, and the peak (tracemalloc) of a
-   forward + backward pass, as the image grows;
-3. time as the image grows (side 16 ... 128): each doubling of the side quadruples the work.
+2. memory: the im2col column matrix against the input, and the peak of a forward + backward
+   pass, as the image grows (tracemalloc on the CPU; on a GPU, CuPy's memory pool on the device,
+   see `_common.cupy_peak_bytes`);
+3. time as the image grows (side 16 ... 256): each doubling of the side quadruples the work.
 
-Everything runs on ONE thread: the thread variables are set before NumPy is imported and
-torch.set_num_threads(1) is called, so the comparison is kernel against kernel.
+On the CPU everything runs on ONE thread: the thread variables are set before NumPy is imported
+and torch.set_num_threads(1) is called, so the comparison is kernel against kernel. On a GPU the
+clock is read after synchronising both libraries.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from _common import Device, interleaved_medians, machine, write_section  # noqa: E402
+from _common import (Device, cupy_peak_bytes, device_ready, gpu_facts, gpu_facts_lines,  # noqa: E402
+                     gpu_heading, interleaved_medians, machine, write_section)
 
 torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
@@ -119,7 +123,8 @@ def bench_speed(device: Device, repeats: int, quick: bool) -> list[dict]:
         fns = {"ours": ours} if theirs is None else {"ours": ours, "torch": theirs}
         medians = interleaved_medians(fns, repeats, device.sync)
         rows.append({"name": name, "ours": medians["ours"], "torch": medians.get("torch")})
-    table = Table(title=f"Forward + backward, float32, one thread, median of {repeats} interleaved runs")
+    where = "one thread" if device.name == "cpu" else "GPU, synchronised"
+    table = Table(title=f"Forward + backward, float32, {where}, median of {repeats} interleaved runs")
     for col in ("benchmark", "TinyTorch (ms)", "PyTorch (ms)", "ratio (ours / PyTorch)"):
         table.add_column(col, justify="left" if col == "benchmark" else "right")
     for row in rows:
@@ -131,12 +136,23 @@ def bench_speed(device: Device, repeats: int, quick: bool) -> list[dict]:
 
 
 # ---- 2. memory: the column matrix ---------------------------------------------------------------
-def peak_fwd_bwd(batch: int, side: int) -> int:
-    """Peak bytes (tracemalloc) of one forward + backward of Conv2d(3, 16, 3, padding=1)."""
+def peak_fwd_bwd(batch: int, side: int, device: str = "cpu") -> int:
+    """Peak bytes of one forward + backward of Conv2d(3, 16, 3, padding=1): tracemalloc on the CPU;
+    on "cuda", bytes in use on the device (CuPy's pool) above the layer, the input and its gradient."""
     rng = np.random.default_rng(1)
     conv = Conv2d(3, 16, 3, padding=1, seed=0)
     x = rng.standard_normal((batch, 3, side, side), dtype=np.float32)
     g = rng.standard_normal((batch, 16, side, side), dtype=np.float32)
+    if device == "cuda":
+        def prepare():  # the layer, the input and its gradient: in the measured pool, not counted
+            conv.to("cuda")
+            return Tensor(x, requires_grad=True, device="cuda"), Tensor(g, device="cuda")
+
+        def run(tensors):
+            X, G = tensors
+            conv(X).backward(G.data)
+
+        return cupy_peak_bytes(prepare, run)[0]
     gc.collect()
     tracemalloc.start()
     X = Tensor(x, requires_grad=True)
@@ -146,14 +162,17 @@ def peak_fwd_bwd(batch: int, side: int) -> int:
     return peak
 
 
-def bench_memory(sides: list[int], batch: int) -> list[dict]:
+def bench_memory(sides: list[int], batch: int, device: str = "cpu") -> list[dict]:
     rows = []
+    if device == "cuda":
+        peak_fwd_bwd(batch, sides[0], device)  # CuPy compiles each kernel on its first call
     for side in sides:
         x = np.zeros((batch, 3, side + 2, side + 2), np.float32)  # padded by 1
         cols = im2col(x, (3, 3), (1, 1))
         rows.append({"side": side, "input": batch * 3 * side * side * 4, "cols": cols.nbytes,
-                     "peak": peak_fwd_bwd(batch, side)})
-    table = Table(title=f"Memory of Conv2d(3, 16, 3, padding=1), batch {batch}, float32")
+                     "peak": peak_fwd_bwd(batch, side, device)})
+    how = "tracemalloc" if device == "cpu" else "on the device, CuPy memory pool"
+    table = Table(title=f"Memory of Conv2d(3, 16, 3, padding=1), batch {batch}, float32, peak fwd+bwd: {how}")
     for col in ("side", "input", "column matrix", "cols / input", "peak fwd+bwd", "peak / input"):
         table.add_column(col, justify="right")
     for row in rows:
@@ -266,18 +285,69 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "",
         "### GPU",
         "",
-        "Not measured here: no GPU was available for this run. TinyTorch's convolution and pooling run",
-        "unchanged on CuPy arrays (every array call goes through `array_module`; im2col uses",
-        "`lib.stride_tricks.as_strided`, which CuPy has). To measure on an NVIDIA GPU:",
+        "TinyTorch's convolution and pooling run unchanged on CuPy arrays (every array call goes through",
+        "`array_module`; im2col uses `lib.stride_tricks.as_strided`, which CuPy has). GPU measurements have",
+        "their own section, \"Convolution (module 09) on GPU: <its name>\", written beside this one (never",
+        "over it) by",
         "",
         "```bash",
         "pip install -e \".[gpu]\"          # CuPy for CUDA 12 (and a CUDA build of torch to compare)",
-        "python benchmarks/conv.py --device cuda",
+        "python benchmarks/conv.py --device cuda --write-results",
         "```",
         "",
     ]
     write_section(lines[0], "\n".join(lines), RESULTS)
     console.print(f"[green]wrote the convolution section of {RESULTS}[/green]")
+
+
+def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scaling: list, args) -> None:
+    """The GPU's own section, after the CPU one: speed, memory on the device, time as the image grows."""
+    heading = gpu_heading(SECTION, facts)
+    lines = [heading, "", *gpu_facts_lines(info, facts, "python benchmarks/conv.py --device cuda"), "",
+             f"### Speed against PyTorch on the GPU (forward + backward, float32, median of {args.repeats} "
+             "interleaved runs)", "",
+             "| benchmark | TinyTorch | PyTorch | ratio |", "|---|---:|---:|---:|"]
+    for row in speed:
+        ratio = f"{row['ours'] / row['torch']:.2f}×" if row["torch"] else "-"
+        theirs = f"{row['torch'] * 1e3:.2f} ms" if row["torch"] else "not measured"
+        lines.append(f"| {row['name'].strip()} | {row['ours'] * 1e3:.2f} ms | {theirs} | {ratio} |")
+    lines += [
+        "",
+        "PyTorch runs cuDNN's convolution kernels; ours is im2col, one batched cuBLAS product and col2im,",
+        "each a handful of CuPy kernels launched from Python.",
+        "",
+        f"### Memory on the device (batch {args.memory_batch}, float32, peak in use during forward + backward)",
+        "",
+        "Peak bytes in use above the layer, the input and its upstream gradient, read from a fresh CuPy",
+        "memory pool after every allocation (`_common.cupy_peak_bytes`).",
+        "",
+        "| side | input | column matrix | cols / input | peak fwd+bwd | peak / input |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in memory:
+        lines.append(f"| {row['side']} | {row['input'] / 2**20:.2f} MiB | {row['cols'] / 2**20:.2f} MiB | "
+                     f"{row['cols'] / row['input']:.2f} | {row['peak'] / 2**20:.2f} MiB | "
+                     f"{row['peak'] / row['input']:.1f} |")
+    lines += [
+        "",
+        f"### Time as the image grows (Conv2d(3, 16, 3, padding=1) fwd+bwd, batch {args.scaling_batch}, "
+        f"median of {args.scaling_repeats})",
+        "",
+        "| side | TinyTorch | × prev |" + (" PyTorch | × prev | ratio |" if torch else ""),
+        "|---:|---:|---:|" + ("---:|---:|---:|" if torch else ""),
+    ]
+    for i, row in enumerate(scaling):
+        prev = scaling[i - 1] if i else None
+        cells = [str(row["side"])]
+        for key in ("ours", "torch") if torch else ("ours",):
+            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
+        if torch:
+            cells.append(f"{row['ours'] / row['torch']:.2f}×")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "While the GPU is not full, a doubling of the side costs far less than 4×: the time is",
+              "kernel launches, not arithmetic.", ""]
+    write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
+    console.print(f"[green]wrote the section {heading[3:]!r} of {RESULTS}[/green]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,22 +360,27 @@ def main(argv: list[str] | None = None) -> int:
     args.scaling_repeats = 3 if args.quick else 9
     args.memory_batch = 4 if args.quick else 32
     args.scaling_batch = 2 if args.quick else 8
+    if not device_ready(args.device):
+        return 2
+    global torch
     device = Device(args.device, torch)
+    torch = device.torch_module  # None: not installed, or (on cuda) a build without CUDA
     info = machine(torch)
-    console.print(f"[bold]Convolution benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
+    facts = gpu_facts(torch) if device.name == "cuda" else None
+    where = "one thread" if facts is None else f"GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
+    console.print(f"[bold]Convolution benchmark[/bold] — {info['cpu']} ({info['cores']} cores), {where}; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
-    if torch is None:
-        console.print("[yellow]PyTorch is not installed: measuring TinyTorch alone (pip install torch).[/yellow]")
+    if device.torch_note:
+        console.print(f"[yellow]{device.torch_note}[/yellow]")
     speed = bench_speed(device, args.repeats, args.quick)
-    memory = []
-    if device.name == "cpu":
-        memory = bench_memory([16, 32] if args.quick else [16, 32, 64, 128], args.memory_batch)
-    else:
-        console.print("memory section skipped on the GPU: tracemalloc measures host memory only")
+    memory = bench_memory([16, 32] if args.quick else [16, 32, 64, 128], args.memory_batch, device.name)
     scaling = bench_scaling(device, [16, 32] if args.quick else [16, 32, 64, 128, 256], args.scaling_batch,
                             args.scaling_repeats)
     if args.write_results:
-        write_results(info, speed, memory, scaling, args)
+        if facts is None:
+            write_results(info, speed, memory, scaling, args)
+        else:
+            write_gpu_results(info, facts, speed, memory, scaling, args)
     return 0
 
 

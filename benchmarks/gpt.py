@@ -6,6 +6,8 @@
     python benchmarks/gpt.py --milestone      # also the whole shakespeare milestone against the same
                                               # recipe in PyTorch, both on 2 threads (tens of minutes)
     python benchmarks/gpt.py --write-results  # also rewrite the GPT section of benchmarks/RESULTS.md
+    python benchmarks/gpt.py --device cuda    # CuPy + a GPU, against PyTorch on the GPU; with
+                                              # --write-results, its own "GPT (module 13) on GPU: <name>" section
 
 What is measured (PyTorch's side is written here as the same model: separate q/k/v projections,
 F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied to the token table):
@@ -14,9 +16,12 @@ F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied
    PyTorch eager interleaved, median CPU time over >= 15 runs, ONE thread;
 2. generation: tokens per second after a prompt of 32 and of 256 tokens, with and without the
    cache (the same model with a context of 512), and PyTorch's cached loop, ONE thread;
-3. peak memory of our training step (tracemalloc: every NumPy allocation);
+3. peak memory of our training step (tracemalloc: every NumPy allocation; on a GPU, CuPy's memory
+   pool on the device, see `_common.CupyMemory`);
 4. with --milestone: wall time of `milestones/shakespeare.py` and of the same recipe in PyTorch,
-   each in a fresh process limited to 2 threads (--milestone-threads), run one after the other.
+   each in a fresh process limited to 2 threads (--milestone-threads), run one after the other
+   (with --device cuda, both on the GPU).
+On a GPU (--device cuda) the clock is wall time, read after synchronising both libraries.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ if "--torch-recipe" not in sys.argv:  # the milestone subprocesses set their own
     _common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import gc  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
@@ -48,14 +54,17 @@ try:
 except ImportError:  # the benchmark still measures TinyTorch alone
     torch = None
 
-from _common import interleaved_medians, machine, write_section  # noqa: E402
+from _common import (CupyMemory, Device, device_ready, gpu_facts, gpu_facts_lines, gpu_heading,  # noqa: E402
+                     interleaved_medians, machine, write_section)
 from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
+from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 RECIPE = dict(vocab=65, embed=128, layers=4, heads=4, context=64, batch=12)
+SECTION = "## GPT (module 13)"
 
 
 # ---- PyTorch: the same model ------------------------------------------------------------------
@@ -84,7 +93,7 @@ if torch is not None:
                 keys[:, :, past:past + T] = k
                 values[:, :, past:past + T] = v
                 k, v = keys[:, :, :past + T], values[:, :, :past + T]
-                mask = None if T == 1 else torch.ones(T, past + T, dtype=torch.bool).tril(past)
+                mask = None if T == 1 else torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
                 a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             x = x + self.o(a.transpose(1, 2).reshape(B, T, E))
             return x + self.proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
@@ -104,7 +113,7 @@ if torch is not None:
 
         def forward(self, idx, targets=None, caches=None, past=0):
             T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(past, past + T))
+            x = self.wte(idx) + self.wpe(torch.arange(past, past + T, device=idx.device))
             for i, block in enumerate(self.blocks):
                 x = block(x, None if caches is None else caches[i], past)
             logits = self.ln_f(x) @ self.wte.weight.T
@@ -114,11 +123,12 @@ if torch is not None:
         def make_caches(self, batch: int):
             block = self.blocks[0]
             shape = (batch, block.heads, self.context, self.wte.weight.shape[1] // block.heads)
-            return [(torch.zeros(shape), torch.zeros(shape)) for _ in self.blocks]
+            device = self.wte.weight.device
+            return [(torch.zeros(shape, device=device), torch.zeros(shape, device=device)) for _ in self.blocks]
 
         @torch.no_grad()
         def generate(self, idx, new_tokens: int, use_cache: bool, seed: int = 0):
-            generator = torch.Generator().manual_seed(seed)
+            generator = torch.Generator(device=idx.device).manual_seed(seed)
             tokens, caches, past = idx, None, 0
             for _ in range(new_tokens):
                 if not use_cache:
@@ -141,11 +151,13 @@ if torch is not None:
 
 
 # ---- 1. the training step ----------------------------------------------------------------------
-def training_step(repeats: int) -> dict:
+def training_step(device: Device, repeats: int) -> dict:
     r = RECIPE
-    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0)
+    # The model moves before the optimizer is made: its state then lives on the same device.
+    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0).to(device.name)
     optimizer = AdamW(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
     x, y = np.random.default_rng(0).integers(0, r["vocab"], (2, r["batch"], r["context"]))
+    x, y = device.tensor(x), device.tensor(y)  # int64 ids, on the device once
 
     def ours():
         _, loss = model(x, targets=y)
@@ -156,9 +168,9 @@ def training_step(repeats: int) -> dict:
     fns = {"ours": ours}
     if torch is not None:
         torch.manual_seed(0)
-        theirs_model = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"])
+        theirs_model = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"]).to(device.torch_device)
         theirs_opt = torch.optim.AdamW(torch_groups(theirs_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
-        tx, ty = torch.tensor(x), torch.tensor(y)
+        tx, ty = device.torch(x.numpy()), device.torch(y.numpy())
 
         def theirs():
             _, loss = theirs_model(tx, ty)
@@ -167,8 +179,9 @@ def training_step(repeats: int) -> dict:
             theirs_opt.step()
 
         fns["torch"] = theirs
-    medians = interleaved_medians(fns, repeats)
-    table = Table(title=f"GPT training step (forward, cross-entropy, backward, AdamW), median CPU time of {repeats}, one thread")
+    medians = interleaved_medians(fns, repeats, device.sync)
+    clock = "median CPU time of {}, one thread" if device.name == "cpu" else "median wall time of {}, GPU, synchronised"
+    table = Table(title=f"GPT training step (forward, cross-entropy, backward, AdamW), {clock.format(repeats)}")
     for col in ("model", "TinyTorch", "PyTorch eager", "ratio"):
         table.add_column(col, justify="left" if col == "model" else "right")
     ratio = f"{medians['ours'] / medians['torch']:.2f}x" if "torch" in medians else "-"
@@ -179,27 +192,28 @@ def training_step(repeats: int) -> dict:
 
 
 # ---- 2. generation ------------------------------------------------------------------------------
-def generation(prompts: list[int], new_tokens: int, repeats: int) -> list[dict]:
+def generation(device: Device, prompts: list[int], new_tokens: int, repeats: int) -> list[dict]:
     r = RECIPE
     context = 512
-    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], context, bias=False, seed=0)
+    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], context, bias=False, seed=0).to(device.name)
     theirs = None
     if torch is not None:
         torch.manual_seed(0)
-        theirs = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], context).eval()
+        theirs = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], context).to(device.torch_device).eval()
     rows = []
     for length in prompts:
         prompt = np.random.default_rng(length).integers(0, r["vocab"], (1, length))
         fns = {"no cache": lambda: model.generate(prompt, new_tokens, seed=0, use_cache=False),
                "cache": lambda: model.generate(prompt, new_tokens, seed=0, use_cache=True)}
         if theirs is not None:
-            tprompt = torch.tensor(prompt)
+            tprompt = device.torch(prompt)
             fns["torch no cache"] = lambda: theirs.generate(tprompt, new_tokens, use_cache=False)
             fns["torch cache"] = lambda: theirs.generate(tprompt, new_tokens, use_cache=True)
-        medians = interleaved_medians(fns, repeats)
+        medians = interleaved_medians(fns, repeats, device.sync)
         rows.append({"prompt": length, **{k: new_tokens / v for k, v in medians.items()}})
+    where = "one thread" if device.name == "cpu" else "GPU"
     table = Table(title=f"Generation, tokens per second ({new_tokens} new tokens, batch 1, context 512, "
-                        f"median of {repeats}, one thread)")
+                        f"median of {repeats}, {where})")
     cols = ["prompt", "no cache", "cache", "cache / no cache"] + (["PyTorch cache", "ours / PyTorch (cache)"] if theirs else [])
     for col in cols:
         table.add_column(col, justify="right")
@@ -213,26 +227,41 @@ def generation(prompts: list[int], new_tokens: int, repeats: int) -> list[dict]:
 
 
 # ---- 3. memory ------------------------------------------------------------------------------------
-def peak_memory() -> dict:
+def peak_memory(device: Device | None = None) -> dict:
+    """Memory of one forward + backward above the model and the optimizer's state: tracemalloc on
+    the CPU; on a GPU, bytes in use on the device (`CupyMemory`: the model, its state and the
+    batch are made inside its pool, before it starts counting)."""
+    on_gpu = device is not None and device.name == "cuda"
     r = RECIPE
-    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0)
-    optimizer = AdamW(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
-    x, y = np.random.default_rng(0).integers(0, r["vocab"], (2, r["batch"], r["context"]))
-    for _ in range(2):  # the optimizer's state exists from the first step on
-        _, loss = model(x, targets=y)
+    with CupyMemory() if on_gpu else contextlib.nullcontext() as memory:
+        where = "cuda" if on_gpu else "cpu"
+        model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0).to(where)
+        optimizer = AdamW(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+        x, y = (Tensor(ids, device=where)
+                for ids in np.random.default_rng(0).integers(0, r["vocab"], (2, r["batch"], r["context"])))
+        for _ in range(2):  # the optimizer's state exists from the first step on
+            _, loss = model(x, targets=y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    optimizer.zero_grad()
-    del loss
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    _, loss = model(x, targets=y)
-    after_forward = tracemalloc.get_traced_memory()[0] - base
-    loss.backward()
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
+        del loss
+        gc.collect()
+        if memory is not None:
+            memory.start()
+            _, loss = model(x, targets=y)
+            after_forward = memory.in_use()
+            loss.backward()
+        else:
+            tracemalloc.start()
+            base = tracemalloc.get_traced_memory()[0]
+            _, loss = model(x, targets=y)
+            after_forward = tracemalloc.get_traced_memory()[0] - base
+            loss.backward()
+            peak = tracemalloc.get_traced_memory()[1] - base
+            tracemalloc.stop()
+    if memory is not None:
+        peak = memory.peak
     intermediate_grads = sum(1 for t in _graph(loss) if t.grad is not None and t._node is not None)
     result = {"forward": after_forward, "peak": peak, "intermediate_grads": intermediate_grads,
               "params": sum(p.data.nbytes for p in model.parameters())}
@@ -257,9 +286,9 @@ def _graph(root) -> list:
 
 
 # ---- 4. the whole milestone, both libraries on 2 threads --------------------------------------------
-def torch_recipe(iters: int | None = None) -> int:
+def torch_recipe(iters: int | None = None, device: str = "cpu") -> int:
     """nanoGPT's small CPU recipe in PyTorch: the milestone's data, model, optimizer and schedule
-    (`iters` shortens the run for a smoke test; the schedule follows it)."""
+    (`iters` shortens the run for a smoke test; the schedule follows it), on `device`."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("shakespeare", ROOT / "milestones" / "shakespeare.py")
@@ -270,7 +299,7 @@ def torch_recipe(iters: int | None = None) -> int:
     start = time.perf_counter()
     train, val, tokenizer = milestone.load_text()
     torch.manual_seed(1337)
-    model = TorchGPT(tokenizer.vocab_size, R["embed_dim"], R["num_layers"], R["num_heads"], R["context"])
+    model = TorchGPT(tokenizer.vocab_size, R["embed_dim"], R["num_layers"], R["num_heads"], R["context"]).to(device)
     optimizer = torch.optim.AdamW(torch_groups(model, R["weight_decay"]), lr=R["lr"], betas=R["betas"])
 
     def lr_at(step: int) -> float:  # module 07's CosineWarmupLR
@@ -284,7 +313,7 @@ def torch_recipe(iters: int | None = None) -> int:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(it)
         x, y = milestone.get_batch(train, R["batch"], R["context"], batches)
-        _, loss = model(torch.tensor(x), torch.tensor(y))
+        _, loss = model(torch.tensor(x, device=device), torch.tensor(y, device=device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), R["clip"])
@@ -292,13 +321,14 @@ def torch_recipe(iters: int | None = None) -> int:
     model.eval()
     rng = np.random.default_rng(2)
     with torch.no_grad():
-        losses = [model(*(torch.tensor(a) for a in milestone.get_batch(val, R["batch"], R["context"], rng)))[1].item()
+        losses = [model(*(torch.tensor(a, device=device) for a in milestone.get_batch(val, R["batch"], R["context"], rng)))[1].item()
                   for _ in range(milestone.EVAL_BATCHES)]
     print(f"torch recipe: validation loss {np.mean(losses):.4f} in {time.perf_counter() - start:.1f}s")
     return 0
 
 
-def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict | None = None) -> dict:
+def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict | None = None,
+                    device: str = "cpu") -> dict:
     """Wall time and validation loss of our milestone and of the PyTorch recipe, each in its own process.
 
     One after the other by default. `concurrent` starts both at once (one thread each is then
@@ -309,9 +339,9 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
     env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if commands is None:
-        commands = {"tinytorch": [sys.executable, "milestones/shakespeare.py"]}
+        commands = {"tinytorch": [sys.executable, "milestones/shakespeare.py", "--device", device]}
         if torch is not None:
-            commands["torch"] = [sys.executable, "benchmarks/gpt.py", "--torch-recipe"]
+            commands["torch"] = [sys.executable, "benchmarks/gpt.py", "--torch-recipe", "--device", device]
 
     def start(name, command):
         log = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # a file: a pipe could fill up and block
@@ -353,7 +383,7 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
 
 # ---- RESULTS.md ---------------------------------------------------------------------------------
 def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: dict | None, args) -> None:
-    heading = "## GPT (module 13)"
+    heading = SECTION
     lines = [
         heading, "",
         f"Measured {info['date']} with `python benchmarks/gpt.py` (`tito bench gpt`) on {info['cpu']}, "
@@ -418,9 +448,53 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
     console.print(f"wrote the GPT section of {RESULTS}")
 
 
+def write_gpu_results(info: dict, facts: dict, step: dict, gen: list, memory: dict, milestone: dict | None,
+                      args) -> None:
+    """The GPU's own section, after the CPU one: training step, generation, memory, the whole milestone."""
+    heading = gpu_heading(SECTION, facts)
+    lines = [heading, "", *gpu_facts_lines(info, facts, "python benchmarks/gpt.py --device cuda"), "",
+             "### Training step of the milestone's model", "",
+             "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
+             f"backward, AdamW (decay on matrices only); median of {args.repeats}; PyTorch eager on the same GPU.", "",
+             "| TinyTorch | PyTorch eager | ratio |", "|---:|---:|---:|"]
+    if "torch" in step:
+        lines.append(f"| {step['ours'] * 1e3:.1f} ms | {step['torch'] * 1e3:.1f} ms | {step['ours'] / step['torch']:.2f}× |")
+    else:
+        lines.append(f"| {step['ours'] * 1e3:.1f} ms | not measured | - |")
+    lines += ["", "At this size both libraries are bound by launching kernels, not by the GPU: each of our",
+              "~230 recorded operations is one or a few CuPy kernels launched from Python.", "",
+              f"### Generation (tokens per second, {args.new_tokens} new tokens, batch 1, context 512)", "",
+              "| prompt | no cache | cache | cache / no cache | PyTorch cache | ours / PyTorch (cache) | PyTorch no cache |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in gen:
+        theirs = (f"{row['torch cache']:.0f} | {row['cache'] / row['torch cache']:.2f} | {row['torch no cache']:.0f}"
+                  if "torch cache" in row else "- | - | -")
+        lines.append(f"| {row['prompt']} | {row['no cache']:.0f} | {row['cache']:.0f} | "
+                     f"{row['cache'] / row['no cache']:.1f}× | {theirs} |")
+    lines += ["", "Our `generate` samples each token on the host (one small copy of the last logits per token).", "",
+              "### Peak memory of the training step on the device (above the model and the optimizer state)", "",
+              "Bytes in use, read from a fresh CuPy memory pool after every allocation (`_common.CupyMemory`).", "",
+              "| forward holds | peak during backward | intermediate tensors keeping a `.grad` | parameters |",
+              "|---:|---:|---:|---:|",
+              f"| {memory['forward'] / 2**20:.1f} MiB | {memory['peak'] / 2**20:.1f} MiB | "
+              f"{memory['intermediate_grads']} | {memory['params'] / 2**20:.1f} MiB |", ""]
+    if milestone:
+        lines += ["### The whole milestone on the GPU, one after the other", "",
+                  "`milestones/shakespeare.py --device cuda` and the same recipe in PyTorch on the same GPU.", "",
+                  "| | wall time | validation loss |", "|---|---:|---:|"]
+        for name, row in milestone.items():
+            lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loss']:.4f} |")
+        if "torch" in milestone:
+            lines += ["", f"Ratio: {milestone['tinytorch']['seconds'] / milestone['torch']['seconds']:.2f}×."]
+        lines.append("")
+    write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
+    console.print(f"wrote the section {heading[3:]!r} of {RESULTS}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few repeats, short generations (a smoke run)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--milestone", action="store_true", help="also time the whole milestone against PyTorch")
     parser.add_argument("--milestone-threads", type=int, default=2, metavar="N",
                         help="threads for each milestone process (default 2)")
@@ -431,18 +505,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe-iters", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.torch_recipe:
-        return torch_recipe(args.recipe_iters)
+        return torch_recipe(args.recipe_iters, args.device)
     args.repeats = 3 if args.quick else 15
     args.new_tokens = 8 if args.quick else 48
+    if not device_ready(args.device):
+        return 2
+    global torch
+    device = Device(args.device, torch)
+    torch = device.torch_module  # None: not installed, or (on cuda) a build without CUDA
     info = machine(torch)
-    console.print(f"[bold]GPT benchmark[/bold]: {info['cpu']} ({info['cores']} cores); NumPy {info['numpy']}, "
+    facts = gpu_facts(torch) if device.name == "cuda" else None
+    where = "" if facts is None else f"; GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
+    console.print(f"[bold]GPT benchmark[/bold]: {info['cpu']} ({info['cores']} cores){where}; NumPy {info['numpy']}, "
                   f"PyTorch {info['torch']}, {info['date']}")
-    step = training_step(args.repeats)
-    gen = generation([32, 256], args.new_tokens, 1 if args.quick else 5)
-    memory = peak_memory()
-    milestone = whole_milestone(args.milestone_threads, args.milestone_concurrent) if args.milestone else None
+    if device.torch_note:
+        console.print(f"[yellow]{device.torch_note}[/yellow]")
+    step = training_step(device, args.repeats)
+    gen = generation(device, [32, 256], args.new_tokens, 1 if args.quick else 5)
+    memory = peak_memory(device)
+    milestone = (whole_milestone(args.milestone_threads, args.milestone_concurrent, device=device.name)
+                 if args.milestone else None)
     if args.write_results:
-        write_results(info, step, gen, memory, milestone, args)
+        if facts is None:
+            write_results(info, step, gen, memory, milestone, args)
+        else:
+            write_gpu_results(info, facts, step, gen, memory, milestone, args)
     return 0
 
 

@@ -11,7 +11,7 @@ head's weights form the anti-diagonal; the program saves that heat map.
 as correct only when every one of its letters is. Training: AdamW, cosine schedule with
 warm-up, gradient clipping, batches of 64 from a seeded, shuffling DataLoader.
 
-    python milestones/reversal.py [--fast] [--heatmap PATH] [--seed N]
+    python milestones/reversal.py [--fast] [--heatmap PATH] [--seed N] [--device cpu|cuda]
 
 --fast trains on shorter sequences (12 letters) and less data (2,560 sequences, three
 epochs) and checks the lower bound 90% (the test suite's smoke run, a few seconds).
@@ -27,12 +27,14 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict  # milestones/_verdict.py
 from tinytorch.core.attention import MultiHeadAttention, plot_attention_heads
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import Linear, Module
 from tinytorch.core.losses import CrossEntropyLoss
 from tinytorch.core.optimizers import AdamW
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_array
 from tinytorch.core.training import CosineWarmupLR, Trainer
 from tinytorch.data.loader import DataLoader, TensorDataset
 from tinytorch.text.embeddings import Embedding, PositionalEmbedding
@@ -64,8 +66,12 @@ class Reverser(Module):
 
 
 def exact_match(logits, targets) -> float:
-    """Fraction of sequences whose every position is predicted right."""
-    return float((logits.numpy().argmax(-1) == targets.numpy()).all(-1).mean())
+    """Fraction of sequences whose every position is predicted right (computed where the logits
+    live: on a GPU only the one number comes back to the host)."""
+    predicted = as_tensor(logits).data.argmax(-1)
+    xp = array_module(predicted)
+    right = (predicted == xp.asarray(to_array(targets))).all(-1)
+    return int(right.sum()) / right.size
 
 
 exact_match.__name__ = "exact_match"
@@ -90,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="shorter sequences, brief training, lower bound 90%%: for the test suite")
     parser.add_argument("--heatmap", type=Path, default=DEFAULT_HEATMAP, help=f"where to save the heat map (default {DEFAULT_HEATMAP})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the initialisation and the shuffling")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
+    if not device_ready(args.device):
+        return 2
     console = Console(highlight=False, soft_wrap=True)
     config = FAST if args.fast else FULL
     threshold = FAST_THRESHOLD if args.fast else THRESHOLD
@@ -98,22 +107,27 @@ def main(argv: list[str] | None = None) -> int:
 
     length = config["length"]
     train, test = make_data(length, config["train_size"], seed=args.seed)
-    train_loader = DataLoader(TensorDataset(train, train[:, ::-1].copy()), batch_size=64, shuffle=True, seed=args.seed)
-    test_loader = DataLoader(TensorDataset(test, test[:, ::-1].copy()), batch_size=500)
-    model = Reverser(len(LETTERS), length, config["width"], config["heads"], seed=args.seed)
+    # The sequences and their targets go to the device once; each batch is then gathered there.
+    train_x, train_y, test_x, test_y = (Tensor(a, device=args.device) for a in
+                                        (train, train[:, ::-1].copy(), test, test[:, ::-1].copy()))
+    train_loader = DataLoader(TensorDataset(train_x, train_y), batch_size=64, shuffle=True, seed=args.seed)
+    test_loader = DataLoader(TensorDataset(test_x, test_y), batch_size=500)
+    # The model moves before the optimizer is made: its state then lives on the same device.
+    model = Reverser(len(LETTERS), length, config["width"], config["heads"], seed=args.seed).to(args.device)
     optimizer = AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     epochs = config["epochs"]
     scheduler = CosineWarmupLR(optimizer, warmup_steps=len(train_loader), total_steps=epochs * len(train_loader))
     trainer = Trainer(model, optimizer, CrossEntropyLoss(), scheduler=scheduler, clip=1.0, metric=exact_match)
     console.print(f"[bold]Reversal[/]: {len(train):,} training / {len(test):,} held-out sequences of {length} letters; "
                   f"Embedding + PositionalEmbedding + MultiHeadAttention({config['width']}, {config['heads']} heads, "
-                  f"bidirectional) + Linear; AdamW + cosine warm-up, batch 64, {epochs} epochs")
+                  f"bidirectional) + Linear; AdamW + cosine warm-up, batch 64, {epochs} epochs; "
+                  f"device {device_label(args.device)}")
     trainer.fit(train_loader, test_loader, epochs=epochs)
 
     model.eval()
     with no_grad():
-        predictions = model(test[:3]).numpy().argmax(-1)
-        weights = model.last_weights.numpy()  # (3, H, T, T)
+        predictions = model(test_x[:3]).numpy().argmax(-1)  # .numpy(): to the host, once
+        weights = model.last_weights.numpy()  # (3, H, T, T), on the host for the printing and the plot
     for source, guess in zip(test[:3], predictions):
         mark = "[green]✓[/]" if np.array_equal(guess, source[::-1]) else "[red]✗[/]"
         console.print(f"  {letters(source)} -> {letters(guess)} {mark}")

@@ -10,7 +10,10 @@ random windows. The validation loss is the mean over 200 random validation batch
 (nanoGPT reports 1.88 for this recipe; PyTorch with it reaches 1.91 here). At the end it
 prints a sample and saves the attention heat maps of the last layer (module 12's plotting).
 
-    python milestones/shakespeare.py [--fast] [--iters N] [--out DIR]
+    python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda]
+
+On cuda the token ids live on the GPU from the start: each batch's 12 window starts are drawn on
+the host (the same draws on both devices) and sent over, and the windows are gathered there.
 """
 from __future__ import annotations
 
@@ -24,10 +27,12 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict_at_most  # milestones/_verdict.py
 from tinytorch.core.attention import plot_attention_heads
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
+from tinytorch.core.tensor import Tensor, array_module, to_array, to_host
 from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
 from tinytorch.models.transformer import GPT
 from tinytorch.text.tokenization import CharTokenizer
@@ -51,20 +56,31 @@ def load_text() -> tuple[np.ndarray, np.ndarray, CharTokenizer]:
     return ids[:split], ids[split:], tokenizer
 
 
-def get_batch(data: np.ndarray, batch: int, context: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """`batch` random windows of `context` characters (x) and the same windows shifted by one (y)."""
-    starts = rng.integers(0, len(data) - context, batch)
-    windows = data[starts[:, None] + np.arange(context + 1)]
+def get_batch(data, batch: int, context: int, rng: np.random.Generator) -> tuple:
+    """`batch` random windows of `context` characters (x) and the same windows shifted by one (y).
+
+    `data` is a NumPy or a CuPy array of ids; the windows are gathered where it lives. The starts
+    come from the NumPy generator `rng` on the host, so both devices see the same batches.
+    """
+    xp = array_module(data)
+    starts = xp.asarray(rng.integers(0, len(data) - context, batch))
+    windows = data[starts[:, None] + xp.arange(context + 1)]
     return windows[:, :-1], windows[:, 1:]
 
 
-def estimate_loss(model: GPT, data: np.ndarray, batches: int, rng: np.random.Generator) -> float:
+def mean_of(losses: list) -> float:
+    """The mean of scalar losses (arrays on the model's device): one copy to the host for all of them."""
+    return float(to_host(array_module(losses[0]).stack(losses)).mean(dtype=np.float64))
+
+
+def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator) -> float:
     """Mean cross-entropy over `batches` random batches, in eval mode, without gradients."""
     model.eval()
     with no_grad():
-        losses = [model(*get_batch(data, RECIPE["batch"], RECIPE["context"], rng))[1].item() for _ in range(batches)]
+        losses = [model(*map(Tensor, get_batch(data, RECIPE["batch"], RECIPE["context"], rng)))[1].data
+                  for _ in range(batches)]
     model.train()
-    return float(np.mean(losses))
+    return mean_of(losses)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,22 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=None, help="training iterations (default 2000; 200 with --fast)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-shakespeare",
                         help="folder for the attention heat maps")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
+    if not device_ready(args.device):
+        return 2
     console = Console(highlight=False, soft_wrap=True)
     iters = args.iters or (200 if args.fast else RECIPE["iters"])
     threshold, eval_batches = (FAST_THRESHOLD, 20) if args.fast else (THRESHOLD, EVAL_BATCHES)
     start = time.perf_counter()
 
     train, val, tokenizer = load_text()
+    train, val = to_array(train, device=args.device), to_array(val, device=args.device)  # once, up front
     vocab = tokenizer.vocab_size
+    # The model moves before the optimizer is made: its state then lives on the same device.
     model = GPT(vocab, RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
-                dropout=0.0, tie_weights=True, bias=False, seed=1337)
+                dropout=0.0, tie_weights=True, bias=False, seed=1337).to(args.device)
     optimizer = AdamW(weight_decay_groups(model, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
     console.print(f"[bold]Shakespeare[/]: {len(train):,} training / {len(val):,} validation characters, "
                   f"vocabulary {vocab} (module 10's CharTokenizer); GPT {RECIPE['num_layers']} layers x {RECIPE['num_heads']} heads, "
                   f"width {RECIPE['embed_dim']}, context {RECIPE['context']}, "
-                  f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations")
+                  f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations; "
+                  f"device {device_label(args.device)}")
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
     console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "
@@ -98,16 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     running, tick = [], time.perf_counter()
     for it in range(1, iters + 1):
         x, y = get_batch(train, RECIPE["batch"], RECIPE["context"], batches)
-        _, loss = model(x, targets=y)
+        _, loss = model(Tensor(x), targets=Tensor(y))
         optimizer.zero_grad()
         loss.backward()
         clip_grad_norm(model.parameters(), RECIPE["clip"])
         optimizer.step()
         scheduler.step()
-        running.append(loss.item())
+        running.append(loss.data)  # kept where it is: read once per log line, not once per step
         if it % log_every == 0 or it == iters:
+            train_loss = mean_of(running)  # waits for the device's queued work: the time below is all of it
             seconds = time.perf_counter() - tick
-            console.print(f"iter {it:4d}: training loss {np.mean(running):.4f}, "
+            console.print(f"iter {it:4d}: training loss {train_loss:.4f}, "
                           f"validation loss {estimate_loss(model, val, 10, checks):.4f} (10 batches), "
                           f"lr {optimizer.lr:.2e}, {1e3 * seconds / len(running):.0f} ms/iter")
             running, tick = [], time.perf_counter()

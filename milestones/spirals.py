@@ -6,7 +6,7 @@ far from linear. The data is generated here (no files). An MLP with two hidden l
 of 64 ReLU units, Adam with a cosine schedule and warm-up, gradient clipping, trained
 with the Trainer on shuffled mini-batches; 20% of the points are held out for the test.
 
-    python milestones/spirals.py [--fast]
+    python milestones/spirals.py [--fast] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.losses import CrossEntropyLoss
 from tinytorch.core.optimizers import Adam
-from tinytorch.core.tensor import Tensor
+from tinytorch.core.tensor import Tensor, array_module, to_array
+from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict  # milestones/_verdict.py
 from tinytorch.core.training import CosineWarmupLR, Trainer, accuracy
 
@@ -41,14 +42,19 @@ def make_spirals(n_per_class: int = 500, turns: float = 1.75, noise: float = 0.0
 
 
 class ShuffledBatches:
-    """A reshuffled list of (x, y) batches every epoch, from a seed (module 08 builds the real DataLoader)."""
+    """A reshuffled list of (x, y) batches every epoch, from a seed (module 08 builds the real DataLoader).
 
-    def __init__(self, x, y, batch_size, seed):
-        self.x, self.y, self.batch_size = x, y, batch_size
+    x and y are put on `device` once; each epoch's order is drawn on the host (the same order on
+    every device) and sent over once, so the batches are gathered where the data lives.
+    """
+
+    def __init__(self, x, y, batch_size, seed, device="cpu"):
+        self.x, self.y = to_array(x, device=device), to_array(y, device=device)
+        self.batch_size = batch_size
         self.rng = np.random.default_rng(seed)
 
     def __iter__(self):
-        order = self.rng.permutation(len(self.y))
+        order = array_module(self.x).asarray(self.rng.permutation(len(self.y)))
         for i in range(0, len(order), self.batch_size):
             idx = order[i:i + self.batch_size]
             yield Tensor(self.x[idx]), Tensor(self.y[idx])
@@ -60,22 +66,27 @@ class ShuffledBatches:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="fewer epochs (same threshold), for the test suite")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
+    if not device_ready(args.device):
+        return 2
     console = Console(highlight=False, soft_wrap=True)
     epochs = 60 if args.fast else 150
     start = time.perf_counter()
 
     x, y = make_spirals()
     n_train = int(0.8 * len(y))
-    train = ShuffledBatches(x[:n_train], y[:n_train], batch_size=32, seed=1)
-    test = [(Tensor(x[n_train:]), Tensor(y[n_train:]))]
+    train = ShuffledBatches(x[:n_train], y[:n_train], batch_size=32, seed=1, device=args.device)
+    test = [(Tensor(x[n_train:], device=args.device), Tensor(y[n_train:], device=args.device))]
 
-    model = Sequential(Linear(2, 64, seed=2), ReLU(), Linear(64, 64, seed=3), ReLU(), Linear(64, 2, seed=4))
+    # The model moves before the optimizer is made: its state then lives on the same device.
+    model = Sequential(Linear(2, 64, seed=2), ReLU(), Linear(64, 64, seed=3), ReLU(),
+                       Linear(64, 2, seed=4)).to(args.device)
     optimizer = Adam(model.parameters(), lr=0.02)
     scheduler = CosineWarmupLR(optimizer, warmup_steps=50, total_steps=epochs * len(train), min_lr=1e-4)
     trainer = Trainer(model, optimizer, CrossEntropyLoss(), scheduler=scheduler, clip=5.0, metric=accuracy)
     console.print(f"[bold]Two spirals[/]: {n_train} training / {len(y) - n_train} test points, MLP 2-64-64-2 (ReLU), "
-                  f"Adam + cosine warm-up, {epochs} epochs")
+                  f"Adam + cosine warm-up, {epochs} epochs; device {device_label(args.device)}")
     trainer.fit(train, test, epochs=epochs, log_every=max(1, epochs // 10))
 
     acc = trainer.evaluate(test)["accuracy"]

@@ -445,7 +445,7 @@ def cmd_milestone_list(args: argparse.Namespace) -> int:
 
 
 def cmd_milestone_run(args: argparse.Namespace) -> int:
-    extra = (["--fast"] if args.fast else []) + args.args
+    extra = (["--fast"] if args.fast else []) + (["--device", args.device] if args.device else []) + args.args
     if args.all and args.name is not None:
         raise CourseError("Name one milestone or use --all, not both.")
     if not args.all and args.name is None:
@@ -536,6 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("name", nargs="?", metavar="NAME", help="a file in milestones/, without .py")
     run.add_argument("--all", action="store_true", help="run every milestone, one after another")
     run.add_argument("--fast", action="store_true", help="a short run (as CI does)")
+    run.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                     help="passed on to the milestone(s): cpu (NumPy) or cuda (CuPy on an NVIDIA GPU)")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed on to the program")
     run.set_defaults(func=cmd_milestone_run)
 

@@ -1,4 +1,10 @@
-"""The milestones, end to end: each runs with --fast as a subprocess, exits 0 and prints a passing metric."""
+"""The milestones, end to end: each runs with --fast as a subprocess, exits 0 and prints a passing metric.
+
+On a machine with CuPy and an NVIDIA GPU the same runs happen again with `--device cuda`
+(marked `gpu`, skipped elsewhere); without CuPy, `--device cuda` must stop at once with one line
+that says what to install.
+"""
+import importlib.util
 import os
 import re
 import subprocess
@@ -6,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from devices import requires_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 MILESTONES = ROOT / "milestones"
@@ -20,9 +28,10 @@ EXPECTED_LOSS = {"shakespeare": 2.7}
 pytestmark = pytest.mark.slow
 
 
-def run_milestone(name: str, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **(env or {}),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+def run_milestone(name: str, *args: str, timeout: float = 120, env: dict | None = None,
+                  first_on_path: Path | None = None) -> subprocess.CompletedProcess:
+    path = [str(first_on_path) if first_on_path else None, str(ROOT), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(filter(None, path)))
     return subprocess.run([sys.executable, str(MILESTONES / f"{name}.py"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -36,33 +45,88 @@ def test_every_milestone_file_is_covered_and_documented():
         assert len(first_line) > 20, f"{name}.py: the docstring's first line should describe the milestone"
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_milestone_passes_in_fast_mode(name):
-    result = run_milestone(name, "--fast")
+def check_accuracy_run(name: str, result: subprocess.CompletedProcess, device: str) -> None:
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"{name} --fast exited {result.returncode}:\n{output[-3000:]}"
+    assert result.returncode == 0, f"{name} --fast --device {device} exited {result.returncode}:\n{output[-3000:]}"
     matches = RESULT.findall(output)
     assert matches, f"{name} printed no 'accuracy ...% vs threshold ...%: PASS' line:\n{output[-3000:]}"
     accuracy, threshold, verdict = matches[-1]
     assert verdict == "PASS"
     assert float(accuracy) >= float(threshold) >= EXPECTED[name]
     assert "epoch" in output  # progress was printed while training
+    assert f"device {device}" in output.splitlines()[0], "the header line names the device"
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
-def test_loss_milestone_passes_in_fast_mode(name, tmp_path):
-    # One BLAS thread: the model's matrices are small, and on a busy machine BLAS threads that
-    # wait for each other can make a step ten times slower. About 30 s on an idle machine.
-    one_thread = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = run_milestone(name, "--fast", "--out", str(tmp_path), timeout=900, env=one_thread)
+def check_loss_run(name: str, result: subprocess.CompletedProcess, device: str, out: Path) -> None:
     output = result.stdout + result.stderr
-    assert result.returncode == 0, f"{name} --fast exited {result.returncode}:\n{output[-3000:]}"
+    assert result.returncode == 0, f"{name} --fast --device {device} exited {result.returncode}:\n{output[-3000:]}"
     matches = LOSS_RESULT.findall(output)
     assert matches, f"{name} printed no 'loss ... vs threshold at most ...: PASS' line:\n{output[-3000:]}"
     loss, threshold, verdict = matches[-1]
     assert verdict == "PASS" and float(loss) <= float(threshold) <= EXPECTED_LOSS[name]
     assert "iter" in output and "sample" in output  # progress while training, a sample at the end
-    assert any(p.suffix == ".png" and p.stat().st_size > 10_000 for p in tmp_path.iterdir()), "heat maps saved"
+    assert any(p.suffix == ".png" and p.stat().st_size > 10_000 for p in out.iterdir()), "heat maps saved"
+    assert f"device {device}" in output.splitlines()[0], "the header line names the device"
+
+
+# One BLAS thread: the models' matrices are small, and on a busy machine BLAS threads that
+# wait for each other can make a step ten times slower.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_milestone_passes_in_fast_mode(name):
+    check_accuracy_run(name, run_milestone(name, "--fast"), "cpu")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
+def test_loss_milestone_passes_in_fast_mode(name, tmp_path):
+    # About 30 s on an idle machine.
+    result = run_milestone(name, "--fast", "--out", str(tmp_path), timeout=900, env=ONE_THREAD)
+    check_loss_run(name, result, "cpu", tmp_path)
+
+
+# ---- the same on a GPU: the same recipe and threshold, model and data on the device ----------------
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_milestone_passes_in_fast_mode_on_the_gpu(name):
+    check_accuracy_run(name, run_milestone(name, "--fast", "--device", "cuda", timeout=600, env=ONE_THREAD), "cuda")
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
+def test_loss_milestone_passes_in_fast_mode_on_the_gpu(name, tmp_path):
+    result = run_milestone(name, "--fast", "--device", "cuda", "--out", str(tmp_path), timeout=900, env=ONE_THREAD)
+    check_loss_run(name, result, "cuda", tmp_path)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == "", result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
+@pytest.mark.parametrize("name", sorted([*EXPECTED, *EXPECTED_LOSS]))
+def test_cuda_without_cupy_stops_with_one_line_naming_the_gpu_extra(name):
+    assert_one_line_error(run_milestone(name, "--fast", "--device", "cuda"), 'pip install -e ".[gpu]"')
+
+
+def test_cuda_with_cupy_but_no_gpu_stops_with_one_line(tmp_path):
+    # A stand-in CuPy, first on the path, whose runtime finds no device (as on a machine without a driver).
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(
+        "class CUDARuntimeError(RuntimeError):\n    pass\n\n\n"
+        "class runtime:\n    CUDARuntimeError = CUDARuntimeError\n\n"
+        "    @staticmethod\n    def getDeviceCount():\n"
+        "        raise CUDARuntimeError('cudaErrorNoDevice: no CUDA-capable device is detected')\n\n\n"
+        "class cuda:\n    runtime = runtime\n", encoding="utf-8")
+    assert_one_line_error(run_milestone("xor", "--device", "cuda", first_on_path=tmp_path), "no NVIDIA GPU")
 
 
 def test_milestone_rejects_unknown_arguments():

@@ -56,3 +56,24 @@ def test_run_all_runs_every_milestone_and_fails_if_one_fails(course):
     assert course.tito("milestone", "run", "--all").returncode == 0
     neither = course.tito("milestone", "run")
     assert neither.returncode == 1 and "--all" in neither.stdout
+
+
+def test_device_reaches_the_milestone_in_every_form(course):
+    """`--device cuda` before or after the name, and with --all, is passed on to the program."""
+    folder = course.root / "milestones"
+    folder.mkdir()
+    for name in ("one", "two"):
+        (folder / f"{name}.py").write_text(
+            f'"""Prints its arguments."""\nimport sys\nprint("{name} got", " ".join(sys.argv[1:]))\n',
+            encoding="utf-8")
+    for argv in (["one", "--device", "cuda"], ["--device", "cuda", "one"], ["one", "--fast", "--device", "cuda"],
+                 ["--fast", "--device", "cuda", "one"]):
+        done = course.tito("milestone", "run", *argv)
+        assert done.returncode == 0, done.stdout + done.stderr
+        got = next(line for line in done.stdout.splitlines() if line.startswith("one got"))
+        assert "--device cuda" in got and ("--fast" in got) == ("--fast" in argv), (argv, got)
+    both = course.tito("milestone", "run", "--all", "--fast", "--device", "cuda")
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "one got --fast --device cuda" in both.stdout and "two got --fast --device cuda" in both.stdout
+    wrong = course.tito("milestone", "run", "--device", "tpu", "one")
+    assert wrong.returncode != 0 and "invalid choice" in wrong.stdout + wrong.stderr

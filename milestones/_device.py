@@ -1,0 +1,60 @@
+"""The one way a milestone chooses where it runs: `--device {cpu,cuda}`, checked before any work.
+
+    add_device_argument(parser)        # --device cpu (default, NumPy) or cuda (CuPy on an NVIDIA GPU)
+    if not device_ready(args.device):  # printed one line on stderr saying what is missing
+        return 2
+    ... device_label(args.device)      # "cpu", or "cuda (NVIDIA H100 80GB HBM3)" for the header line
+
+On cuda a milestone moves its model with `model.to(device)` before it makes the optimizer (the
+optimizer's state arrays are then made on the device at the first step), and puts its data set
+on the device once, up front, so that batches are gathered there and never pass through the host.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEVICES = ("cpu", "cuda")
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cpu (NumPy, the default) or cuda (CuPy on an NVIDIA GPU: "
+                             "pip install -e \".[gpu]\"); the same recipe and threshold on both")
+
+
+def device_problem(name: str) -> str | None:
+    """None when `name` can be used here, else one line saying why not (and what to install)."""
+    if name == "cpu":
+        return None
+    from tinytorch.core.tensor import cuda_module
+
+    try:
+        cupy = cuda_module()  # RuntimeError naming `pip install -e ".[gpu]"`, or the missing GPU
+        int((cupy.arange(4) + 1).sum())  # a first kernel: a broken CUDA setup fails here, not mid-run
+    except RuntimeError as err:
+        return str(err)
+    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
+        return (f"device='cuda': CuPy is installed but could not run on the GPU "
+                f"({type(err).__name__}: {err}). Use --device cpu on this machine.")
+    return None
+
+
+def device_ready(name: str) -> bool:
+    """True when `name` can be used; otherwise print `error: <why>` as ONE line on stderr (no
+    traceback, no wrapping) and return False: the milestone then exits with status 2."""
+    problem = device_problem(name)
+    if problem is None:
+        return True
+    print(f"error: {' '.join(problem.split())}", file=sys.stderr)
+    return False
+
+
+def device_label(name: str) -> str:
+    """"cpu", or "cuda (<GPU name>)" for the header line."""
+    if name != "cuda":
+        return name
+    import cupy
+
+    gpu = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    return f"cuda ({gpu.decode() if isinstance(gpu, bytes) else gpu})"

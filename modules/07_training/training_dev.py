@@ -116,6 +116,9 @@ from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_host
 # least float32 (`xp.promote_types(g.dtype, xp.float32)`), while the scaled gradient
 # keeps its own dtype.
 #
+# On a GPU every `float(...)` of a device array waits for the GPU and copies the number
+# back: add the per-parameter sums up as arrays and call `float` once, not once per parameter.
+#
 # By hand: gradients `[3, 4]` and `[12]` have the total norm `sqrt(9 + 16 + 144) = 13`.
 # With `max_norm = 6.5`, `coef = 6.5 / 13.000001 ≈ 0.5`, and the gradients become
 # `[1.5, 2]` and `[6]` (up to the 1e-6). Per-parameter clipping would leave `[3, 4]`
@@ -148,12 +151,12 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type
     if norm_type == math.inf:
         total = max(float(array_module(g.data).abs(g.data).max()) if g.size else 0.0 for g in grads)
     else:
-        squares = 0.0
+        squares = 0.0  # stays an array on the gradients' device until the one float() below
         for g in grads:
             xp = array_module(g.data)
             wide = g.data.astype(xp.promote_types(g.dtype, xp.float32), copy=False)
-            squares += float(xp.sum(wide * wide))
-        total = math.sqrt(squares)
+            squares = squares + xp.sum(wide * wide).astype(xp.float64)
+        total = math.sqrt(float(squares))
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
         for g in grads:

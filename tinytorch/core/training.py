@@ -24,7 +24,7 @@ from .tensor import Tensor, array_module, as_tensor, to_host
 __all__ = ['CHECKPOINT_FORMAT', 'clip_grad_norm', 'LRScheduler', 'StepLR', 'CosineWarmupLR', 'accuracy', 'Trainer',
            'read_checkpoint', 'check_checkpoint', 'save_checkpoint', 'load_checkpoint']
 
-# %% ../../modules/07_training/training_dev.py #5ba54662
+# %% ../../modules/07_training/training_dev.py #f2a6bfdf
 def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0) -> float:
     """Scale all gradients by one common factor so that their global norm is at most `max_norm`.
 
@@ -49,12 +49,12 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type
     if norm_type == math.inf:
         total = max(float(array_module(g.data).abs(g.data).max()) if g.size else 0.0 for g in grads)
     else:
-        squares = 0.0
+        squares = 0.0  # stays an array on the gradients' device until the one float() below
         for g in grads:
             xp = array_module(g.data)
             wide = g.data.astype(xp.promote_types(g.dtype, xp.float32), copy=False)
-            squares += float(xp.sum(wide * wide))
-        total = math.sqrt(squares)
+            squares = squares + xp.sum(wide * wide).astype(xp.float64)
+        total = math.sqrt(float(squares))
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
         for g in grads:

@@ -1285,7 +1285,9 @@ def sdpa_backward(grad: Any, node) -> tuple:
         d_s = xp.matmul(g, xp.swapaxes(V.data.astype(work, copy=False), -1, -2))  # dW, a fresh array
         if drop is not None:
             d_s *= drop
-        d_s -= xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dP ⊙ P) = dO·O
+        # rowsum(dP ⊙ P) = dO·O per query: a batched dot product written as a matmul, one BLAS
+        # call on either device (CuPy's einsum spends ~0.4 ms in Python on every call)
+        d_s -= xp.matmul(g[..., None, :], out[..., :, None])[..., 0]  # (…, Tq, 1)
         d_s *= probs
         if Q.requires_grad:
             d_q = xp.matmul(d_s, K.data.astype(work, copy=False))
@@ -2050,7 +2052,7 @@ def flash_attention_backward(grad: Any, node) -> tuple:
     tq, tk = q.shape[-2], k.shape[-2]
     kb, qb = saved["block_size"], _query_block(saved["block_size"])
     g = grad.astype(work, copy=False)
-    delta = xp.einsum("...qd,...qd->...q", g, out)[..., None]  # rowsum(dO ⊙ O) = rowsum(dP ⊙ P)
+    delta = xp.matmul(g[..., None, :], out[..., :, None])[..., 0]  # (…, Tq, 1): rowsum(dO ⊙ O) = rowsum(dP ⊙ P)
     d_q = xp.empty(lead + q.shape[-2:], dtype=work)
     d_k = xp.zeros(lead + k.shape[-2:], dtype=work)
     d_v = xp.zeros(lead + v.shape[-2:], dtype=work)

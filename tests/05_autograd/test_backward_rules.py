@@ -279,3 +279,21 @@ def test_binary_cross_entropy_rule_at_p_0_and_1(dtype):
     )
     expected = np.array([0.0, 0.0, 0.0, (0.5 - 1) / 0.25 / 5, 0.25 / (0.25 * 0.75) / 5])
     assert np.allclose(g, expected, atol=2e-3), f"binary_cross_entropy backward gave {g.tolist()}"
+
+
+@pytest.mark.parametrize("shape_a, shape_b", [((2, 3, 4), (4, 5)), ((2, 2, 3, 4), (4, 5)),
+                                              ((0, 3, 4), (4, 5)), ((2, 3, 0), (0, 5)), ((2, 3, 4), (4, 0))])
+def test_batch_times_one_matrix_matches_one_product_per_item(shape_a, shape_b):
+    """(…, m, k) @ (k, n) is computed folded into one (…·m, k) product, forward and backward:
+    it must give what one product per batch item gives, empty batches and sizes included."""
+    rng = np.random.default_rng(3)
+    a_data, b_data = rng.standard_normal(shape_a), rng.standard_normal(shape_b)
+    g = rng.standard_normal(shape_a[:-1] + shape_b[-1:])
+    a, b = Tensor(a_data, requires_grad=True), Tensor(b_data, requires_grad=True)
+    out = a @ b
+    out.backward(g)
+    np.testing.assert_allclose(out.numpy(), np.matmul(a_data, b_data), atol=1e-12)
+    np.testing.assert_allclose(a.grad.numpy(), np.matmul(g, b_data.T), atol=1e-12)
+    batch = int(np.prod(shape_a[:-2]))
+    expected_b = np.matmul(np.swapaxes(a_data, -1, -2), g).reshape((batch,) + shape_b).sum(axis=0)
+    np.testing.assert_allclose(b.grad.numpy(), expected_b, atol=1e-12)

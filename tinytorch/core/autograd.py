@@ -249,7 +249,7 @@ def neg_backward(grad, node: Node) -> tuple:
     """d(-a) = -da. node.inputs = (a,); returns (-g,)."""
     return (-grad,)
 
-# %% ../../modules/05_autograd/autograd_dev.py #2011f1d6
+# %% ../../modules/05_autograd/autograd_dev.py #386f88ae
 @register_backward("matmul")
 def matmul_backward(grad, node: Node) -> tuple:
     """dA = G @ Bᵀ, dB = Aᵀ @ G over the last two dims. node.inputs = (A, B); returns (dA, dB).
@@ -266,12 +266,17 @@ def matmul_backward(grad, node: Node) -> tuple:
         A, grad = A[None, :], grad[..., None, :]
     grad_a = grad_b = None
     if a.requires_grad:
-        grad_a = xp.matmul(grad, xp.swapaxes(B, -1, -2))
+        if B.ndim == 2 and grad.ndim > 2:  # the forward's fold: one (B·T, n) @ (n, k) product
+            rows = int(np.prod(grad.shape[:-1]))
+            grad_a = xp.matmul(grad.reshape(rows, grad.shape[-1]), B.T).reshape(grad.shape[:-1] + (B.shape[0],))
+        else:
+            grad_a = xp.matmul(grad, xp.swapaxes(B, -1, -2))
         if a.ndim == 1:
             grad_a = grad_a[..., 0, :]
     if b.requires_grad:
         if B.ndim == 2 and A.ndim > 2:  # one weight shared by a batch: fold the batch into one product
-            grad_b = xp.matmul(A.reshape(-1, A.shape[-1]).T, grad.reshape(-1, grad.shape[-1]))
+            rows = int(np.prod(A.shape[:-1]))  # not -1: a reshape cannot infer it when the array is empty
+            grad_b = xp.matmul(A.reshape(rows, A.shape[-1]).T, grad.reshape(rows, grad.shape[-1]))
         else:  # batched: one product per batch item, summed by unbroadcast if B was broadcast
             grad_b = xp.matmul(xp.swapaxes(A, -1, -2), grad)
         if b.ndim == 1:

@@ -31,7 +31,7 @@ PACKAGES = [
     ("filelock", True, INSTALL_DEV),
     ("jupyterlab", False, 'pip install -e ".[lab]"  (JupyterLab, to open the notebooks as notebooks)'),
     ("torch", False, "pip install torch  (the PyTorch comparison tests skip without it)"),
-    ("cupy", False, 'pip install -e ".[gpu]"  (NVIDIA GPUs only)'),
+    ("cupy", False, 'pip install -e ".[gpu]" (CUDA 12) or ".[gpu-cuda13]" (CUDA 13); NVIDIA GPUs only'),
 ]
 
 

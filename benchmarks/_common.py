@@ -212,6 +212,41 @@ def gpu_facts(torch=None) -> dict:
     }
 
 
+def doubling_table(rows: list[dict], size_key: str, columns: dict[str, str],
+                   ratio: tuple[str, str] | None = None) -> list[str]:
+    """Markdown lines of a "time as the size doubles" table.
+
+    rows    -- one dict per size: `size_key` (the size) and a time in seconds per key of `columns`
+    columns -- key -> column label; each key gets its time (ms) and "× prev", its ratio to the row before
+    ratio   -- (ours, theirs): a last column "ratio" with row[ours] / row[theirs]
+    """
+    header = f"| {size_key} |" + "".join(f" {label} | × prev |" for label in columns.values())
+    lines = [header + (" ratio |" if ratio else ""), "|" + "---:|" * (1 + 2 * len(columns) + bool(ratio))]
+    for i, row in enumerate(rows):
+        prev = rows[i - 1] if i else None
+        cells = [str(row[size_key])]
+        for key in columns:
+            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
+        if ratio:
+            cells.append(f"{row[ratio[0]] / row[ratio[1]]:.2f}×")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def gpu_speed_table(speed: list[dict], repeats: int) -> list[str]:
+    """Markdown lines of the GPU speed table: one row per benchmark (`name`, `ours` and `torch` in
+    seconds, and `torch_label`, what PyTorch ran, when the row has one)."""
+    lines = [f"### Speed against PyTorch on the GPU (forward + backward, float32, median of {repeats} "
+             "interleaved runs)", "",
+             "| benchmark | TinyTorch | PyTorch | ratio |", "|---|---:|---:|---:|"]
+    for row in speed:
+        ratio = f"{row['ours'] / row['torch']:.2f}×" if row["torch"] else "-"
+        label = f" ({row['torch_label']})" if row.get("torch_label") else ""
+        theirs = f"{row['torch'] * 1e3:.2f} ms{label}" if row["torch"] else "not measured"
+        lines.append(f"| {row['name'].strip()} | {row['ours'] * 1e3:.2f} ms | {theirs} | {ratio} |")
+    return lines
+
+
 def gpu_heading(title: str, facts: dict) -> str:
     """The heading of a benchmark's GPU section, e.g. "## Attention (module 12) on GPU: NVIDIA H100
     80GB HBM3": one section per benchmark and GPU model, beside the CPU section, never replacing it."""

@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from _common import (Device, cupy_peak_bytes, device_ready, gpu_facts, gpu_facts_lines,  # noqa: E402
-                     gpu_heading, interleaved_medians, machine, write_section)
+from _common import (Device, cupy_peak_bytes, device_ready, doubling_table, gpu_facts,  # noqa: E402
+                     gpu_facts_lines, gpu_heading, gpu_speed_table, interleaved_medians, machine, write_section)
 
 torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
@@ -48,6 +48,7 @@ from tinytorch.core.attention import (MultiHeadAttention, flash_attention,  # no
 from tinytorch.core.tensor import Tensor  # noqa: E402
 
 SECTION = "## Attention (module 12)"
+SCALING_COLUMNS = {"ours": "standard", "flash": "flash", **({"torch": "PyTorch"} if torch else {})}
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 
@@ -309,15 +310,8 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "",
         f"### Time per doubling of T (forward + backward, B=1, H=4, d=64, causal, median of {args.scaling_repeats})",
         "",
-        "| T | standard | × prev | flash | × prev |" + (" PyTorch | × prev |" if torch else ""),
-        "|---:|---:|---:|---:|---:|" + ("---:|---:|" if torch else ""),
+        *doubling_table(scaling, "T", SCALING_COLUMNS),
     ]
-    for i, row in enumerate(scaling):
-        prev = scaling[i - 1] if i else None
-        cells = [str(row["T"])]
-        for key in ("ours", "flash") + (("torch",) if torch else ()):
-            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
-        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Attention is O(T²·d): each doubling of T approaches 4× as T grows (at these sizes the O(T·d)",
@@ -343,13 +337,7 @@ def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scalin
     """The GPU's own section, after the CPU one: speed, memory measured on the device, scaling."""
     heading = gpu_heading(SECTION, facts)
     lines = [heading, "", *gpu_facts_lines(info, facts, "python benchmarks/attention.py --device cuda"), "",
-             f"### Speed against PyTorch on the GPU (forward + backward, float32, median of {args.repeats} "
-             "interleaved runs)", "",
-             "| benchmark | TinyTorch | PyTorch | ratio |", "|---|---:|---:|---:|"]
-    for row in speed:
-        ratio = f"{row['ours'] / row['torch']:.2f}×" if row["torch"] else "-"
-        theirs = f"{row['torch'] * 1e3:.2f} ms ({row['torch_label']})" if row["torch"] else "not measured"
-        lines.append(f"| {row['name'].strip()} | {row['ours'] * 1e3:.2f} ms | {theirs} | {ratio} |")
+             *gpu_speed_table(speed, args.repeats)]
     lines += [
         "",
         "### Memory on the device: flash_attention versus the standard path (forward + backward)",
@@ -375,15 +363,8 @@ def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scalin
         "",
         f"### Time per doubling of T (forward + backward, B=1, H=4, d=64, causal, median of {args.scaling_repeats})",
         "",
-        "| T | standard | × prev | flash | × prev |" + (" PyTorch | × prev |" if torch else ""),
-        "|---:|---:|---:|---:|---:|" + ("---:|---:|" if torch else ""),
+        *doubling_table(scaling, "T", SCALING_COLUMNS),
     ]
-    for i, row in enumerate(scaling):
-        prev = scaling[i - 1] if i else None
-        cells = [str(row["T"])]
-        for key in ("ours", "flash") + (("torch",) if torch else ()):
-            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
-        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
     console.print(f"[green]wrote the section {heading[3:]!r} of {RESULTS}[/green]")

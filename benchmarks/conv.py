@@ -35,8 +35,8 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from _common import (Device, cupy_peak_bytes, device_ready, gpu_facts, gpu_facts_lines,  # noqa: E402
-                     gpu_heading, interleaved_medians, machine, write_section)
+from _common import (Device, cupy_peak_bytes, device_ready, doubling_table, gpu_facts,  # noqa: E402
+                     gpu_facts_lines, gpu_heading, gpu_speed_table, interleaved_medians, machine, write_section)
 
 torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
@@ -208,6 +208,17 @@ def bench_scaling(device: Device, sides: list[int], batch: int, repeats: int) ->
 
 
 # ---- RESULTS.md ------------------------------------------------------------------------------------
+def memory_table(memory: list[dict]) -> list[str]:
+    """Markdown lines of the memory table: input, column matrix and peak, per image side."""
+    lines = ["| side | input | column matrix | cols / input | peak fwd+bwd | peak / input |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for row in memory:
+        lines.append(f"| {row['side']} | {row['input'] / 2**20:.2f} MiB | {row['cols'] / 2**20:.2f} MiB | "
+                     f"{row['cols'] / row['input']:.2f} | {row['peak'] / 2**20:.2f} MiB | "
+                     f"{row['peak'] / row['input']:.1f} |")
+    return lines
+
+
 def write_results(info: dict, speed: list, memory: list, scaling: list, args) -> None:
     lines = [
         SECTION,
@@ -249,13 +260,8 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         "",
         f"### Memory: the column matrix (batch {args.memory_batch}, float32, tracemalloc peak of forward + backward)",
         "",
-        "| side | input | column matrix | cols / input | peak fwd+bwd | peak / input |",
-        "|---:|---:|---:|---:|---:|---:|",
+        *memory_table(memory),
     ]
-    for row in memory:
-        lines.append(f"| {row['side']} | {row['input'] / 2**20:.2f} MiB | {row['cols'] / 2**20:.2f} MiB | "
-                     f"{row['cols'] / row['input']:.2f} | {row['peak'] / 2**20:.2f} MiB | "
-                     f"{row['peak'] / row['input']:.1f} |")
     lines += [
         "",
         "With same padding and stride 1, each of the H·W output positions copies a 3×3 window of every",
@@ -267,17 +273,9 @@ def write_results(info: dict, speed: list, memory: list, scaling: list, args) ->
         f"### Time as the image grows (Conv2d(3, 16, 3, padding=1) fwd+bwd, batch {args.scaling_batch}, "
         f"median of {args.scaling_repeats})",
         "",
-        "| side | TinyTorch | × prev |" + (" PyTorch | × prev | ratio |" if torch else ""),
-        "|---:|---:|---:|" + ("---:|---:|---:|" if torch else ""),
+        *doubling_table(scaling, "side", {"ours": "TinyTorch", **({"torch": "PyTorch"} if torch else {})},
+                        ratio=("ours", "torch") if torch else None),
     ]
-    for i, row in enumerate(scaling):
-        prev = scaling[i - 1] if i else None
-        cells = [str(row["side"])]
-        for key in ("ours", "torch") if torch else ("ours",):
-            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
-        if torch:
-            cells.append(f"{row['ours'] / row['torch']:.2f}×")
-        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "The work is proportional to the number of output pixels, so each doubling of the side",
@@ -304,13 +302,7 @@ def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scalin
     """The GPU's own section, after the CPU one: speed, memory on the device, time as the image grows."""
     heading = gpu_heading(SECTION, facts)
     lines = [heading, "", *gpu_facts_lines(info, facts, "python benchmarks/conv.py --device cuda"), "",
-             f"### Speed against PyTorch on the GPU (forward + backward, float32, median of {args.repeats} "
-             "interleaved runs)", "",
-             "| benchmark | TinyTorch | PyTorch | ratio |", "|---|---:|---:|---:|"]
-    for row in speed:
-        ratio = f"{row['ours'] / row['torch']:.2f}×" if row["torch"] else "-"
-        theirs = f"{row['torch'] * 1e3:.2f} ms" if row["torch"] else "not measured"
-        lines.append(f"| {row['name'].strip()} | {row['ours'] * 1e3:.2f} ms | {theirs} | {ratio} |")
+             *gpu_speed_table(speed, args.repeats)]
     lines += [
         "",
         "PyTorch runs cuDNN's convolution kernels; ours is im2col, one batched cuBLAS product and col2im,",
@@ -321,29 +313,16 @@ def write_gpu_results(info: dict, facts: dict, speed: list, memory: list, scalin
         "Peak bytes in use above the layer, the input and its upstream gradient, read from a fresh CuPy",
         "memory pool after every allocation (`_common.cupy_peak_bytes`).",
         "",
-        "| side | input | column matrix | cols / input | peak fwd+bwd | peak / input |",
-        "|---:|---:|---:|---:|---:|---:|",
+        *memory_table(memory),
     ]
-    for row in memory:
-        lines.append(f"| {row['side']} | {row['input'] / 2**20:.2f} MiB | {row['cols'] / 2**20:.2f} MiB | "
-                     f"{row['cols'] / row['input']:.2f} | {row['peak'] / 2**20:.2f} MiB | "
-                     f"{row['peak'] / row['input']:.1f} |")
     lines += [
         "",
         f"### Time as the image grows (Conv2d(3, 16, 3, padding=1) fwd+bwd, batch {args.scaling_batch}, "
         f"median of {args.scaling_repeats})",
         "",
-        "| side | TinyTorch | × prev |" + (" PyTorch | × prev | ratio |" if torch else ""),
-        "|---:|---:|---:|" + ("---:|---:|---:|" if torch else ""),
+        *doubling_table(scaling, "side", {"ours": "TinyTorch", **({"torch": "PyTorch"} if torch else {})},
+                        ratio=("ours", "torch") if torch else None),
     ]
-    for i, row in enumerate(scaling):
-        prev = scaling[i - 1] if i else None
-        cells = [str(row["side"])]
-        for key in ("ours", "torch") if torch else ("ours",):
-            cells += [f"{row[key] * 1e3:.2f} ms", f"{row[key] / prev[key]:.2f}" if prev else ""]
-        if torch:
-            cells.append(f"{row['ours'] / row['torch']:.2f}×")
-        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "While the GPU is not full, a doubling of the side costs far less than 4×: the time is",
               "kernel launches, not arithmetic.", ""]
     write_section(heading, "\n".join(lines), RESULTS, after=SECTION)

@@ -79,13 +79,19 @@ def fake_rows(name: str) -> tuple:
     return args, (step, gen, memory, None)
 
 
-@pytest.mark.parametrize("name", BENCHMARKS)
-def test_the_gpu_section_is_written_beside_the_cpu_one_never_over_it(name, tmp_path, monkeypatch):
+def load_writing_to_a_copy(name: str, tmp_path, monkeypatch):
+    """The benchmark module, pointed at a copy of RESULTS.md in tmp_path: (module, the copy, its text)."""
     bench = load(name, monkeypatch)
     results = tmp_path / "RESULTS.md"
     original = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
     results.write_text(original, encoding="utf-8")
     bench.RESULTS = results
+    return bench, results, original
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_the_gpu_section_is_written_beside_the_cpu_one_never_over_it(name, tmp_path, monkeypatch):
+    bench, results, original = load_writing_to_a_copy(name, tmp_path, monkeypatch)
     args, rows = fake_rows(name)
     bench.write_gpu_results(bench.machine(), FACTS, *rows, args)
     text = results.read_text(encoding="utf-8")
@@ -109,11 +115,7 @@ def test_the_gpu_section_is_written_beside_the_cpu_one_never_over_it(name, tmp_p
 @requires_gpu
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_quick_run_on_the_gpu_writes_its_own_section(name, tmp_path, monkeypatch):
-    bench = load(name, monkeypatch)
-    results = tmp_path / "RESULTS.md"
-    original = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
-    results.write_text(original, encoding="utf-8")
-    bench.RESULTS = results
+    bench, results, original = load_writing_to_a_copy(name, tmp_path, monkeypatch)
     assert bench.main(["--quick", "--device", "cuda", "--write-results"]) == 0
     text = results.read_text(encoding="utf-8")
     assert f"{CPU_HEADINGS[name]} on GPU: " in text

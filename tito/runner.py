@@ -71,6 +71,21 @@ def _signal_group(group: int, signum: int) -> None:
         pass  # the whole group has already exited
 
 
+def _children_can_be_interrupted() -> None:
+    """Make sure the programs we start get a KeyboardInterrupt from our Ctrl-C.
+
+    A process started in the background (`cmd &`, nohup, some CI runners) has SIGINT ignored,
+    and an ignored signal stays ignored across exec: Python then installs no KeyboardInterrupt
+    handler, our Ctrl-C at a timeout does nothing, and the message cannot say where the
+    program was. A handler set here (Python's own) is reset to the default at exec instead.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread: signal handlers can only be set there
+            pass
+
+
 def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = None,
                env: dict[str, str] | None = None) -> ProcessResult:
     """`python ARGS` in `cwd` with `root`'s package first; output captured, never raises on failure.
@@ -83,6 +98,7 @@ def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = N
     `env` adds to (or overrides) the course environment, e.g. {"COLUMNS": "400"}.
     """
     command = [sys.executable, *args]
+    _children_can_be_interrupted()
     start = time.perf_counter()
     timed_out = False
     with tempfile.TemporaryFile() as sink:

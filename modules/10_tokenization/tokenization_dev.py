@@ -384,6 +384,9 @@ for new_id in (256, 257, 258):
 #   where a new token sits in the merged sequence. A merge at old position `p` moves left
 #   by one for every merge before it: `q = p - (its rank among the merged positions)`.
 #   Again take each index once (in `z z` both new tokens share a pair);
+# * keep only the indices that are pairs: `0 <= i <= len(ids) - 2` (the old `ids` for the
+#   pairs that disappear, the merged ones for those that appear). A merge at the very start
+#   or end has no neighbour there, and NumPy would read `ids[-1]` without complaint;
 # * every other pair is untouched.
 #
 # The given `PairCounter` keeps the counts and finds the most frequent pair quickly. It
@@ -415,7 +418,8 @@ class PairCounter:
             if count < 0:
                 raise RuntimeError(
                     f"PairCounter: the count of pair {(code >> 32, code & 0xFFFFFFFF)} went below zero: a pair "
-                    "that disappeared was subtracted twice (take each pair index once)."
+                    "that disappeared was subtracted twice (take each pair index once), or a pair that does "
+                    "not exist was subtracted (keep only pair indices 0 <= i <= len(ids) - 2: ids[-1] wraps around)."
                 )
             if count == 0:
                 self.counts.pop(code, None)

@@ -107,7 +107,7 @@ def merge_pair(ids: Any, pair: tuple[int, int], new_id: int) -> np.ndarray:
     out[positions] = new_id
     return np.delete(out, positions + 1)
 
-# %% ../../modules/10_tokenization/tokenization_dev.py #5cc4dd01
+# %% ../../modules/10_tokenization/tokenization_dev.py #b4b048ca
 class PairCounter:
     """Counts of adjacent pairs, with the most frequent pair (ties: the smallest pair) always at hand.
 
@@ -127,7 +127,8 @@ class PairCounter:
             if count < 0:
                 raise RuntimeError(
                     f"PairCounter: the count of pair {(code >> 32, code & 0xFFFFFFFF)} went below zero: a pair "
-                    "that disappeared was subtracted twice (take each pair index once)."
+                    "that disappeared was subtracted twice (take each pair index once), or a pair that does "
+                    "not exist was subtracted (keep only pair indices 0 <= i <= len(ids) - 2: ids[-1] wraps around)."
                 )
             if count == 0:
                 self.counts.pop(code, None)

@@ -131,13 +131,16 @@ print("np.add.at gives row 3      =", unbuffered[3])
 #
 # 1. sort the positions by id (`order = np.argsort(ids)`), so equal ids sit next to each
 #    other;
-# 2. find where each run of equal ids starts;
+# 2. find where each run of equal ids starts (where a sorted id differs from the one
+#    before it, plus position 0);
 # 3. add up each run with `np.add.reduceat(dY[order], starts, axis=0)`, one sum per
 #    distinct id;
 # 4. add those sums into their rows: the ids are now distinct, so a plain
 #    `table[distinct] += sums` is safe.
 #
-# On a GPU, CuPy's `cupy.add.at(table, ids, rows)` does the same with atomic additions.
+# On a GPU, CuPy's `cupy.add.at(table, ids, rows)` does the same with atomic additions:
+# when `xp` is not `np`, call `xp.add.at(table, ids, rows)` and skip the sorting (the
+# sort and `reduceat` are the CPU's way to avoid `add.at`'s one-element-at-a-time loop).
 #
 # **Write `scatter_add_rows`.** Contract: `table` is a `(num, dim)` array (NumPy or CuPy),
 # `ids` a 1-D integer array of length `n` with values in `[0, num)`, `rows` an `(n, dim)`
@@ -702,7 +705,8 @@ print("saved", heatmap_path)
 # **Write `SinusoidalPositionalEncoding.forward`**: after the given checks, add rows
 # `start ... start + T - 1` of `self.pe` to `x`. Cast those rows to `x`'s dtype first (a
 # float16 model must stay float16). The buffer takes no gradient; `x` does, through the
-# addition.
+# addition. `self.pe` is a buffer, so `module.to(device)` moved it with the model: `x` and
+# the rows are on the same device.
 
 # %%
 #| export

@@ -360,6 +360,9 @@ print("same padding keeps 5×5; the old 3×3 output is its centre:\n", same)
 # (stride_N, stride_C, stride_H, stride_W, stride_H · sh, stride_W · sw)
 # ```
 #
+# where `stride_N, …, stride_W = x.strides`: read them from the array, never compute them
+# from its shape, since a transposed or sliced array has other strides.
+#
 # Moving one step in `i` or in `r·sh` both move down rows: the windows *overlap in
 # memory*. `strided_view(array, shape, strides)` (given below; `as_strided` from NumPy's
 # or CuPy's `lib.stride_tricks`) builds such a view. Then `view.reshape(N, C·kh·kw, OH·OW)`
@@ -393,7 +396,9 @@ print("the 2×2 window at output (1, 2):\n", windows[0, 0, :, :, 1, 2], "\n= tin
 # and the pooling functions call it on `x.data`, already padded. The output size follows
 # from section 2 with no padding (`conv_output_size(Hp, kh, sh)`), since the input is
 # already padded. The result must be a real array of its own (a copy), not a view that
-# overlaps `x_padded`: `reshape` of the 6-D window view makes that copy.
+# overlaps `x_padded`: `reshape` of the 6-D window view makes that copy, except when the
+# windows happen to be laid out like the input itself (a 1×1 kernel with stride 1): then
+# the reshape is a view, so check with `xp.may_share_memory(cols, x_padded)` and copy.
 
 # %%
 #| export
@@ -413,7 +418,9 @@ def im2col(x_padded: Any, kernel_size: tuple[int, int], stride: tuple[int, int])
     stride_n, stride_c, stride_h, stride_w = x_padded.strides
     windows = strided_view(x_padded, (n, c, kh, kw, out_h, out_w),
                            (stride_n, stride_c, stride_h, stride_w, stride_h * sh, stride_w * sw))
-    return windows.reshape(n, c * kh * kw, out_h * out_w)  # the one copy
+    cols = windows.reshape(n, c * kh * kw, out_h * out_w)  # the one copy...
+    xp = array_module(x_padded)
+    return cols.copy() if xp.may_share_memory(cols, x_padded) else cols  # ...a view for a 1×1 kernel, stride 1
     ### END SOLUTION
 
 
@@ -497,7 +504,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     weight -- (O, C, kh, kw): out_channels, in_channels, kernel height, kernel width (PyTorch's layout)
     bias   -- (O,) or None
     stride, padding -- an int or a pair (height, width); zeros are padded on both sides of H and W
-    Returns (N, O, OH, OW), OH = (H + 2·ph - kh) // sh + 1, OW alike, in x's dtype:
+    Returns (N, O, OH, OW), OH = (H + 2·ph - kh) // sh + 1, OW alike, in the dtype NumPy's
+    matmul gives x's and weight's (x's dtype when they match, as in a Conv2d layer):
         out[n, o, r, q] = Σ_c,i,j x_pad[n, c, r·sh + i, q·sw + j] · weight[o, c, i, j] + bias[o]
     Raises (given code) ValueError naming both sizes for a channel mismatch, and stating
     the output-size arithmetic for a kernel larger than the padded input.

@@ -239,6 +239,16 @@ def test_im2col_keeps_dtype_and_returns_its_own_memory(rng):
     assert not np.shares_memory(cols, x), "im2col must return a copy (the column matrix), not a view of x"
 
 
+def test_im2col_of_a_1x1_kernel_with_stride_1_is_still_a_copy(rng):
+    """There the windows are laid out like x itself, and the reshape alone would be a view."""
+    x = rng.standard_normal((2, 3, 4, 5))
+    cols = im2col(x, (1, 1), (1, 1))
+    np.testing.assert_array_equal(cols, x.reshape(2, 3, 20))
+    assert not np.shares_memory(cols, x), (
+        "im2col with a 1×1 kernel and stride 1 returned a view of x: there the reshape makes no copy, "
+        "so copy when xp.may_share_memory(cols, x_padded)")
+
+
 def test_im2col_reads_any_memory_layout(rng):
     base = rng.standard_normal((6, 7, 3, 2))
     x = base.transpose(3, 2, 0, 1)  # (2, 3, 6, 7), not contiguous

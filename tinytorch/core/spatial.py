@@ -79,7 +79,7 @@ def strided_view(array: Any, shape: tuple, strides: tuple) -> Any:
     """
     return array_module(array).lib.stride_tricks.as_strided(array, shape=shape, strides=strides)
 
-# %% ../../modules/09_spatial/spatial_dev.py #a3720fcc
+# %% ../../modules/09_spatial/spatial_dev.py #d2d44772
 def im2col(x_padded: Any, kernel_size: tuple[int, int], stride: tuple[int, int]) -> Any:
     """Every kernel window of an (already padded) image batch as one column: the column matrix.
 
@@ -95,9 +95,11 @@ def im2col(x_padded: Any, kernel_size: tuple[int, int], stride: tuple[int, int])
     stride_n, stride_c, stride_h, stride_w = x_padded.strides
     windows = strided_view(x_padded, (n, c, kh, kw, out_h, out_w),
                            (stride_n, stride_c, stride_h, stride_w, stride_h * sh, stride_w * sw))
-    return windows.reshape(n, c * kh * kw, out_h * out_w)  # the one copy
+    cols = windows.reshape(n, c * kh * kw, out_h * out_w)  # the one copy...
+    xp = array_module(x_padded)
+    return cols.copy() if xp.may_share_memory(cols, x_padded) else cols  # ...a view for a 1×1 kernel, stride 1
 
-# %% ../../modules/09_spatial/spatial_dev.py #da861260
+# %% ../../modules/09_spatial/spatial_dev.py #19da899d
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0) -> Tensor:
     """2-D convolution (cross-correlation, as in PyTorch) of an NCHW batch, as one recorded op.
 
@@ -105,7 +107,8 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     weight -- (O, C, kh, kw): out_channels, in_channels, kernel height, kernel width (PyTorch's layout)
     bias   -- (O,) or None
     stride, padding -- an int or a pair (height, width); zeros are padded on both sides of H and W
-    Returns (N, O, OH, OW), OH = (H + 2·ph - kh) // sh + 1, OW alike, in x's dtype:
+    Returns (N, O, OH, OW), OH = (H + 2·ph - kh) // sh + 1, OW alike, in the dtype NumPy's
+    matmul gives x's and weight's (x's dtype when they match, as in a Conv2d layer):
         out[n, o, r, q] = Σ_c,i,j x_pad[n, c, r·sh + i, q·sw + j] · weight[o, c, i, j] + bias[o]
     Raises (given code) ValueError naming both sizes for a channel mismatch, and stating
     the output-size arithmetic for a kernel larger than the padded input.

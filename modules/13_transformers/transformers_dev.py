@@ -300,7 +300,7 @@ def time_fwd_bwd(fn, repeats: int = 20) -> float:
 sample = [Tensor(np.random.default_rng(2).standard_normal((2, 4, 8)), requires_grad=True) for _ in range(1)]
 sample += [Tensor(np.ones(8), requires_grad=True), Tensor(np.zeros(8), requires_grad=True)]
 print("ops recorded: composed", count_ops(layer_norm_composed(*sample)), "| fused", count_ops(layer_norm(*sample)) ,
-      "(each count includes the three inputs)")
+      "(inputs are not counted: they record no op)")
 from threadpoolctl import threadpool_limits  # one BLAS thread: timings that repeat (module 01)
 
 with threadpool_limits(limits=1):
@@ -724,7 +724,9 @@ class GPT(Module):
           ~ normal(0, 0.02 / sqrt(2 · num_layers));
         * LayerNorms keep weight 1 and bias 0.
         Walk every sub-module with self.modules() and pick the Linear and Embedding layers
-        with isinstance; set each tensor with self._assign(param, array).
+        with isinstance; set each tensor with self._assign(param, array). Draw in that walk's
+        order, one self.rng.normal(0, std, shape) per weight (biases take no draw), so that
+        the same seed gives every student the same model.
         """
         ### BEGIN SOLUTION
         std = 0.02
@@ -924,7 +926,8 @@ def next_token_probs(logits: Any, temperature: float = 1.0, top_k: int | None = 
 
     softmax(logits / temperature) after keeping only the top_k largest logits of each row
     (the others get probability 0; ties with the k-th largest are kept). temperature must be
-    > 0 here (sample_next_token handles 0 as greedy); top_k None or >= vocabulary: keep all.
+    > 0 here (sample_next_token handles 0 as greedy, and its given checks refuse < 0 before
+    calling this); top_k None or >= vocabulary: keep all.
     """
     z = to_host(logits).astype(np.float64)
     ### BEGIN SOLUTION
@@ -1026,7 +1029,9 @@ test_unit_sampling()
 #
 # `LayerKVCache.update(k, v)` (you write it) stores the new keys and values `(B, H, n, D)` at
 # positions `length … length + n − 1`, advances `length` by `n`, and returns *all* keys and
-# values so far as Tensors of shape `(B, H, length, D)` — views of the buffers, no copies.
+# values so far as Tensors of shape `(B, H, length, D)` — views of the buffers, no copies
+# (`Tensor(self.keys[:, :, :length])` wraps the view as it is: module 01's `to_array` copies
+# only to change the dtype or the device).
 # The cache is for generation: gradients do not flow through it (it refuses tensors that
 # require gradients unless they come in under `no_grad()`). `KVCache` (given) holds one
 # `LayerKVCache` per block.
@@ -1148,7 +1153,8 @@ test_unit_kv_cache()
 # **When the cache is full.** Past `max_seq_len` tokens the uncached model sees the last
 # `max_seq_len` tokens at positions `0 … max_seq_len − 1`: every token has moved one
 # position to the left, so every cached key (computed with the old positions) is stale. We
-# rebuild the cache from the last `max_seq_len` tokens. Both paths then see the same context
+# rebuild the cache from the last `max_seq_len` tokens: before a step, when
+# `cache.length == max_seq_len`, start a new cache and prefill it. Both paths then see the same context
 # and give the same tokens; the price is that beyond `max_seq_len` every step is a full
 # forward pass again, exactly what the uncached model pays. (Models whose positions are
 # relative, such as rotary embeddings, can instead keep a rolling window of the cache.)

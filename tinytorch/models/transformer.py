@@ -201,7 +201,7 @@ class TransformerBlock(Module):
         x = x + self.dropout(attended)
         return x + self.mlp(self.ln2(x))
 
-# %% ../../modules/13_transformers/transformers_dev.py #90d4d09e
+# %% ../../modules/13_transformers/transformers_dev.py #10d40403
 class GPT(Module):
     """A GPT language model (GPT-2's architecture, nanoGPT's layout and initialisation).
 
@@ -262,7 +262,9 @@ class GPT(Module):
           ~ normal(0, 0.02 / sqrt(2 · num_layers));
         * LayerNorms keep weight 1 and bias 0.
         Walk every sub-module with self.modules() and pick the Linear and Embedding layers
-        with isinstance; set each tensor with self._assign(param, array).
+        with isinstance; set each tensor with self._assign(param, array). Draw in that walk's
+        order, one self.rng.normal(0, std, shape) per weight (biases take no draw), so that
+        the same seed gives every student the same model.
         """
         std = 0.02
         residual = {id(b.attn.out_proj.weight) for b in self.blocks} | {id(b.mlp.proj.weight) for b in self.blocks}
@@ -335,13 +337,14 @@ class GPT(Module):
         return (f"vocab_size={self.vocab_size}, embed_dim={self.embed_dim}, num_layers={self.num_layers}, "
                 f"num_heads={self.num_heads}, max_seq_len={self.max_seq_len}")
 
-# %% ../../modules/13_transformers/transformers_dev.py #b2408f42
+# %% ../../modules/13_transformers/transformers_dev.py #d5c66d7f
 def next_token_probs(logits: Any, temperature: float = 1.0, top_k: int | None = None) -> np.ndarray:
     """(B, V) logits (Tensor or array) -> (B, V) float64 NumPy probabilities of the next token.
 
     softmax(logits / temperature) after keeping only the top_k largest logits of each row
     (the others get probability 0; ties with the k-th largest are kept). temperature must be
-    > 0 here (sample_next_token handles 0 as greedy); top_k None or >= vocabulary: keep all.
+    > 0 here (sample_next_token handles 0 as greedy, and its given checks refuse < 0 before
+    calling this); top_k None or >= vocabulary: keep all.
     """
     z = to_host(logits).astype(np.float64)
     z = z / temperature

@@ -56,6 +56,7 @@ except ImportError:  # the benchmark still measures TinyTorch alone
 
 from _common import (CupyMemory, Device, device_ready, gpu_facts, gpu_facts_lines, gpu_heading,  # noqa: E402
                      interleaved_medians, machine, write_section)
+from tinytorch.core.autograd import topological_order  # noqa: E402
 from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
@@ -264,7 +265,7 @@ def peak_memory(device: Device | None = None) -> dict:
             tracemalloc.stop()
     if memory is not None:
         peak = memory.peak
-    intermediate_grads = sum(1 for t in _graph(loss) if t.grad is not None and t._node is not None)
+    intermediate_grads = sum(1 for t in topological_order(loss) if t.grad is not None and t._node is not None)
     result = {"forward": after_forward, "peak": peak, "intermediate_grads": intermediate_grads,
               "params": sum(p.data.nbytes for p in model.parameters())}
     console.print(f"peak memory of one training step above the model and optimizer: forward holds "
@@ -272,19 +273,6 @@ def peak_memory(device: Device | None = None) -> dict:
                   f"(parameters: {result['params'] / 2**20:.1f} MiB); intermediate tensors holding a .grad after "
                   f"backward: {intermediate_grads}")
     return result
-
-
-def _graph(root) -> list:
-    seen, stack, out = set(), [root], []
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        out.append(t)
-        if t._node is not None:
-            stack.extend(t._node.inputs)
-    return out
 
 
 # ---- 4. the whole milestone, both libraries on 2 threads --------------------------------------------

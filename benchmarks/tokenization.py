@@ -28,24 +28,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from tinytorch.text.tokenization import BPETokenizer, count_pairs, merge_pair  # noqa: E402
+from tinytorch.text.tokenization import BPETokenizer, train_by_recounting  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "datasets" / "tinyshakespeare.txt"
-
-
-def train_by_recounting(text: str, vocab_size: int) -> list[tuple[int, int]]:
-    """The reference loop: recount every adjacent pair of the whole sequence after each merge."""
-    ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
-    merges: list[tuple[int, int]] = []
-    while 256 + len(merges) < vocab_size:
-        pairs = count_pairs(ids)
-        if not pairs:
-            break
-        top = max(pairs.values())
-        best = min(pair for pair, n in pairs.items() if n == top)
-        ids = merge_pair(ids, best, 256 + len(merges))
-        merges.append(best)
-    return merges
 
 
 def cpu_seconds(fn) -> tuple[float, object]:

@@ -597,11 +597,10 @@ test_unit_bpe_tokenizer()
 # **Predict, then run.** Which is faster, and by how much? Will they learn the same merges?
 
 # %%
-import time
-
-
+#| export
 def train_by_recounting(text: str, vocab_size: int) -> list[tuple[int, int]]:
-    """The slow reference: recount every pair after every merge."""
+    """The slow reference (given): recount every pair after every merge; the merges `train` must
+    also learn. The benchmark (`tito bench tokenization`) times it against `train`."""
     ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
     merges = []
     while 256 + len(merges) < vocab_size:
@@ -614,6 +613,9 @@ def train_by_recounting(text: str, vocab_size: int) -> list[tuple[int, int]]:
         merges.append(best)
     return merges
 
+
+# %%
+import time
 
 sample = text[:100_000]
 start = time.perf_counter()

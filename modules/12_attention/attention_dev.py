@@ -1394,17 +1394,12 @@ test_unit_sdpa_weights_backward()
 # %%
 import tracemalloc
 
+from tinytorch.core.autograd import topological_order
+
 
 def graph_size(t: Tensor) -> int:
-    """Number of recorded operations behind t."""
-    seen, stack = set(), [t]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node._node is None:
-            continue
-        seen.add(id(node))
-        stack.extend(node._node.inputs)
-    return len(seen)
+    """Number of recorded operations behind t: the tensors of module 05's walk that an op made."""
+    return sum(node._node is not None for node in topological_order(t))
 
 
 def fwd_bwd_peak(attn, T: int = 512) -> tuple[float, int]:

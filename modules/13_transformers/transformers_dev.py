@@ -225,7 +225,7 @@ class LayerNorm(Module):
 
 
 # %%
-from tinytorch.core.autograd import gradcheck
+from tinytorch.core.autograd import gradcheck, topological_order
 
 
 def test_unit_layer_norm():
@@ -273,14 +273,8 @@ def layer_norm_composed(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e
 
 
 def count_ops(t: Tensor) -> int:
-    seen, stack = set(), [t]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node._node is None:
-            continue
-        seen.add(id(node))
-        stack.extend(node._node.inputs)
-    return len(seen)
+    """Number of recorded operations behind t (module 05's walk; inputs made by no op do not count)."""
+    return sum(node._node is not None for node in topological_order(t))
 
 
 def time_fwd_bwd(fn, repeats: int = 20) -> float:

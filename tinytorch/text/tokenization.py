@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['CharTokenizer', 'count_pairs', 'merge_positions', 'merge_pair', 'PairCounter', 'BPETokenizer']
+__all__ = ['CharTokenizer', 'count_pairs', 'merge_positions', 'merge_pair', 'PairCounter', 'BPETokenizer', 'train_by_recounting']
 
 # %% ../../modules/10_tokenization/tokenization_dev.py #5737eb8d
 class CharTokenizer:
@@ -240,3 +240,19 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size})"
+
+# %% ../../modules/10_tokenization/tokenization_dev.py #b5a845e4
+def train_by_recounting(text: str, vocab_size: int) -> list[tuple[int, int]]:
+    """The slow reference (given): recount every pair after every merge; the merges `train` must
+    also learn. The benchmark (`tito bench tokenization`) times it against `train`."""
+    ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    merges = []
+    while 256 + len(merges) < vocab_size:
+        pairs = count_pairs(ids)
+        if not pairs:
+            break
+        top = max(pairs.values())
+        best = min(pair for pair, n in pairs.items() if n == top)
+        ids = merge_pair(ids, best, 256 + len(merges))
+        merges.append(best)
+    return merges

@@ -96,18 +96,11 @@ def device_ready(name: str) -> bool:
     """True when `name` ("cpu" or "cuda") can be used here; otherwise print `error: <why>` as ONE
     line on stderr (what to install, or that no GPU is visible; no traceback) and return False:
     the benchmark then exits with status 2 before measuring anything."""
-    if name == "cpu":
-        return True
-    from tinytorch.core.tensor import cuda_module
+    from tinytorch.core.tensor import device_problem  # module 01's check, as the milestones use
 
-    try:
-        cupy = cuda_module()  # RuntimeError naming `pip install -e ".[gpu]"`, or the missing GPU
-        int((cupy.arange(4) + 1).sum())  # a first kernel: a broken CUDA setup fails here
+    problem = device_problem(name)
+    if problem is None:
         return True
-    except RuntimeError as err:
-        problem = str(err)
-    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
-        problem = f"device='cuda': CuPy is installed but could not run on the GPU ({type(err).__name__}: {err})."
     print(f"error: {' '.join(problem.split())}", file=sys.stderr)
     return False
 

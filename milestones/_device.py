@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tinytorch.core.tensor import device_problem
+
 DEVICES = ("cpu", "cuda")
 
 
@@ -23,27 +25,10 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
                              "pip install -e \".[gpu]\"); the same recipe and threshold on both")
 
 
-def device_problem(name: str) -> str | None:
-    """None when `name` can be used here, else one line saying why not (and what to install)."""
-    if name == "cpu":
-        return None
-    from tinytorch.core.tensor import cuda_module
-
-    try:
-        cupy = cuda_module()  # RuntimeError naming `pip install -e ".[gpu]"`, or the missing GPU
-        int((cupy.arange(4) + 1).sum())  # a first kernel: a broken CUDA setup fails here, not mid-run
-    except RuntimeError as err:
-        return str(err)
-    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
-        return (f"device='cuda': CuPy is installed but could not run on the GPU "
-                f"({type(err).__name__}: {err}). Use --device cpu on this machine.")
-    return None
-
-
 def device_ready(name: str) -> bool:
     """True when `name` can be used; otherwise print `error: <why>` as ONE line on stderr (no
     traceback, no wrapping) and return False: the milestone then exits with status 2."""
-    problem = device_problem(name)
+    problem = device_problem(name)  # module 01's check
     if problem is None:
         return True
     print(f"error: {' '.join(problem.split())}", file=sys.stderr)

@@ -117,6 +117,23 @@ def cuda_module():
     return cupy
 
 
+def device_problem(device: str) -> str | None:
+    """None when `device` ("cpu" or "cuda") can be used here, else one sentence saying why not
+    and what to do. Programs (milestones, benchmarks) ask before any work; on "cuda" it runs a
+    first CuPy kernel, so a broken CUDA set-up shows here and not in the middle of a run."""
+    if device == "cpu":
+        return None
+    try:
+        cupy = cuda_module()
+        int((cupy.arange(4) + 1).sum())
+    except RuntimeError as err:  # cuda_module's: CuPy or the GPU missing
+        return str(err)
+    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
+        return (f"device='cuda': CuPy is installed but could not run on the GPU "
+                f"({type(err).__name__}: {err}). Use device='cpu' on this machine.")
+    return None
+
+
 def device_of(array: Any) -> str:
     """"cuda" for a CuPy array, "cpu" for anything else."""
     return "cuda" if array_module(array) is not np else "cpu"

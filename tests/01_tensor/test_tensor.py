@@ -589,6 +589,19 @@ def test_cuda_without_cupy_or_gpu_says_which_is_missing():
         assert Tensor([1.0], device="cuda").device == "cuda"
 
 
+def test_device_problem_is_one_sentence_of_what_to_do_or_none():
+    from tinytorch.core.tensor import device_problem
+
+    assert device_problem("cpu") is None
+    problem = device_problem("cuda")
+    if importlib.util.find_spec("cupy") is None:
+        assert 'pip install -e ".[gpu]"' in problem
+    elif gpu_count() == 0:
+        assert "no NVIDIA GPU" in problem
+    else:
+        assert problem is None
+
+
 def test_unknown_device():
     with pytest.raises(ValueError, match="Unknown device"):
         Tensor(np.ones(2), device="tpu")

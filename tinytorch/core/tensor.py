@@ -13,10 +13,10 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['array_module', 'cuda_module', 'device_of', 'GradMode', 'Node', 'record_op', 'Tensor', 'is_floating', 'to_array',
-           'as_tensor', 'to_host', 'broadcast_shape']
+__all__ = ['array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op', 'Tensor', 'is_floating',
+           'to_array', 'as_tensor', 'to_host', 'broadcast_shape']
 
-# %% ../../modules/01_tensor/tensor_dev.py #727407b1
+# %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
 def array_module(array: Any):
     """`numpy` for a NumPy array (or anything else), `cupy` for a CuPy array."""
     if type(array).__module__.startswith("cupy"):
@@ -45,6 +45,23 @@ def cuda_module():
             "(no CUDA device or driver). Use device='cpu' on this machine."
         )
     return cupy
+
+
+def device_problem(device: str) -> str | None:
+    """None when `device` ("cpu" or "cuda") can be used here, else one sentence saying why not
+    and what to do. Programs (milestones, benchmarks) ask before any work; on "cuda" it runs a
+    first CuPy kernel, so a broken CUDA set-up shows here and not in the middle of a run."""
+    if device == "cpu":
+        return None
+    try:
+        cupy = cuda_module()
+        int((cupy.arange(4) + 1).sum())
+    except RuntimeError as err:  # cuda_module's: CuPy or the GPU missing
+        return str(err)
+    except Exception as err:  # CuPy imported but cannot run (driver, CUDA libraries)
+        return (f"device='cuda': CuPy is installed but could not run on the GPU "
+                f"({type(err).__name__}: {err}). Use device='cpu' on this machine.")
+    return None
 
 
 def device_of(array: Any) -> str:

@@ -205,6 +205,21 @@ def gpu_facts(torch=None) -> dict:
     }
 
 
+def open_device(name: str, torch, console, title: str) -> tuple["Device", dict, dict | None]:
+    """(device, machine facts, GPU facts or None) for `--device name`, with the benchmark's header
+    line printed: what it runs on and with which versions, and why PyTorch is left out, if it is.
+    The caller then uses `device.torch_module` as its torch (None without a usable PyTorch)."""
+    device = Device(name, torch)
+    info = machine(device.torch_module)
+    facts = gpu_facts(device.torch_module) if device.name == "cuda" else None
+    where = "one thread" if facts is None else f"GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
+    console.print(f"[bold]{title}[/bold] — {info['cpu']} ({info['cores']} cores), {where}; "
+                  f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
+    if device.torch_note:
+        console.print(f"[yellow]{device.torch_note}[/yellow]")
+    return device, info, facts
+
+
 def doubling_table(rows: list[dict], size_key: str, columns: dict[str, str],
                    ratio: tuple[str, str] | None = None) -> list[str]:
     """Markdown lines of a "time as the size doubles" table.

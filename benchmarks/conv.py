@@ -35,8 +35,9 @@ import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from _common import (Device, cupy_peak_bytes, device_ready, doubling_table, gpu_facts,  # noqa: E402
-                     gpu_facts_lines, gpu_heading, gpu_speed_table, interleaved_medians, machine, write_section)
+from _common import (cupy_peak_bytes, Device, device_ready, doubling_table, gpu_facts_lines,  # noqa: E402
+                     gpu_heading, gpu_speed_table, interleaved_medians, open_device,
+                     write_section)
 
 torch = _common.import_torch()  # None without PyTorch: the benchmark then measures TinyTorch alone
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
@@ -342,15 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     if not device_ready(args.device):
         return 2
     global torch
-    device = Device(args.device, torch)
+    device, info, facts = open_device(args.device, torch, console, "Convolution benchmark")
     torch = device.torch_module  # None: not installed, or (on cuda) a build without CUDA
-    info = machine(torch)
-    facts = gpu_facts(torch) if device.name == "cuda" else None
-    where = "one thread" if facts is None else f"GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
-    console.print(f"[bold]Convolution benchmark[/bold] — {info['cpu']} ({info['cores']} cores), {where}; "
-                  f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
-    if device.torch_note:
-        console.print(f"[yellow]{device.torch_note}[/yellow]")
     speed = bench_speed(device, args.repeats, args.quick)
     memory = bench_memory([16, 32] if args.quick else [16, 32, 64, 128], args.memory_batch, device.name)
     scaling = bench_scaling(device, [16, 32] if args.quick else [16, 32, 64, 128, 256], args.scaling_batch,

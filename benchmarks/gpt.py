@@ -54,8 +54,8 @@ try:
 except ImportError:  # the benchmark still measures TinyTorch alone
     torch = None
 
-from _common import (CupyMemory, Device, device_ready, gpu_facts, gpu_facts_lines, gpu_heading,  # noqa: E402
-                     interleaved_medians, machine, write_section)
+from _common import (CupyMemory, Device, device_ready, gpu_facts_lines, gpu_heading,  # noqa: E402
+                     interleaved_medians, open_device, write_section)
 from tinytorch.core.autograd import topological_order  # noqa: E402
 from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
@@ -501,15 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     if not device_ready(args.device):
         return 2
     global torch
-    device = Device(args.device, torch)
+    device, info, facts = open_device(args.device, torch, console, "GPT benchmark")
     torch = device.torch_module  # None: not installed, or (on cuda) a build without CUDA
-    info = machine(torch)
-    facts = gpu_facts(torch) if device.name == "cuda" else None
-    where = "" if facts is None else f"; GPU {facts['gpu']}, CuPy {facts['cupy']}, CUDA {facts['cuda_runtime']}"
-    console.print(f"[bold]GPT benchmark[/bold]: {info['cpu']} ({info['cores']} cores){where}; NumPy {info['numpy']}, "
-                  f"PyTorch {info['torch']}, {info['date']}")
-    if device.torch_note:
-        console.print(f"[yellow]{device.torch_note}[/yellow]")
     step = training_step(device, args.repeats)
     gen = generation(device, [32, 256], args.new_tokens, 1 if args.quick else 5)
     memory = peak_memory(device)

@@ -44,7 +44,7 @@ def test_conv_benchmark_writes_its_own_section_only(tmp_path, monkeypatch):
     bench.RESULTS = results
     args = type("Args", (), {"repeats": 1, "memory_batch": 1, "scaling_batch": 1, "scaling_repeats": 1})()
     row = {"name": "Conv2d", "ours": 0.002, "torch": 0.001}
-    bench.write_results(bench.machine(), [row], [{"side": 8, "input": 1, "cols": 9, "peak": 30}],
+    bench.write_results(bench._common.machine(), [row], [{"side": 8, "input": 1, "cols": 9, "peak": 30}],
                         [{"side": 8, "ours": 0.001, "torch": 0.001}], args)
     text = results.read_text(encoding="utf-8")
     assert "old numbers" not in text and "| Conv2d | 2.00 ms | 1.00 ms | 2.00× |" in text

@@ -93,7 +93,7 @@ def load_writing_to_a_copy(name: str, tmp_path, monkeypatch):
 def test_the_gpu_section_is_written_beside_the_cpu_one_never_over_it(name, tmp_path, monkeypatch):
     bench, results, original = load_writing_to_a_copy(name, tmp_path, monkeypatch)
     args, rows = fake_rows(name)
-    bench.write_gpu_results(bench.machine(), FACTS, *rows, args)
+    bench.write_gpu_results(bench._common.machine(), FACTS, *rows, args)
     text = results.read_text(encoding="utf-8")
     heading = f"{CPU_HEADINGS[name]} on GPU: Test GPU 80GB"
     assert text.count(heading) == 1
@@ -105,7 +105,7 @@ def test_the_gpu_section_is_written_beside_the_cpu_one_never_over_it(name, tmp_p
         assert fact in section, fact
     assert text.index(heading) > text.index(CPU_HEADINGS[name] + "\n"), "after the CPU section"
     again = text
-    bench.write_gpu_results(bench.machine(), FACTS, *rows, args)  # a second run replaces it in place
+    bench.write_gpu_results(bench._common.machine(), FACTS, *rows, args)  # a second run replaces it in place
     assert results.read_text(encoding="utf-8").count(heading) == 1
     assert len(results.read_text(encoding="utf-8")) == len(again)
 

@@ -174,7 +174,7 @@ def test_unit_clip_grad_norm():
     total = clip_grad_norm([a, b, c], max_norm=6.5)
     assert total == 13.0, f"returned {total}: return the global norm before clipping (13)"
     assert np.allclose(a.grad.numpy(), [1.5, 2.0]) and np.allclose(b.grad.numpy(), [6.0]), "one common factor"
-    assert c.grad is None
+    assert c.grad is None, "a parameter without a gradient is skipped: its .grad stays None"
     total = clip_grad_norm([a, b], max_norm=100.0)  # below the cap: untouched
     assert np.isclose(total, 6.5) and np.allclose(b.grad.numpy(), [6.0]), "below the cap nothing changes"
     print("✓ clip_grad_norm: global norm, common scale, returns the norm before clipping")
@@ -375,10 +375,17 @@ def test_unit_schedules():
     opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=1.0)
     cos = CosineWarmupLR(opt, warmup_steps=4, total_steps=14, min_lr=0.1)
     assert opt.lr == 0.25, "creating the scheduler sets lr_at(0): warm-up starts near 0"
-    assert np.allclose([cos.lr_at(t) for t in (0, 1, 2, 3, 4)], [0.25, 0.5, 0.75, 1.0, 1.0])
-    assert np.isclose(cos.lr_at(9), 0.55)  # half-way through the decay
-    assert np.isclose(cos.lr_at(14), 0.1) and cos.lr_at(15) == 0.1 and cos.lr_at(100) == 0.1
-    assert cos.step() == 0.5 and cos.last_step == 1
+    warmup = [cos.lr_at(t) for t in (0, 1, 2, 3, 4)]
+    assert np.allclose(warmup, [0.25, 0.5, 0.75, 1.0, 1.0]), \
+        f"warm-up over 4 steps is base·(t+1)/4, then the base: expected [0.25, 0.5, 0.75, 1, 1], got {warmup}"
+    half_way = cos.lr_at(9)
+    assert np.isclose(half_way, 0.55), (f"half-way through the decay (step 9 of 4..14) the cosine gives "
+                                        f"min + (base - min)/2 = 0.55, got {half_way}")
+    after = [cos.lr_at(t) for t in (14, 15, 100)]
+    assert np.allclose(after, 0.1) and after[1:] == [0.1, 0.1], f"from total_steps on the rate stays at min_lr 0.1, got {after}"
+    stepped = cos.step()
+    assert stepped == 0.5 and cos.last_step == 1, \
+        f"step() moves to step 1 and returns its rate, 0.5; got {stepped} at last_step {cos.last_step}"
     print("✓ schedules: step decay, cosine with warm-up")
 
 
@@ -442,9 +449,12 @@ def accuracy(outputs: Any, targets: Any) -> float:
 # %%
 def test_unit_accuracy():
     logits = Tensor(np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [9.0, 0.0, 0.0]]))
-    assert accuracy(logits, Tensor(np.array([0, 1, 1, 2]))) == 0.5
-    assert accuracy(logits, np.array([0, 1, 2, 0])) == 1.0
-    assert accuracy(Tensor(np.array([[0.3], [-2.0], [1.0]])), [1, 0, 0]) == 2 / 3
+    half = accuracy(logits, Tensor(np.array([0, 1, 1, 2])))
+    assert half == 0.5, f"arg-maxes [0, 1, 2, 0] against targets [0, 1, 1, 2]: 2 of 4 right, 0.5; got {half}"
+    every = accuracy(logits, np.array([0, 1, 2, 0]))
+    assert every == 1.0, f"every arg-max matches its target: 1.0, got {every}"
+    one_score = accuracy(Tensor(np.array([[0.3], [-2.0], [1.0]])), [1, 0, 0])
+    assert one_score == 2 / 3, f"one score per example predicts class 1 when the logit > 0: 2 of 3 right, got {one_score}"
     print("✓ accuracy: arg-max over the classes, logit > 0 for one score")
 
 
@@ -722,10 +732,15 @@ print(f"{len(train_batches)} batches per epoch (the last one has {len(train_batc
 
 # %%
 def test_unit_trainer():
-    assert history["epoch"] == list(range(1, 11)) and len(history["train_loss"]) == 10
-    assert history["train_loss"][-1] < 0.5 * history["train_loss"][0]
-    assert history["val_accuracy"][-1] >= 0.9
-    assert trainer.step == 10 * len(train_batches) and np.isclose(optimizer.lr, 0.0)
+    assert history["epoch"] == list(range(1, 11)) and len(history["train_loss"]) == 10, \
+        f"10 epochs must record epochs 1 ... 10 and 10 training losses, got {history['epoch']}"
+    first, last = history["train_loss"][0], history["train_loss"][-1]
+    assert last < 0.5 * first, f"the training loss must at least halve in 10 epochs, went from {first:.3f} to {last:.3f}"
+    assert history["val_accuracy"][-1] >= 0.9, f"validation accuracy must reach 0.9, got {history['val_accuracy'][-1]:.3f}"
+    assert trainer.step == 10 * len(train_batches), \
+        f"one optimizer step per batch: {10 * len(train_batches)} steps, got {trainer.step}"
+    assert np.isclose(optimizer.lr, 0.0), (f"the scheduler steps after every optimizer step: at the end of its "
+                                           f"total_steps the cosine reaches 0, got lr {optimizer.lr}")
     assert model.training, "evaluate puts the model back in training mode"
     print("✓ Trainer: loss falls, accuracy recorded, steps counted, schedule applied")
 
@@ -1120,7 +1135,9 @@ def test_unit_checkpoint_resume():
             "a failed load must leave the model as it was"
     for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
         assert np.array_equal(a.numpy(), b.numpy()), name
-    assert resumed.history["train_loss"] == straight.history["train_loss"] and resumed.step == straight.step
+    assert resumed.history["train_loss"] == straight.history["train_loss"] and resumed.step == straight.step, (
+        f"2 epochs + save/load + 2 epochs must equal 4 epochs straight: losses {resumed.history['train_loss']} against "
+        f"{straight.history['train_loss']}, step {resumed.step} against {straight.step}")
     print(f"✓ checkpoint ({size:,} bytes): 2 + save/load + 2 epochs == 4 epochs, bit for bit; "
           "a misfit changes nothing")
 

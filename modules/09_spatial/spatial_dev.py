@@ -214,10 +214,12 @@ def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) 
 
 # %%
 def test_unit_conv_output_size():
-    assert conv_output_size(5, 3) == 3 and conv_output_size(5, 3, 1, 1) == 5
-    assert conv_output_size(5, 3, stride=2) == 2 and conv_output_size(32, 3, 2, 1) == 16
-    assert conv_output_size(8, 2, 2) == 4 and conv_output_size(7, 7) == 1
-    assert isinstance(conv_output_size(5, 3), int)
+    for args, expected in (((5, 3), 3), ((5, 3, 1, 1), 5), ((5, 3, 2), 2), ((32, 3, 2, 1), 16), ((8, 2, 2), 4),
+                           ((7, 7), 1)):
+        got = conv_output_size(*args)
+        assert got == expected, (f"conv_output_size{args}: (size + 2·padding - kernel) // stride + 1 = {expected}, "
+                                 f"got {got}")
+    assert isinstance(conv_output_size(5, 3), int), f"the size must be an int, got {type(conv_output_size(5, 3)).__name__}"
     print("✓ conv_output_size")
 
 
@@ -440,15 +442,20 @@ print("same as the loops:", np.array_equal(as_matmul, hand_output))
 # %%
 def test_unit_im2col():
     cols = im2col(IMAGE_5x5[None, None], (3, 3), (1, 1))
-    assert cols.shape == (1, 9, 9) and np.array_equal(cols[0, :, 0], IMAGE_5x5[:3, :3].ravel())
-    assert np.array_equal(cols[0, :, 5], IMAGE_5x5[1:4, 2:5].ravel())  # output (1, 2) is column 1·3 + 2
+    assert cols.shape == (1, 9, 9), f"a 5x5 image, 3x3 kernel: (N, C·kh·kw, OH·OW) = (1, 9, 9), got {cols.shape}"
+    assert np.array_equal(cols[0, :, 0], IMAGE_5x5[:3, :3].ravel()), \
+        f"column 0 is the top-left window read row by row, {IMAGE_5x5[:3, :3].ravel().tolist()}; got {cols[0, :, 0].tolist()}"
+    assert np.array_equal(cols[0, :, 5], IMAGE_5x5[1:4, 2:5].ravel()), (  # output (1, 2) is column 1·3 + 2
+        f"output (1, 2) is column 1·3 + 2 = 5, the window at rows 1..3, columns 2..4: expected "
+        f"{IMAGE_5x5[1:4, 2:5].ravel().tolist()}, got {cols[0, :, 5].tolist()}")
     # two channels, stride 2, a 2×3 kernel: rows in (channel, kernel row, kernel column) order
     x = np.arange(2 * 2 * 5 * 6, dtype=np.float32).reshape(2, 2, 5, 6)
     cols = im2col(x, (2, 3), (2, 2))
-    assert cols.shape == (2, 12, 2 * 2) and cols.dtype == np.float32
+    assert cols.shape == (2, 12, 2 * 2) and cols.dtype == np.float32, \
+        f"2 images, 2 channels, a 2x3 kernel, stride 2 on 5x6: (2, 2·2·3, 2·2) float32, got {cols.shape} {cols.dtype}"
     assert np.array_equal(cols[1, 6:, 3], x[1, 1, 2:4, 2:5].ravel()), "channel 1's window of output (1, 1)"
     cols[:] = -1  # the result is its own memory, not a view of x
-    assert x.min() == 0
+    assert x.min() == 0, "writing into im2col's result changed x: the result must be a copy, not a view of x"
     print("✓ im2col")
 
 
@@ -549,8 +556,12 @@ def test_unit_conv2d():
         assert got.shape == want.shape and np.allclose(got, want), (stride, padding)
     w32 = Tensor(w.astype(np.float32), requires_grad=True)
     y = conv2d(Tensor(x.astype(np.float32)), w32, stride=2, padding=1)
-    assert y.dtype == np.float32 and y._node.op == "conv2d" and y._node.inputs[1] is w32
-    assert set(y._node.saved) == {"cols", "stride", "padding"} and y._node.saved["cols"].shape == (2, 3 * 3 * 2, 4 * 4)
+    assert y.dtype == np.float32, f"float32 in must give float32 out, got {y.dtype}"
+    assert y._node is not None and y._node.op == "conv2d" and y._node.inputs[1] is w32, \
+        f"conv2d must record one op 'conv2d' with inputs (x, weight), got {y._node and y._node.op!r}"
+    saved = {k: getattr(v, "shape", v) for k, v in y._node.saved.items()}
+    assert set(saved) == {"cols", "stride", "padding"} and saved["cols"] == (2, 3 * 3 * 2, 4 * 4), \
+        f"conv2d saves cols (N, C·kh·kw, OH·OW) = (2, 18, 16), stride and padding; saved {saved}"
     for bad in (lambda: conv2d(x, rng.standard_normal((4, 2, 3, 3))),   # 3 channels in, weight expects 2
                 lambda: conv2d(x, rng.standard_normal((4, 3, 9, 3)))):  # kernel taller than the input
         try:
@@ -648,7 +659,8 @@ def test_unit_col2im():
         cols = im2col(x, kernel, stride)
         c = rng.standard_normal(cols.shape).astype(np.float32)
         back = col2im(c, x.shape, kernel, stride)
-        assert back.shape == x.shape and back.dtype == np.float32
+        assert back.shape == x.shape and back.dtype == np.float32, \
+            f"col2im must give back x's shape {x.shape} in float32, got {back.shape} {back.dtype}"
         assert np.isclose((cols * c).sum(), (x * back).sum(), rtol=1e-4), "col2im is the adjoint of im2col"
     print("✓ col2im (overlaps add up; the adjoint of im2col)")
 
@@ -743,17 +755,20 @@ from tinytorch.core.autograd import gradcheck
 
 
 def test_unit_conv2d_backward():
-    assert np.array_equal(k5.grad.numpy()[0, 0], [[10, 10, 13], [13, 13, 12], [10, 10, 9]])
+    assert np.array_equal(k5.grad.numpy()[0, 0], [[10, 10, 13], [13, 13, 12], [10, 10, 9]]), (
+        f"the hand example's weight gradient (each tap sums the pixels it touched): expected [[10, 10, 13], "
+        f"[13, 13, 12], [10, 10, 9]], got {k5.grad.numpy()[0, 0].tolist()}")
     rng = np.random.default_rng(2)
     x = Tensor(rng.standard_normal((2, 2, 5, 6)), requires_grad=True)
     w = Tensor(rng.standard_normal((3, 2, 3, 2)), requires_grad=True)
     b = Tensor(rng.standard_normal(3), requires_grad=True)
-    for stride, padding in ((1, 0), (2, 1), ((2, 3), (1, 0))):
-        assert gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])
-    assert gradcheck(lambda x, w: conv2d(x, w, stride=2), [x, w])
+    for stride, padding in ((1, 0), (2, 1), ((2, 3), (1, 0))):  # gradcheck raises naming the input and element
+        gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])
+    gradcheck(lambda x, w: conv2d(x, w, stride=2), [x, w])
     images = Tensor(rng.standard_normal((1, 2, 4, 4)))  # no gradient wanted: dx is skipped
     conv2d(images, w).sum().backward()
-    assert images.grad is None and w.grad is not None
+    assert images.grad is None and w.grad is not None, \
+        "input without requires_grad: no dx (return None for it), but the weight still gets its gradient"
     print("✓ conv2d backward (gradcheck: bias, strides, padding)")
 
 
@@ -879,16 +894,24 @@ print("dx (each gradient at its window's first maximum):\n", x4.grad.numpy()[0, 
 def test_unit_max_pool2d():
     x = Tensor(POOL_4x4[None, None], requires_grad=True)
     y = max_pool2d(x, 2)
-    assert np.array_equal(y.numpy()[0, 0], [[4, 2], [6, 3]]) and y.dtype == np.float64
-    assert y._node.op == "max_pool2d" and set(y._node.saved) == {"argmax", "kernel_size", "stride"}
-    assert np.array_equal(y._node.saved["argmax"][0, 0], [[2, 0], [1, 2]]) and y._node.saved["stride"] == (2, 2)
+    assert np.array_equal(y.numpy()[0, 0], [[4, 2], [6, 3]]) and y.dtype == np.float64, \
+        f"2x2 max pooling of the hand example: [[4, 2], [6, 3]] float64, got {y.numpy()[0, 0].tolist()} {y.dtype}"
+    assert y._node is not None and y._node.op == "max_pool2d" and set(y._node.saved) == {"argmax", "kernel_size", "stride"}, \
+        f"max_pool2d records op 'max_pool2d' saving argmax, kernel_size and stride; got {y._node and sorted(y._node.saved)}"
+    argmax = y._node.saved["argmax"][0, 0]
+    assert np.array_equal(argmax, [[2, 0], [1, 2]]) and y._node.saved["stride"] == (2, 2), (
+        f"argmax is each window's i·kw + j of its first maximum, [[2, 0], [1, 2]], and stride the pair (2, 2); got "
+        f"{argmax.tolist()} and {y._node.saved['stride']!r}")
     y.backward(POOL_GRAD[None, None])
-    assert np.array_equal(x.grad.numpy()[0, 0], [[0, 0, 2, 0], [1, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 0]])
+    routed = x.grad.numpy()[0, 0]
+    assert np.array_equal(routed, [[0, 0, 2, 0], [1, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 0]]), \
+        f"each window's gradient goes to its maximum only: expected [[0, 0, 2, 0], [1, 0, 0, 0], ...], got {routed.tolist()}"
     rng = np.random.default_rng(3)
     z = Tensor(rng.permutation(2 * 3 * 7 * 6).reshape(2, 3, 7, 6) / 10.0, requires_grad=True)  # no ties
-    assert gradcheck(lambda t: max_pool2d(t, 3, stride=2), [z])  # overlapping windows
-    assert gradcheck(lambda t: max_pool2d(t, (2, 3), stride=(2, 1)), [z])
-    assert max_pool2d(Tensor(np.ones((1, 1, 5, 5), np.float32)), 2).shape == (1, 1, 2, 2)
+    gradcheck(lambda t: max_pool2d(t, 3, stride=2), [z])  # overlapping windows; raises naming the element
+    gradcheck(lambda t: max_pool2d(t, (2, 3), stride=(2, 1)), [z])
+    shape = max_pool2d(Tensor(np.ones((1, 1, 5, 5), np.float32)), 2).shape
+    assert shape == (1, 1, 2, 2), f"2x2 pooling of 5x5 drops the last row and column: (1, 1, 2, 2), got {shape}"
     print("✓ max_pool2d (values, argmax, gradient routing, ties, gradcheck)")
 
 
@@ -940,14 +963,19 @@ def avg_pool2d_backward(grad: Any, node) -> tuple:
 def test_unit_avg_pool2d():
     x = Tensor(POOL_4x4[None, None], requires_grad=True)
     y = avg_pool2d(x, 2)
-    assert np.array_equal(y.numpy()[0, 0], [[2.5, 1.0], [3.25, 2.25]])
-    assert y._node.op == "avg_pool2d" and set(y._node.saved) == {"kernel_size", "stride"}
+    assert np.array_equal(y.numpy()[0, 0], [[2.5, 1.0], [3.25, 2.25]]), \
+        f"2x2 average pooling of the hand example: [[2.5, 1], [3.25, 2.25]], got {y.numpy()[0, 0].tolist()}"
+    assert y._node is not None and y._node.op == "avg_pool2d" and set(y._node.saved) == {"kernel_size", "stride"}, \
+        f"avg_pool2d records op 'avg_pool2d' saving kernel_size and stride; got {y._node and sorted(y._node.saved)}"
     y.backward(POOL_GRAD[None, None])
-    assert np.array_equal(x.grad.numpy()[0, 0], np.kron(POOL_GRAD, np.ones((2, 2))) / 4)
+    shared = x.grad.numpy()[0, 0]
+    assert np.array_equal(shared, np.kron(POOL_GRAD, np.ones((2, 2))) / 4), \
+        f"each window's gradient is shared equally by its 4 pixels (g / 4); got {shared.tolist()}"
     z = Tensor(np.random.default_rng(4).standard_normal((2, 2, 6, 7)), requires_grad=True)
-    assert gradcheck(lambda t: avg_pool2d(t, 3, stride=2), [z])
-    assert gradcheck(lambda t: avg_pool2d(t, (2, 3)), [z])
-    assert avg_pool2d(Tensor(np.ones((1, 1, 4, 4), np.float32)), 2).dtype == np.float32
+    gradcheck(lambda t: avg_pool2d(t, 3, stride=2), [z])  # raises naming the input and the element
+    gradcheck(lambda t: avg_pool2d(t, (2, 3)), [z])
+    dtype = avg_pool2d(Tensor(np.ones((1, 1, 4, 4), np.float32)), 2).dtype
+    assert dtype == np.float32, f"float32 in must give float32 out, got {dtype}"
     print("✓ avg_pool2d (values, gradient shared equally, gradcheck)")
 
 
@@ -1073,16 +1101,24 @@ class Flatten(Module):
 # %%
 def test_unit_layers():
     conv = Conv2d(3, 8, 3, padding=1, seed=0)
-    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,) and conv.weight.dtype == np.float32
-    assert np.abs(conv.weight.numpy()).max() <= 1 / math.sqrt(27) and np.abs(conv.weight.numpy()).max() > 0.15
-    assert [name for name, _ in conv.named_parameters()] == ["weight", "bias"]
-    assert np.array_equal(Conv2d(3, 8, 3, seed=1).weight.numpy(), Conv2d(3, 8, 3, rng=1).weight.numpy())
+    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,) and conv.weight.dtype == np.float32, \
+        f"Conv2d(3, 8, 3): weight (out, in, kh, kw) = (8, 3, 3, 3) float32 and bias (8,); got {conv.weight.shape}, {conv.bias.shape}"
+    largest = np.abs(conv.weight.numpy()).max()
+    assert 0.15 < largest <= 1 / math.sqrt(27), \
+        f"weights start uniform in ±1/√(in·kh·kw) = ±{1 / math.sqrt(27):.4f}; the largest is {largest:.4f}"
+    names = [name for name, _ in conv.named_parameters()]
+    assert names == ["weight", "bias"], f"parameters weight and bias, in that order; got {names}"
+    assert np.array_equal(Conv2d(3, 8, 3, seed=1).weight.numpy(), Conv2d(3, 8, 3, rng=1).weight.numpy()), \
+        "seed=1 and rng=1 must draw the same weights"
     x = Tensor(np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(np.float32))
     y = conv(x)
-    assert y.shape == (2, 8, 8, 8) and np.allclose(y.numpy(), conv2d(x, conv.weight, conv.bias, 1, 1).numpy())
-    assert Conv2d(3, 8, (3, 1), stride=(2, 1), bias=False).bias is None
-    assert MaxPool2d(2)(y).shape == (2, 8, 4, 4) and AvgPool2d(3, stride=1)(y).shape == (2, 8, 6, 6)
-    assert Flatten()(y).shape == (2, 512) and Flatten(0, 1)(y).shape == (16, 8, 8)
+    assert y.shape == (2, 8, 8, 8) and np.allclose(y.numpy(), conv2d(x, conv.weight, conv.bias, 1, 1).numpy()), \
+        f"Conv2d(3, 8, 3, padding=1) is conv2d with its weight, bias, stride 1, padding 1: (2, 8, 8, 8); got {y.shape}"
+    assert Conv2d(3, 8, (3, 1), stride=(2, 1), bias=False).bias is None, "bias=False: no bias"
+    shapes = (MaxPool2d(2)(y).shape, AvgPool2d(3, stride=1)(y).shape)
+    assert shapes == ((2, 8, 4, 4), (2, 8, 6, 6)), f"MaxPool2d(2) -> (2, 8, 4, 4), AvgPool2d(3, 1) -> (2, 8, 6, 6); got {shapes}"
+    flat = (Flatten()(y).shape, Flatten(0, 1)(y).shape)
+    assert flat == ((2, 512), (16, 8, 8)), f"Flatten() keeps the batch: (2, 512); Flatten(0, 1): (16, 8, 8); got {flat}"
     print(conv, MaxPool2d(2), Flatten(), sep="\n")
     print("✓ Conv2d, MaxPool2d, AvgPool2d, Flatten")
 

@@ -509,7 +509,7 @@ def expect_error(error: type, call, *facts: str, what: str = "the call", cause: 
         call()
     except error as err:
         missing = [fact for fact in facts if fact not in str(err)]
-        assert not missing, f"{what}: the {error.__name__} must mention {missing}; it says: {err}"
+        assert not missing, f"{what}: the {error.__name__} must mention {missing}; it says: {err}{why}"
         return str(err)
     except Exception as err:
         raise AssertionError(f"{what} must raise {error.__name__}, but it raised {type(err).__name__}: {err}{why}") from err
@@ -1525,9 +1525,14 @@ def test_unit_indexing_and_masks():
     expect_equal(x[..., -1], ref[..., -1], "x[..., -1]")
     rows = np.array([2, 0, 2])
     expect_equal(x[0][[2, 0, 2]], ref[0][rows], "x[0][[2, 0, 2]]", "a list of ints gathers rows: convert it with xp.asarray")
-    expect_equal(x[0][Tensor(rows)], ref[0][rows], "x[0][Tensor([2, 0, 2])]", "a Tensor index gives its .data")
-    expect_equal(x[0, Tensor(rows), 1], ref[0, rows, 1], "x[0, Tensor([2, 0, 2]), 1]",
-                 "inside a tuple index, convert each element the same way")
+    for label, index, expected in (("x[0][Tensor([2, 0, 2])]", lambda: x[0][Tensor(rows)], ref[0][rows]),
+                                   ("x[0, Tensor([2, 0, 2]), 1]", lambda: x[0, Tensor(rows), 1], ref[0, rows, 1])):
+        try:
+            got = index()
+        except IndexError as err:
+            raise AssertionError(f"{label} raised IndexError ({err}): NumPy does not know Tensors; turn a Tensor "
+                                 "index into its .data, also inside a tuple index") from None
+        expect_equal(got, expected, label, "a Tensor index gives its .data, also inside a tuple index")
     w = Tensor(ref, requires_grad=True)
     node = w[[1, 1]]._node
     assert node is not None and node.op == "getitem", f"indexing must record op 'getitem', got {node and node.op!r}"

@@ -284,8 +284,12 @@ def sigmoid(x: Tensor) -> Tensor:
 
 # %%
 def test_unit_sigmoid():
-    with np.errstate(over="raise", invalid="raise"):  # an overflow or nan would raise here
-        y = sigmoid(Tensor([-1000.0, -1.0, 0.0, 1.0, 1000.0]))
+    try:
+        with np.errstate(over="raise", invalid="raise"):  # an overflow or nan would raise here
+            y = sigmoid(Tensor([-1000.0, -1.0, 0.0, 1.0, 1000.0]))
+    except FloatingPointError as err:
+        raise AssertionError(f"sigmoid([-1000, ..., 1000]) overflowed ({err}): e^1000 is inf; never exponentiate a "
+                             "positive number: use e^-|x| and pick the formula by the sign of x") from None
     expected = [0.0, 1 / (1 + math.e), 0.5, 1 / (1 + math.exp(-1)), 1.0]
     assert np.allclose(y.numpy(), expected, atol=1e-7), \
         f"sigmoid([-1000, -1, 0, 1, 1000]): expected {np.round(expected, 5).tolist()}, got {y.numpy().round(5).tolist()}"
@@ -407,9 +411,20 @@ def test_unit_gelu():
     t = np.tanh(math.sqrt(2 / math.pi) * (xs + 0.044715 * xs**3))
     y = gelu(Tensor(xs))
     assert y.dtype == np.float64, f"gelu of float64 must stay float64, got {y.dtype}"
-    assert np.allclose(y.numpy(), 0.5 * xs * (1 + t), rtol=1e-12), (
-        f"gelu([-3, -1, 0, 1, 3]): expected 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) = {(0.5 * xs * (1 + t)).round(6).tolist()}, "
-        f"got {y.numpy().round(6).tolist()}: the tanh approximation, as GPT-2 uses")
+    if not np.allclose(y.numpy(), 0.5 * xs * (1 + t), rtol=1e-12):
+        erf = np.vectorize(math.erf)
+        other_formulas = {
+            "this is the exact (erf) GELU, x·Φ(x); the lesson asks for the tanh approximation":
+                0.5 * xs * (1 + erf(xs / math.sqrt(2))),
+            "this is the sigmoid approximation x·σ(1.702x), not the tanh approximation": xs / (1 + np.exp(-1.702 * xs)),
+            "√(2π) where the formula has √(2/π): check the constants (SQRT_2_OVER_PI, GELU_COEFF)":
+                0.5 * xs * (1 + np.tanh(math.sqrt(2 * math.pi) * (xs + 0.044715 * xs**3)))}
+        cause = next((c for c, wrong in other_formulas.items() if np.allclose(y.numpy(), wrong, rtol=1e-6)),
+                     "close, but not equal: check the constants √(2/π) ≈ 0.79788 and 0.044715 (SQRT_2_OVER_PI, "
+                     "GELU_COEFF)" if np.allclose(y.numpy(), 0.5 * xs * (1 + t), atol=1e-3) else
+                     "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the tanh approximation GPT-2 uses")
+        raise AssertionError(f"gelu([-3, -1, 0, 1, 3]): expected {(0.5 * xs * (1 + t)).round(6).tolist()}, got "
+                             f"{y.numpy().round(6).tolist()}: {cause}")
     one = gelu(Tensor([1.0])).item()
     assert abs(one - 0.8411920071) < 1e-6, f"gelu(1) must be 0.8411920 (the tanh approximation), got {one:.7f}"
     half = gelu(Tensor(np.array([-1000.0, 1000.0], dtype=np.float16)))
@@ -547,16 +562,32 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 # %%
 def test_unit_softmax():
-    with np.errstate(over="raise", invalid="raise"):
-        y = softmax(Tensor([1000.0, 1001.0, 1002.0]))
+    caller = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0], [0.0, 0.0, 1.0]])
+    kept = caller.copy()
+    softmax(Tensor(caller))
+    assert np.array_equal(caller, kept), ("softmax changed its input in place: it subtracted the max from x.data; work "
+                                          f"on a new array (got {caller.tolist()})")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            y = softmax(Tensor([1000.0, 1001.0, 1002.0]))
+    except FloatingPointError as err:
+        raise AssertionError(f"softmax([1000, 1001, 1002]) overflowed ({err}): subtract the max along dim before "
+                             "exponentiating, so that every exponent is <= 0") from None
     assert np.allclose(y.numpy(), [0.09003057, 0.24472847, 0.66524096], atol=1e-6), (
         f"softmax([1000, 1001, 1002]): expected [0.09003, 0.24473, 0.66524], got {y.numpy().round(5).tolist()}: "
         "subtract the maximum before exp (exp(1000) overflows)")
     assert y.dtype == np.float32, f"softmax of float32 must stay float32, got {y.dtype}"
-    rows = softmax(Tensor([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])).numpy()
-    assert np.allclose(rows[1], 1 / 3) and np.allclose(rows[0], [0.09003057, 0.24472847, 0.66524096]), (
-        f"softmax over the last axis, row by row: expected [0.09003, 0.24473, 0.66524] and [1/3, 1/3, 1/3] for the "
-        f"first two rows, got {rows[:2].round(5).tolist()}")
+    square = np.array([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])
+    rows = softmax(Tensor(square)).numpy()
+    if not (np.allclose(rows[1], 1 / 3) and np.allclose(rows[0], [0.09003057, 0.24472847, 0.66524096])):
+        shifted = np.exp(square - square.max(axis=-1))  # the max without keepdims: column j shifted by row j's max
+        candidates = (shifted / shifted.sum(axis=-1, keepdims=True), shifted / shifted.sum(axis=-1))
+        cause = ("the max (or the sum) along dim lost keepdims=True: a (3,) row of maxima lines up with the columns of "
+                 "a (3, 3) matrix, so column j is shifted by row j's max"
+                 if any(np.allclose(rows, wrong) for wrong in candidates) else
+                 "normalise each row along dim (the last axis) by its own max and sum")
+        raise AssertionError(f"softmax of a (3, 3) matrix, row by row: expected [0.09003, 0.24473, 0.66524] and "
+                             f"[1/3, 1/3, 1/3] for the first two rows, got {rows[:2].round(5).tolist()}: {cause}")
     x = np.random.default_rng(0).standard_normal((2, 3, 4))
     for dim in (0, 1, 2, -1, -2):
         s = softmax(Tensor(x), dim=dim).numpy()

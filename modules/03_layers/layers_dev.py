@@ -446,7 +446,7 @@ test_unit_module_registration()
 def test_unit_module_modes_and_state():
     m = Pair()
     assert m.training and m.inner.training, "a new module and its children start in training mode"
-    assert m.eval() is m, "eval() returns the module itself"
+    assert m.eval() is m, "train() and eval() must return the module itself (so that model = Model().eval() works)"
     assert not m.training and not m.inner.training and not m.extras[1].training, \
         "eval() must switch the module and every child (extras[1] is in a list) to eval mode"
     m.train()
@@ -544,7 +544,8 @@ def test_unit_buffers_and_to():
     assert buffers == ["prep.mean", "prep.std"], f"named_buffers() must list ['prep.mean', 'prep.std'], got {buffers}"
     assert all(b is not p for b in s.buffers() for p in s.parameters()), "a buffer is not a parameter"
     state = s.state_dict()
-    assert list(state) == ["weight", "prep.mean", "prep.std"], "parameters first, then buffers"
+    assert list(state) == ["weight", "prep.mean", "prep.std"], \
+        f"state_dict() must hold every parameter, then every buffer: ['weight', 'prep.mean', 'prep.std']; got {list(state)}"
     other = Scorer()
     other.prep.mean.data = np.zeros(2, dtype=np.float32)
     other.load_state_dict(state)
@@ -699,10 +700,15 @@ def test_unit_linear():
                               f"{largest:.4f}")
     layer.weight.data = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
     layer.bias.data = np.array([0.5, -0.5], dtype=np.float32)
-    out = layer(Tensor([[1.0, 2.0, 3.0]])).numpy()
+    try:
+        out = layer(Tensor([[1.0, 2.0, 3.0]])).numpy()
+    except ValueError as err:
+        raise AssertionError(f"Linear(3, 2) on a (1, 3) input raised ValueError ({err}): the weight is stored (in, out) "
+                             "= (3, 2), so y = x @ W + b, with no transpose") from None
     assert np.allclose(out, [[4.5, 4.5]]), f"x @ W + b for x = [1, 2, 3]: expected [[4.5, 4.5]], got {out.tolist()}"
     shapes = (layer(Tensor(np.ones((4, 5, 3)))).shape, layer(Tensor(np.ones(3))).shape)
-    assert shapes == ((4, 5, 2), (2,)), f"(4, 5, 3) -> (4, 5, 2) and (3,) -> (2,): the last axis is the features; got {shapes}"
+    assert shapes == ((4, 5, 2), (2,)), (f"(4, 5, 3) -> (4, 5, 2) and (3,) -> (2,): keep the input's leading dims, "
+                                         f"the last axis is the features; got {shapes}")
     plain = Linear(3, 2, bias=False)
     assert plain.bias is None and len(plain.parameters()) == 1, "bias=False: no bias, one parameter"
     assert np.array_equal(Linear(3, 2, seed=7).weight.numpy(), Linear(3, 2, rng=7).weight.numpy()), \
@@ -1027,7 +1033,8 @@ print("logits for a batch of 2:", mlp(Tensor(rng.standard_normal((2, 784)))).sha
 def test_unit_count_parameters():
     model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
     count = count_parameters(model)
-    assert count == 4 * 8 + 8 + 8 * 2 + 2, f"Linear(4, 8), ReLU, Linear(8, 2) hold 4·8 + 8 + 8·2 + 2 = 58, got {count}"
+    assert count == 4 * 8 + 8 + 8 * 2 + 2, (f"Linear(4, 8), ReLU, Linear(8, 2) hold 4·8 + 8 + 8·2 + 2 = 58 numbers, "
+                                            f"got {count}: count the numbers in the tensors (their .size), not the tensors")
     shared = Module()
     shared.a = shared.b = Linear(3, 3)
     count = count_parameters(shared)

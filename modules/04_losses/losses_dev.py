@@ -391,9 +391,17 @@ print("CE with the second row ignored =", round(cross_entropy(z, [0, -100], igno
 # %%
 def test_unit_cross_entropy():
     z = Tensor([[0.0, 0.0, np.log(2.0)], [0.0, 0.0, np.log(2.0)]])
-    got, expected = cross_entropy(z, [0, 2]).item(), (np.log(4) + np.log(2)) / 2
+    logits_before = z.numpy().copy()
+    try:
+        got, expected = cross_entropy(z, [0, 2]).item(), (np.log(4) + np.log(2)) / 2
+    except IndexError as err:
+        raise AssertionError(f"cross_entropy(logits (2, 3), targets [0, 2]) raised IndexError ({err}): pick each row's "
+                             "target score along the class axis (the last), e.g. with take_along_axis(..., axis=-1)") from None
+    assert np.array_equal(z.numpy(), logits_before), \
+        "cross_entropy changed its logits in place (it subtracted the max from z.data): work on a new array"
     assert abs(got - expected) < 1e-6, (f"probabilities [1/4, 1/4, 1/2], targets [0, 2]: the mean of -log p[target] "
-                                        f"= (ln 4 + ln 2) / 2 = {expected:.6f}, got {got:.6f}")
+                                        f"= (ln 4 + ln 2) / 2 = {expected:.6f}, got {got:.6f}: the log-softmax of each row "
+                                        "over its classes (max and sum along the last axis), -log of the target's entry")
     big = CrossEntropyLoss()(Tensor([[1000.0, 1001.0, 1002.0]]), [0]).item()
     assert abs(big - 2.4076059) < 1e-5, (f"logits [1000, 1001, 1002], target 0: expected 2.4076059, got {big}: compute "
                                          "log-softmax stably (subtract the maximum), never log(softmax)")
@@ -598,7 +606,8 @@ def test_unit_binary_cross_entropy():
     x = np.array([-3.0, 0.0, 2.0])
     expected = -np.mean(t * np.log(1 / (1 + np.exp(-x))) + (1 - np.array(t)) * np.log(1 - 1 / (1 + np.exp(-x))))
     got = BCEWithLogitsLoss()(Tensor(x), t).item()
-    assert abs(got - expected) < 1e-12, f"BCE with logits [-3, 0, 2]: expected {expected:.10f}, got {got:.10f}"
+    assert abs(got - expected) < 1e-12, (f"BCE with logits [-3, 0, 2]: expected {expected:.10f}, got {got:.10f}: the "
+                                         "mean of max(z, 0) - z·t + log(1 + e^-|z|), the stable form of softplus(z) - t·z")
     far = binary_cross_entropy_with_logits(Tensor([1000.0, -1000.0]), [0.0, 1.0]).item()
     assert abs(far - 1000.0) < 1e-3, (f"logits ±1000 against the wrong targets: the loss is 1000, got {far}: use "
                                       "softplus(z) - t·z, which never overflows")

@@ -556,7 +556,9 @@ def test_unit_backward():
         r = double(x)
         r.retain_grad()
         backward(plus(r, r), np.ones(3))
-        assert r.grad.numpy().tolist() == [2.0, 2.0, 2.0], "retain_grad keeps an intermediate's .grad"
+        assert r.grad is not None and r.grad.numpy().tolist() == [2.0, 2.0, 2.0], (
+            f"r called retain_grad(), so it must get .grad = [2, 2, 2], got {r.grad and r.grad.numpy().tolist()}: store "
+            "a gradient when t is a leaf OR t._retains_grad")
 
         try:
             backward(record_op("unknown_demo", x.data, (x,)), np.ones(3))
@@ -694,10 +696,15 @@ def rule_gives(rule, out: Tensor, expected: list, at: str, formula: str, grad: A
     shown = [None if v is None else np.round(np.asarray(v, dtype=np.float64), 6).tolist() for v in got] \
         if isinstance(got, (tuple, list)) else got
     ok = isinstance(got, (tuple, list)) and len(got) == len(expected) and all(
-        (v is None) == (e is None) and (e is None or np.allclose(np.asarray(v, dtype=np.float64), e))
-        for v, e in zip(got, expected))
+        (v is None) == (e is None) and (e is None or (np.shape(v) == np.shape(e) and np.allclose(
+            np.asarray(v, dtype=np.float64), e))) for v, e in zip(got, expected))
+    swapped = ok is False and isinstance(got, (tuple, list)) and len(got) == len(expected) == 2 and all(
+        v is not None and e is not None and np.shape(v) == np.shape(e) and np.allclose(np.asarray(v, dtype=np.float64), e)
+        for v, e in zip(got, expected[::-1]))
     assert ok, (f"{rule.__name__} at {at}: expected {[None if e is None else np.asarray(e).tolist() for e in expected]}, "
-                f"got {shown}: it returns {formula}, one gradient per input in node.inputs order")
+                f"got {shown}: " + ("the right gradients in the wrong order: return one per input in node.inputs "
+                                    "order, (d/da, d/db)" if swapped else
+                                    f"it returns {formula}, one gradient per input in node.inputs order"))
 
 
 def test_unit_arithmetic_rules():
@@ -1208,6 +1215,12 @@ def test_unit_activation_and_loss_rules():
     p = np.exp(2.0) / (np.exp(2.0) + 1)
     rule_gives(cross_entropy_backward, loss, [[[p - 1, 1 - p], [0.0, 0.0]]], "logits [[2, 0], [0, 0]], targets [0, ignored]",
                "((probs - onehot) · valid / count,): the ignored row must get no gradient, and count is 1 here")
+    logits = Tensor(np.array([0.0, 2.0, -1.0]), requires_grad=True)
+    sigma = 1 / (1 + np.exp(-logits.numpy()))
+    targets = np.array([1.0, 0.0, 1.0])
+    rule_gives(bce_with_logits_backward, losses.binary_cross_entropy_with_logits(logits, targets),
+               [(sigma - targets) / 3], "logits [0, 2, -1], targets [1, 0, 1]",
+               "((σ(z) - t) / N,): the loss is the MEAN over the N = 3 elements")
     p16 = Tensor(np.array([1.0, 0.0, 0.5], dtype=np.float16), requires_grad=True)
     (g,) = binary_cross_entropy_backward(np.asarray(1.0, dtype=np.float16),
                                          losses.binary_cross_entropy(p16, np.array([1.0, 0.0, 1.0]))._node)
@@ -1634,7 +1647,11 @@ def test_unit_deep_chain():
     y = x
     for _ in range(10_000):
         y = y + 1.0
-    backward(y.sum())
+    try:
+        backward(y.sum())
+    except RecursionError:
+        raise AssertionError("a chain of 10,000 ops exceeded Python's recursion limit: topological_order must walk "
+                             "the graph with an explicit stack, not recursion") from None
     assert x.grad.numpy().tolist() == [1.0], f"x + 1 + 1 + ... has slope 1 in x, got {x.grad.numpy().tolist()}"
     print("✓ 10,000-op chain, no recursion")
 
@@ -1752,7 +1769,8 @@ def test_unit_version_check():
     except RuntimeError as err:
         message = str(err)
     else:
-        raise AssertionError("backward must refuse: x changed after the forward pass")
+        raise AssertionError("backward must refuse: x changed after the forward pass; call _check_versions(node, t) "
+                             "before running each rule")
     assert "mul" in message and "input 1" in message, f"the error must name the op ('mul') and 'input 1', it says: {message}"
     assert w.grad is None, "a refused backward must write no .grad (the check runs before the rule)"
     loss = (w * x).sum()

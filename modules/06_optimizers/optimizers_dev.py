@@ -493,8 +493,11 @@ def test_unit_sgd():
     opt.step()
     buffer = opt.state[0].get("momentum_buffer")
     assert np.allclose(p.numpy(), [0.95]) and np.allclose(buffer, [0.5]), (
-        f"momentum, first step: the buffer starts as g (0.5), p = 1 - 0.1·0.5 = 0.95; got buffer {buffer}, p {p.numpy()}")
+        f"momentum, first step: the buffer starts as g (0.5), p = 1 - 0.1·0.5 = 0.95; got buffer {buffer}, p {p.numpy()}: "
+        "buffer = μ·buffer + g, not an average (no (1 - μ) factor)")
     opt.step()
+    assert np.array_equal(p.grad.numpy(), [0.5]), \
+        f"step() changed .grad to {p.grad.numpy()}: copy the first buffer (the buffer updated in place must not be .grad itself)"
     buffer = opt.state[0]["momentum_buffer"]
     assert np.allclose(buffer, [0.95]) and np.allclose(p.numpy(), [0.855]), (
         f"momentum, second step: buffer = 0.9·0.5 + 0.5 = 0.95, p = 0.95 - 0.1·0.95 = 0.855; got buffer {buffer}, "
@@ -692,14 +695,19 @@ def test_unit_adam_adamw():
     opt.step()
     # first step: about lr in the direction of -sign(g), whatever |g| is
     expected = [1 - 0.1 * 0.5 / (0.5 + 1e-8), -3 + 0.1 * 2.0 / (2.0 + 1e-8)]
-    assert np.allclose(p.numpy(), expected, atol=1e-12), (
-        f"Adam's first step moves each weight by about lr against the gradient's sign: expected ~[0.9, -2.9], got "
-        f"{p.numpy().tolist()}: bias-correct m and v by 1 - β^t before dividing")
     assert opt.state[0].get("step") == 1, f"the state counts the steps: step 1, got {opt.state[0].get('step')!r}"
     assert np.allclose(opt.state[0]["exp_avg"], [0.05, -0.2]), \
-        f"exp_avg after one step is (1 - 0.9)·g = [0.05, -0.2], got {opt.state[0]['exp_avg']}"
+        f"exp_avg after one step is (1 - β1)·g = (1 - 0.9)·g = [0.05, -0.2], got {opt.state[0]['exp_avg']}"
     assert np.allclose(opt.state[0]["exp_avg_sq"], [0.00025, 0.004]), \
-        f"exp_avg_sq after one step is (1 - 0.999)·g² = [0.00025, 0.004], got {opt.state[0]['exp_avg_sq']}"
+        f"exp_avg_sq after one step is (1 - β2)·g² = (1 - 0.999)·g² = [0.00025, 0.004], got {opt.state[0]['exp_avg_sq']}"
+    moved = 1 - p.numpy()[0]
+    cause = ("the step is lr² · m̂/√v̂: multiply by lr once, the step is proportional to lr" if np.isclose(moved, 0.01) else
+             "the bias correction is missing: divide m by 1 - β1^t and v by 1 - β2^t before the step"
+             if np.isclose(moved, 0.1 * 0.05 / (np.sqrt(0.00025) + 1e-8)) else
+             "p -= lr · m̂ / (√v̂ + eps), with m̂ = m / (1 - β1^t) and v̂ = v / (1 - β2^t)")
+    assert np.allclose(p.numpy(), expected, atol=1e-12), (
+        f"Adam's first step moves each weight by about lr against the gradient's sign: expected ~[0.9, -2.9], got "
+        f"{p.numpy().tolist()}: {cause}")
     opt.step()  # same gradient again: m̂ = g, v̂ = g², so again a step of ~lr
     assert np.allclose(p.numpy(), [0.8, -2.8], atol=1e-7), \
         f"the same gradient again: another step of ~lr, [0.8, -2.8]; got {p.numpy().tolist()}"

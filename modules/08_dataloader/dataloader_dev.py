@@ -259,8 +259,8 @@ print("four (2, 3) examples ->", collate([np.full((2, 3), i, dtype=np.float32) f
 def test_unit_collate():
     x, y = collate([(np.array([1.0, 2.0]), 3), (np.array([4.0, 5.0]), 7)])
     assert x.numpy().tolist() == [[1, 2], [4, 5]] and x.dtype == np.float64, (
-        f"pairs are collated field by field: the arrays stacked, [[1, 2], [4, 5]] float64 (arrays keep their dtype); "
-        f"got {x.numpy().tolist()} {x.dtype}")
+        f"pairs are collated field by field: the arrays stacked along a new first axis, [[1, 2], [4, 5]] float64 "
+        f"(arrays keep their dtype); got {x.numpy().tolist()} {x.dtype}")
     assert y.numpy().tolist() == [3, 7] and y.dtype == np.int64, \
         f"Python ints collate to int64 [3, 7], got {y.numpy().tolist()} {y.dtype}"
     shape = collate([np.zeros((2, 3))] * 4).shape
@@ -409,8 +409,9 @@ def test_unit_dataloader():
     loader = DataLoader(TensorDataset(x, y), batch_size=4)
     batches = list(loader)
     sizes = [len(b[1].numpy()) for b in batches]
-    assert len(loader) == 3 and sizes == [4, 4, 2], \
-        f"10 examples in batches of 4: len 3, batches of [4, 4, 2]; got len {len(loader)}, {sizes}"
+    assert len(loader) == 3 and sizes == [4, 4, 2], (
+        f"10 examples in batches of 4: len 3, batches of [4, 4, 2] (with drop_last=False the short last batch counts "
+        f"and is kept); got len {len(loader)}, {sizes}")
     order = np.concatenate([b[1].numpy() for b in batches]).tolist()
     assert order == list(range(10)), f"without shuffle every example comes once, in order; got {order}"
     dropped = len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True))
@@ -421,9 +422,10 @@ def test_unit_dataloader():
     epoch1 = np.concatenate([b[1].numpy() for b in shuffled])
     assert sorted(epoch0.tolist()) == list(range(10)) and sorted(epoch1.tolist()) == list(range(10)), \
         f"a shuffled epoch still holds every example exactly once; got {epoch0.tolist()} and {epoch1.tolist()}"
+    assert shuffled.epoch == 2, (f"two passes over the loader are epochs 0 and 1: epoch is 2 after them, got "
+                                 f"{shuffled.epoch}: each iteration starts the next epoch (__iter__ advances .epoch)")
     assert epoch0.tolist() != list(range(10)) and epoch0.tolist() != epoch1.tolist(), \
         f"shuffle=True: each epoch in a new order (default_rng([seed, epoch])); got {epoch0.tolist()} then {epoch1.tolist()}"
-    assert shuffled.epoch == 2, f"two passes over the loader are epochs 0 and 1: epoch is 2 after them, got {shuffled.epoch}"
     again = DataLoader(TensorDataset(x, y), batch_size=3, shuffle=True, seed=42)
     replay = np.concatenate([b[1].numpy() for b in again]).tolist()
     assert replay == epoch0.tolist(), f"the same seed must give the same first epoch {epoch0.tolist()}, got {replay}"

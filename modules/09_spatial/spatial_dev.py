@@ -453,7 +453,10 @@ def test_unit_im2col():
     cols = im2col(x, (2, 3), (2, 2))
     assert cols.shape == (2, 12, 2 * 2) and cols.dtype == np.float32, \
         f"2 images, 2 channels, a 2x3 kernel, stride 2 on 5x6: (2, 2·2·3, 2·2) float32, got {cols.shape} {cols.dtype}"
-    assert np.array_equal(cols[1, 6:, 3], x[1, 1, 2:4, 2:5].ravel()), "channel 1's window of output (1, 1)"
+    assert np.array_equal(cols[1, 6:, 3], x[1, 1, 2:4, 2:5].ravel()), (
+        f"column 3 is output (1, 1): its window starts at row 1·2, column 1·2 (window (r, q) starts at row r·sh, "
+        f"column q·sw), and rows 6 ... 11 hold channel 1 (rows in (channel, kernel row, kernel column) order); expected "
+        f"{x[1, 1, 2:4, 2:5].ravel().tolist()}, got {cols[1, 6:, 3].tolist()}")
     cols[:] = -1  # the result is its own memory, not a view of x
     assert x.min() == 0, "writing into im2col's result changed x: the result must be a copy, not a view of x"
     print("✓ im2col")
@@ -542,18 +545,43 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 print("conv2d on the 5×5 example:\n", conv2d(IMAGE_5x5[None, None], EDGE_KERNEL[None, None]).numpy()[0, 0])
 
 
+def convolved(what: str, cause: str, *args, **kwargs) -> np.ndarray:
+    """conv2d(*args, **kwargs) as an array; a ValueError on these valid inputs is reported with its likely cause."""
+    try:
+        return conv2d(*args, **kwargs).numpy()
+    except ValueError as err:
+        raise AssertionError(f"conv2d {what} is valid, but it raised ValueError ({err}): {cause}") from None
+
+
 def test_unit_conv2d():
-    y = conv2d(IMAGE_5x5[None, None], EDGE_KERNEL[None, None])
-    assert np.array_equal(y.numpy()[0, 0], hand_output), "the 5×5 example of section 1"
+    y = convolved("of the 5×5 example", "the hand example of section 1", IMAGE_5x5[None, None], EDGE_KERNEL[None, None])
+    flipped = conv2d_by_loops(IMAGE_5x5[None, None], EDGE_KERNEL[None, None, ::-1, ::-1])[0, 0]
+    assert np.array_equal(y[0, 0], hand_output), (
+        f"the 5×5 example of section 1: expected {hand_output.tolist()}, got {y[0, 0].tolist()}" + (
+            ": conv2d flipped the kernel; a deep-learning convolution is a cross-correlation, the kernel as it is"
+            if np.allclose(y[0, 0], flipped) else ""))
     rng = np.random.default_rng(0)
     x, w, b = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
+    plain = convolved("without bias or padding", "the im2col matrix is (N, C·kh·kw, OH·OW) and the weight "
+                      "reshaped to (out, C·kh·kw)", x, w)
+    assert np.allclose(plain, conv2d_by_loops(x, w)), "conv2d without bias or padding differs from the loops of section 1"
+    biased = convolved("with a bias of (4,)", "the bias has one value per output channel: add it as (1, out, 1, 1)",
+                       x, w, b)
+    assert np.allclose(biased, conv2d_by_loops(x, w, b)), (
+        "conv2d with a bias differs from the loops: " + ("the bias was not added" if np.allclose(biased, plain) else
+                                                         "the bias has one value per output channel, added to every position"))
     for stride, padding in ((1, 0), (2, 1), ((2, 1), (0, 2))):
-        got = conv2d(x, w, b, stride=stride, padding=padding).numpy()
+        got = convolved(f"with stride {stride} and padding {padding}",
+                        "pad only H and W, by p on both sides: np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))",
+                        x, w, b, stride=stride, padding=padding)
         sh, sw = _pair(stride, "stride")
         ph, pw = _pair(padding, "padding", 0)
         xp_ = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         want = conv2d_by_loops(xp_, w, b)[:, :, ::sh, ::sw]  # stride = every s-th stride-1 output
-        assert got.shape == want.shape and np.allclose(got, want), (stride, padding)
+        assert got.shape == want.shape and np.allclose(got, want), (
+            f"stride {stride}, padding {padding}: expected shape {want.shape}, got {got.shape}" +
+            (f", values off by up to {np.abs(got - want).max():.3g}" if got.shape == want.shape else "") +
+            ": pad H and W on both sides, then window (r, q) starts at (r·sh, q·sw)")
     w32 = Tensor(w.astype(np.float32), requires_grad=True)
     y = conv2d(Tensor(x.astype(np.float32)), w32, stride=2, padding=1)
     assert y.dtype == np.float32, f"float32 in must give float32 out, got {y.dtype}"
@@ -652,7 +680,9 @@ for s in (1, 2):
 # %%
 def test_unit_col2im():
     coverage = col2im(np.ones((1, 9, 9)), (1, 1, 5, 5), (3, 3), (1, 1))[0, 0]
-    assert coverage[0, 0] == 1 and coverage[0, 2] == 3 and coverage[2, 2] == 9, "overlapping windows add up"
+    assert coverage[0, 0] == 1 and coverage[0, 2] == 3 and coverage[2, 2] == 9, (
+        f"col2im of ones counts how many windows cover each pixel: 1, 3 and 9 at (0, 0), (0, 2), (2, 2); got "
+        f"{coverage[0, 0]}, {coverage[0, 2]}, {coverage[2, 2]}: overlapping windows add up (+=), never assign")
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
     for kernel, stride in (((3, 3), (1, 1)), ((3, 2), (2, 3)), ((2, 2), (2, 2))):
@@ -661,7 +691,9 @@ def test_unit_col2im():
         back = col2im(c, x.shape, kernel, stride)
         assert back.shape == x.shape and back.dtype == np.float32, \
             f"col2im must give back x's shape {x.shape} in float32, got {back.shape} {back.dtype}"
-        assert np.isclose((cols * c).sum(), (x * back).sum(), rtol=1e-4), "col2im is the adjoint of im2col"
+        assert np.isclose((cols * c).sum(), (x * back).sum(), rtol=1e-4), (
+            f"col2im must be the adjoint of im2col (kernel {kernel}, stride {stride}): each column adds into the window "
+            "im2col read it from, the same slices, stepped by the stride")
     print("✓ col2im (overlaps add up; the adjoint of im2col)")
 
 
@@ -752,6 +784,35 @@ print("dx:\n", x5.grad.numpy()[0, 0])
 
 # %%
 from tinytorch.core.autograd import gradcheck
+from tinytorch.testing import numeric_vjp
+
+
+def conv_rule_check(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride, padding) -> None:
+    """conv2d's rule against central differences; a mismatch is reported with the classic mistake it shows."""
+    tensors = [Tensor(a, requires_grad=True) for a in (x, w, b)]
+    out = conv2d(*tensors, stride=stride, padding=padding)
+    g = np.random.default_rng(7).standard_normal(out.shape)
+    where = f"conv2d's backward (stride {stride}, padding {padding})"
+    try:
+        out.backward(g)
+    except RuntimeError as err:
+        said = str(err)
+        cause = ("cut the padding away from dx: col2im gives the PADDED input's gradient" if "input 0" in said else
+                 "db sums the gradient over axes (0, 2, 3): one number per output channel" if "input 2" in said else
+                 "return one gradient per input, each of its input's shape")
+        raise AssertionError(f"{where}: {cause} ({err})") from None
+    numeric = numeric_vjp(lambda *t: conv2d(*t, stride=stride, padding=padding), [x, w, b], g)
+    for name, t, expected in zip(("dx", "dW", "db"), tensors, numeric):
+        got = t.grad.numpy()
+        if np.allclose(got, expected, atol=1e-6):
+            continue
+        cause = ("dW must be summed over the batch, not averaged" if name == "dW" and np.allclose(got * len(x), expected)
+                 else "use the forward's stride (the saved one) to put the columns back" if name == "dx"
+                 and _pair(stride, "stride") != (1, 1) else
+                 "dW = Σ over the batch of dcols-weighted cols, dx = col2im(Wᵀ · dout) without the padding, "
+                 "db = dout summed over (0, 2, 3)")
+        raise AssertionError(f"{where}: {name} differs from central differences by up to "
+                             f"{np.abs(got - expected).max():.3g}: {cause}")
 
 
 def test_unit_conv2d_backward():
@@ -762,8 +823,9 @@ def test_unit_conv2d_backward():
     x = Tensor(rng.standard_normal((2, 2, 5, 6)), requires_grad=True)
     w = Tensor(rng.standard_normal((3, 2, 3, 2)), requires_grad=True)
     b = Tensor(rng.standard_normal(3), requires_grad=True)
-    for stride, padding in ((1, 0), (2, 1), ((2, 3), (1, 0))):  # gradcheck raises naming the input and element
-        gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])
+    for stride, padding in ((1, 0), (2, 1), ((2, 3), (1, 0))):
+        conv_rule_check(x.numpy(), w.numpy(), b.numpy(), stride, padding)
+        gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])  # raises naming input and element
     gradcheck(lambda x, w: conv2d(x, w, stride=2), [x, w])
     images = Tensor(rng.standard_normal((1, 2, 4, 4)))  # no gradient wanted: dx is skipped
     conv2d(images, w).sum().backward()

@@ -170,15 +170,19 @@ class CharTokenizer:
 
 
 # %%
-def expect_error(error: type, call, *facts: str) -> None:
-    """Inline-test helper: call() must raise `error` whose message mentions every fact."""
+def expect_error(error: type, call, *facts: str, what: str = "the call", cause: str = "") -> None:
+    """Inline-test helper: call() must raise `error` whose message mentions every fact.
+
+    what -- the call as the student reads it; cause -- the likely reason when it does not.
+    """
+    why = f": {cause}" if cause else ""
     try:
         call()
     except error as err:
         for fact in facts:
-            assert fact in str(err), f"{error.__name__} should mention {fact!r}: {err}"
+            assert fact in str(err), f"{what}: the {error.__name__} should mention {fact!r}, it says: {err}{why}"
         return
-    raise AssertionError(f"expected {error.__name__} from {call}")
+    raise AssertionError(f"{what} must raise {error.__name__}, but nothing was raised{why}")
 
 
 def test_unit_char_tokenizer():
@@ -191,9 +195,12 @@ def test_unit_char_tokenizer():
     assert tok.vocab_size == 8, f"'hello world' has 8 distinct characters: vocab_size 8, got {tok.vocab_size}"
     round_trip = tok.decode(tok.encode("low world"))
     assert round_trip == "low world", f"decode(encode('low world')) must give it back, got {round_trip!r}"
-    expect_error(ValueError, lambda: tok.encode("help"), "p")
-    expect_error(IndexError, lambda: tok.decode([8]), "8")
-    expect_error(IndexError, lambda: tok.decode([-1]), "-1")
+    expect_error(ValueError, lambda: tok.encode("help"), "p", what="encode('help') ('p' is not in the vocabulary)",
+                 cause="an unknown character must raise ValueError naming it, not be skipped")
+    bad_id = ("check every id is in 0 ... vocab_size - 1 and raise IndexError naming the bad one (a negative id would "
+              "silently read from the end)")
+    expect_error(IndexError, lambda: tok.decode([8]), "8", what="decode([8]) with 8 characters", cause=bad_id)
+    expect_error(IndexError, lambda: tok.decode([-1]), "-1", what="decode([-1])", cause=bad_id)
     print("✓ CharTokenizer: sorted vocabulary, encode/decode, unknown characters and bad ids")
 
 
@@ -588,16 +595,33 @@ class BPETokenizer:
 # %%
 def test_unit_bpe_tokenizer():
     tok = BPETokenizer().train("aaabdaaabac", 259)
-    assert tok.merges == [(97, 97), (97, 98), (256, 257)], f"merges {tok.merges}; the hand example gives (97, 97), (97, 98), (256, 257)"
+    merges = tok.merges
+    if merges != [(97, 97), (97, 98), (256, 257)]:
+        cause = ("train makes vocab_size - 256 merges: vocab_size counts the 256 byte tokens too" if len(merges) != 3 else
+                 "merge k (counting from 0) makes the new id 256 + k" if (255, 256) in merges else
+                 "the pair counts disagree with a full recount: after a merge, subtract the pairs it destroyed and count "
+                 "the new ones at the merged positions")
+        raise AssertionError(f"merges {merges}; the hand example gives (97, 97), (97, 98), (256, 257): {cause}")
     assert tok.vocab_size == 259 and tok.vocab[258] == b"aaab", \
         f"256 bytes + 3 merges: vocab_size 259, and token 258 = 256 + 257 = b'aaab'; got {tok.vocab_size}, {tok.vocab.get(258)!r}"
     ids = tok.encode("aaabdaaabac")
     assert ids == [258, 100, 258, 97, 99], f"encode applies the merges in the order learned: [258, 100, 258, 97, 99]; got {ids}"
     for s in ("aaabdaaabac", "", "café 🙂 東京", "abracadabra"):
-        assert tok.decode(tok.encode(s)) == s, f"round trip failed for {s!r}"
-    partial = BPETokenizer().decode([195])
+        try:
+            back = tok.decode(tok.encode(s))
+        except UnicodeDecodeError as err:
+            raise AssertionError(f"decode(encode({s!r})) raised UnicodeDecodeError ({err}): decode with "
+                                 "errors='replace'") from None
+        assert back == s, (f"round trip failed for {s!r}, got {back!r}: join the bytes of all tokens first, then decode "
+                           "once (a character's bytes may span tokens)")
+    try:
+        partial = BPETokenizer().decode([195])
+    except UnicodeDecodeError as err:
+        raise AssertionError(f"decode([195]) raised UnicodeDecodeError ({err}): decode with errors='replace'") from None
     assert partial == "\ufffd", f"byte 195 alone is half a UTF-8 character: decode with errors='replace' (\ufffd), got {partial!r}"
-    expect_error(IndexError, lambda: tok.decode([259]), "259")
+    expect_error(IndexError, lambda: tok.decode([259]), "259", what="decode([259]) with 259 tokens",
+                 cause="check every id is in 0 ... vocab_size - 1 and raise IndexError naming the bad one (a negative "
+                       "id would silently read from the end)")
     assert BPETokenizer().train("ab", 300).vocab_size == 257, "stops when no pair is left"
     print("✓ BPETokenizer: the hand example, encode/decode round trips, partial characters, bad ids")
 

@@ -176,13 +176,16 @@ def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
 # %%
 def test_unit_scatter_add_rows():
     table = scatter_add_rows(np.zeros((5, 3)), ids, dY)
-    assert np.array_equal(table, one_hot.T @ dY), f"scatter_add_rows gave\n{table}\nexpected\n{one_hot.T @ dY}"
+    assert np.array_equal(table, one_hot.T @ dY), (
+        f"scatter_add_rows gave\n{table}\nexpected\n{one_hot.T @ dY}\nrepeated ids must add up: table[ids] += rows "
+        "writes a repeated id once (NumPy buffers it); use the unbuffered np.add.at (or a matmul with a one-hot)")
     rng = np.random.default_rng(0)
     many = rng.integers(0, 7, 200)
     rows = rng.standard_normal((200, 4))
     expected = np.ones((7, 4))
     np.add.at(expected, many, rows)
-    assert np.allclose(scatter_add_rows(np.ones((7, 4)), many, rows), expected), "repeated ids must add up"
+    assert np.allclose(scatter_add_rows(np.ones((7, 4)), many, rows), expected), \
+        "repeated ids must add up, into what the table already holds (a table of ones here): add, never overwrite"
     empty = scatter_add_rows(np.ones((2, 2)), np.zeros(0, np.int64), np.zeros((0, 2)))
     assert np.array_equal(empty, np.ones((2, 2))), f"no ids add nothing: the table stays all ones, got {empty.tolist()}"
     print("✓ scatter_add_rows: repeated ids add up, the hand example, empty ids")
@@ -610,22 +613,35 @@ class PositionalEmbedding(Module):
 def test_unit_positional_embedding():
     pos = PositionalEmbedding(6, 4, dtype=np.float64, seed=0)
     x = Tensor(np.random.default_rng(8).standard_normal((3, 5, 4)), requires_grad=True)
-    out = pos(x)
+    try:
+        out = pos(x)
+    except ValueError as err:
+        raise AssertionError(f"pos(x) for x (3, 5, 4) raised ValueError ({err}): positions run along axis -2 (the T "
+                             "tokens): add weight[start:start + T], the same rows for every batch item") from None
     assert np.allclose(out.numpy(), x.numpy() + pos.weight.numpy()[:5]), "x + weight[:T], the same rows for every batch item"
     out.backward(np.ones((3, 5, 4)))
     grad = pos.weight.grad.numpy()
     assert np.allclose(grad[:5], 3) and np.all(grad[5] == 0), (
         f"rows 0 ... 4 are used by 3 batch items each (gradient 3), row 5 by none (0); got {grad[:, 0].tolist()}")
-    assert np.allclose(pos(x, start=1).numpy(), x.numpy() + pos.weight.numpy()[1:6]), \
-        "start=1 uses rows 1 ... 5 (positions start ... start + T - 1)"
-    shape = pos(Tensor(np.zeros((1, 6, 4)))).shape
+    fits = "start + T <= max_len fits: the max_len check is off by one"
+    try:
+        shifted = pos(x, start=1).numpy()
+        shape = pos(Tensor(np.zeros((1, 6, 4)))).shape
+    except ValueError as err:
+        raise AssertionError(f"5 tokens from start 1, and 6 from 0, fit max_len 6, but it raised ValueError ({err}): "
+                             f"{fits}") from None
+    assert np.allclose(shifted, x.numpy() + pos.weight.numpy()[1:6]), \
+        "start=1 uses rows 1 ... 5 (positions start ... start + T - 1): the forward ignores `start`"
     assert shape == (1, 6, 4), f"exactly max_len (6) positions fit, got {shape}"
-    for bad in (lambda: pos(Tensor(np.zeros((1, 7, 4)))), lambda: pos(x, start=2)):
+    for label, bad in (("7 tokens", lambda: pos(Tensor(np.zeros((1, 7, 4))))), ("5 tokens from start 2", lambda: pos(x, start=2))):
         try:
             bad()
         except ValueError:
             continue
-        raise AssertionError("a sequence past max_len must raise ValueError")
+        except IndexError as err:
+            raise AssertionError(f"{label} with max_len 6 reached the table lookup ({err}): refuse start + T > max_len "
+                                 "with a ValueError first: the max_len check is off by one") from None
+        raise AssertionError(f"{label} with max_len 6 must raise ValueError: the max_len check is off by one")
     print("✓ PositionalEmbedding: x + weight[start:start+T], batch gradients summed, max_len checked")
 
 
@@ -675,8 +691,13 @@ def test_unit_sinusoidal_table():
     for pos in (0, 1, 7, 49):
         for i in range(3):
             angle = pos / 10000 ** (2 * i / 6)
-            assert np.isclose(pe[pos, 2 * i], np.sin(angle)), f"PE[{pos}, {2 * i}] should be sin({angle:.4f})"
-            assert np.isclose(pe[pos, 2 * i + 1], np.cos(angle)), f"PE[{pos}, {2 * i + 1}] should be cos({angle:.4f})"
+            formula = "PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i + 1] = cos(the same angle)"
+            if np.isclose(pe[pos, 2 * i], np.cos(angle)) and not np.isclose(pe[pos, 2 * i], np.sin(angle)):
+                formula = "sin and cos swapped: even columns are sines, odd columns cosines"
+            assert np.isclose(pe[pos, 2 * i], np.sin(angle)), \
+                f"PE[{pos}, {2 * i}] should be sin({angle:.4f}) = {np.sin(angle):.5f}, got {pe[pos, 2 * i]:.5f}: {formula}"
+            assert np.isclose(pe[pos, 2 * i + 1], np.cos(angle)), \
+                f"PE[{pos}, {2 * i + 1}] should be cos({angle:.4f}) = {np.cos(angle):.5f}, got {pe[pos, 2 * i + 1]:.5f}: {formula}"
     odd = sinusoidal_table(3, 5)
     assert odd.shape == (3, 5) and np.isclose(odd[2, 4], np.sin(2 / 10000 ** 0.8)), \
         f"an odd width 5: shape (3, 5), the last column a sine, PE[2, 4] = sin(2 / 10000^0.8); got {odd.shape}, {odd[2, -1]:.5f}"
@@ -851,7 +872,9 @@ def test_unit_position_shift_matrix():
     pe = sinusoidal_table(64, 10)
     for k in (0, 1, 7):
         M = position_shift_matrix(k, 10)
-        assert np.allclose(pe[k:] , pe[: 64 - k] @ M.T), f"PE[pos + {k}] must equal M_{k} @ PE[pos] for every pos"
+        backwards = np.allclose(pe[: 64 - k], pe[k:] @ M.T)
+        assert np.allclose(pe[k:] , pe[: 64 - k] @ M.T), (f"PE[pos + {k}] must equal M_{k} @ PE[pos] for every pos" + (
+            f": your M moves {k} steps back (it rotates by -k·ω); rotate by +k·ω" if backwards and k else ""))
         assert np.allclose(M @ M.T, np.eye(10)), "a rotation is orthogonal"
     assert np.allclose(position_shift_matrix(0, 4), np.eye(4)), "a shift by 0 positions is the identity"
     try:

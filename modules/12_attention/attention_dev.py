@@ -451,7 +451,9 @@ def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
 # %%
 def test_unit_padding_mask():
     pad = create_padding_mask([2, 3, 0], 4)
-    assert pad.shape == (3, 1, 1, 4), f"create_padding_mask([2, 3, 0], 4) must have shape (3, 1, 1, 4), got {pad.shape}"
+    assert pad.shape == (3, 1, 1, 4), (f"create_padding_mask([2, 3, 0], 4) must have shape (3, 1, 1, 4), got "
+                                       f"{pad.shape}: the padding mask blocks KEYS, the last axis; the two size-1 axes "
+                                       "broadcast over the heads and the queries")
     expected = [[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
     assert np.array_equal(pad.numpy()[:, 0, 0], expected), (
         f"create_padding_mask([2, 3, 0], 4): expected rows {expected} (1 where position < length, 0 on the padding), "
@@ -1128,6 +1130,9 @@ def _masked_softmax_(scores: Any, blocked: Any) -> Any:
 
 # %%
 def test_unit_masked_softmax():
+    small = _masked_softmax_(np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 4.0]]), None)
+    assert np.allclose(small.sum(-1), 1), (f"each row (one query's scores over the keys) must sum to 1, the rows sum "
+                                           f"to {small.sum(-1).round(4).tolist()}: normalise over the last axis, -1")
     s = np.array([[1000.0, 1001.0, 1002.0], [1.0, 2.0, 3.0], [0.0, 5.0, 1.0]])
     blocked = np.array([[False, False, False], [False, True, False], [True, True, True]])
     out = _masked_softmax_(s, blocked)

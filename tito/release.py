@@ -119,7 +119,9 @@ tito doctor
 2. **Export** it into the `{settings.lib_name}` package: `tito export {number}`.
 3. **Test** it: `tito test {number}` (the notebook's own tests and `tests/{first}/`).
    A module you have not started is one line, "not started: N stubs left". Once you have
-   started, tito shows the first failure in full and how many more there are;
+   started, it shows one line per section of the lesson (passed, failing, or waiting for a
+   stub you have not written yet) and the next stub to write; the first failure in full
+   and how many more there are;
    `tito test {number} -v` shows everything, `-x` stops at the first failing test.
    Your module is done when it says passed. `tito test {number} --notebook` also runs the
    notebook in a Jupyter kernel (the third column of the table). Some tests compare your

@@ -1387,15 +1387,17 @@ def test_unit_shapes_and_views():
     expect_error(ValueError, lambda: x.reshape(5, 5), "(2, 3, 4)", "(5, 5)", what="(2, 3, 4).reshape(5, 5)",
                  cause="24 elements cannot be viewed as 25: catch NumPy's ValueError and raise one naming both shapes")
     negative = "a negative dim counts from the end: turn it into ndim + dim before checking"
-    for label, got, expected in (("x.permute(2, 0, 1)", lambda: x.permute(2, 0, 1), ref.transpose(2, 0, 1)),
-                                 ("x.transpose()", lambda: x.transpose(), ref.transpose(0, 2, 1)),
-                                 ("x.transpose(0, -1)", lambda: x.transpose(0, -1), ref.transpose(2, 1, 0)),
-                                 ("x.permute(-1, 0, 1)", lambda: x.permute(-1, 0, 1), ref.transpose(2, 0, 1))):
+    swap = "transpose swaps dims dim0 and dim1 (by default the last two): build 0 .. ndim-1 with those two exchanged"
+    for label, got, expected, cause in (
+            ("x.permute(2, 0, 1)", lambda: x.permute(2, 0, 1), ref.transpose(2, 0, 1), "output dim i is input dim dims[i]"),
+            ("x.transpose()", lambda: x.transpose(), ref.transpose(0, 2, 1), swap),
+            ("x.transpose(0, -1)", lambda: x.transpose(0, -1), ref.transpose(2, 1, 0), swap),
+            ("x.permute(-1, 0, 1)", lambda: x.permute(-1, 0, 1), ref.transpose(2, 0, 1), "output dim i is input dim dims[i]")):
         try:
             result = got()
         except ValueError as err:
             raise AssertionError(f"{label} on (2, 3, 4) is valid but raised ValueError ({err}): {negative}") from None
-        expect_equal(result, expected, label, "output dim i is input dim dims[i]")
+        expect_equal(result, expected, label, cause)
     assert np.shares_memory(x.permute(1, 2, 0).data, x.data), "permute copied the data: return a view (xp.transpose)"
     w = Tensor(ref, requires_grad=True)
     saved = w.permute(-1, 0, 1)._node.saved
@@ -1545,8 +1547,12 @@ def test_unit_indexing_and_masks():
         f"{filled.reshape(-1)[-4:].tolist()} at the end and {filled[0, 0, 0]} at [0, 0, 0]")
     assert x.numpy()[1, 2, 3] == 23, "masked_fill changed x itself: return a copy (xp.where) and leave x alone"
     row_mask = Tensor(np.array([True, False, False, True]))
-    expect_equal(x.masked_fill(row_mask, 0.0)[1, 2], [0, 21, 22, 0], "masked_fill with a (4,) mask, row [1, 2]",
-                 "the mask broadcasts against x")
+    try:
+        by_row = x.masked_fill(row_mask, 0.0)
+    except ValueError as err:
+        raise AssertionError(f"a (4,) mask broadcasts to x's (2, 3, 4) without enlarging it, yet masked_fill refused it "
+                             f"({err}): the mask fits when broadcast_shape(mask.shape, x.shape) == x.shape") from None
+    expect_equal(by_row[1, 2], [0, 21, 22, 0], "masked_fill with a (4,) mask, row [1, 2]", "the mask broadcasts against x")
     kept = x.masked_fill([[[1, 0, 0, 0]]], 5.0).dtype
     assert kept == np.float64, f"masked_fill of a float64 tensor must stay float64, got {kept}: cast the value to self's dtype"
     saved = w.masked_fill(ref > 20, 0.0)._node.saved.get("mask")

@@ -1204,6 +1204,9 @@ def test_unit_activation_and_loss_rules():
 
     x = Tensor(np.array([-1.0, 0.5, 2.0]), requires_grad=True)
     rule_gives(relu_backward, act.relu(x), [[0.0, 1.0, 1.0]], "relu at [-1, 0.5, 2]", "(g · (x > 0),)")
+    at_zero = Tensor(np.array([0.0, 1.0]), requires_grad=True)
+    rule_gives(relu_backward, act.relu(at_zero), [[0.0, 1.0]], "relu at [0, 1]",
+               "(g · (x > 0),): at exactly 0 the slope is 0 (x > 0, not x >= 0), as in PyTorch")
     s = act.softmax(x).numpy()
     rule_gives(softmax_backward, act.softmax(x), [[0.0, 0.0, 0.0]], "softmax at [-1, 0.5, 2], upstream ones",
                "(s ⊙ (g - Σ g⊙s),): softmax's outputs sum to 1, so a uniform upstream gradient changes nothing")
@@ -1299,12 +1302,16 @@ class no_grad:
 # %%
 def test_unit_no_grad():
     w = Tensor([1.0, 2.0], requires_grad=True)
-    with no_grad():
-        y = w * 2
+    try:
         with no_grad():
-            pass
-        assert not is_grad_enabled(), ("an inner no_grad block must restore the mode it found, 'off', not switch "
-                                       "recording on: remember GradMode.enabled in __enter__, restore it in __exit__")
+            y = w * 2
+            with no_grad():
+                pass
+            assert not is_grad_enabled(), ("an inner no_grad block must restore the mode it found, 'off', not switch "
+                                           "recording on: remember GradMode.enabled in __enter__, restore it in __exit__")
+    except IndexError as err:
+        raise AssertionError(f"leaving a no_grad block raised IndexError ({err}): __exit__ found nothing to restore; "
+                             "__enter__ must remember the mode first (self._previous.append(GradMode.enabled))") from None
     assert y._node is None and not y.requires_grad, "w * 2 inside no_grad() must record nothing and require no gradient"
     assert is_grad_enabled(), "after the outer no_grad block recording must be on again"
     try:
@@ -1545,6 +1552,19 @@ def test_unit_gradcheck():
     def cube(t: Tensor) -> Tensor:
         return record_op("cube_demo", t.data**3, (t,))
 
+    def scaled(a: Tensor, b: Tensor) -> Tensor:  # a * b whose rule is right for a and wrong for b
+        return record_op("scaled_demo", a.data * b.data, (a, b))
+
+    register_backward("scaled_demo")(lambda grad, node: (grad * node.inputs[1].data, grad * 2 * node.inputs[0].data))
+    try:
+        gradcheck(scaled, [Tensor(np.array([0.5, 1.0]), requires_grad=True), Tensor(np.array([2.0, 3.0]), requires_grad=True)])
+    except AssertionError as err:
+        assert "input 1" in str(err), f"gradcheck must name the input whose gradient is wrong (input 1), it says: {err}"
+    else:
+        raise AssertionError("gradcheck accepted a rule that is wrong for its second input only: compare EVERY input "
+                             "that requires a gradient, not only the first")
+    finally:
+        del BACKWARD_RULES["scaled_demo"]
     register_backward("cube_demo")(lambda grad, node: (grad * 2 * node.inputs[0].data ** 2,))  # should be 3x²
     try:
         gradcheck(cube, [Tensor(np.array([0.5, 1.0, 2.0]), requires_grad=True)])

@@ -983,7 +983,12 @@ def check_attention(attn: Callable, name: str | None = None) -> None:
 def _grads(attn: Callable, arrays: list, cotangent: np.ndarray, **kwargs: Any) -> list[np.ndarray]:
     tensors = [Tensor(a, requires_grad=True) for a in arrays]
     result = attn(*tensors, **kwargs)
-    (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    try:
+        (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    except ValueError as err:
+        raise AttentionBug(f"{_name(attn, None)}: the backward pass raised ValueError ({err}) for Q {arrays[0].shape}, "
+                           f"K {arrays[1].shape}: a transpose is missing or misplaced: dV = Wᵀ dO, dQ = dS K · scale, "
+                           "dK = dSᵀ Q · scale") from None
     return [np.zeros(a.shape) if t.grad is None else np.asarray(to_host(t.grad), dtype=np.float64)
             for a, t in zip(arrays, tensors)]
 
@@ -1259,7 +1264,9 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
                            f"expected {uniform / 0.75:.4f}).")
     if values != {0.0, round(uniform / 0.75, 9)} or not 0.15 < np.mean(w == 0) < 0.35:
         raise AttentionBug(f"{name}: with dropout_p=0.25 each weight must be 0 (about a quarter of them) or "
-                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}.")
+                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}, "
+                           f"{np.mean(w == 0):.0%} of them 0: p is the probability of DROPPING a weight "
+                           "(keep = random >= p).")
     if not np.array_equal(w, _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]):
         raise AttentionBug(f"{name}: the same rng=1 gave a different dropout mask: draw it from make_rng(rng).")
     if not np.allclose(_run(attn, x, x, x, dropout_p=0.25, training=False)[1], uniform):
@@ -1817,7 +1824,11 @@ def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> N
             ("self-attention (2, 5, 12), is_causal=True", None, {"is_causal": True}, _causal_keep(5, 5)),
             ("cross-attention with a (2, 1, 1, 7) padding mask", memory, {"mask": pad}, pad)):
         context = x if key is None else key
-        got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        try:
+            got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        except ValueError as err:
+            raise AttentionBug(f"{name} ({probe}) raised ValueError ({err}): the keys and values have their own "
+                               "length Tk, which differs from the queries' Tq in cross-attention") from None
         causes = [(cause, reference_multi_head(mha, x, context, context, keep, split, merge))
                   for cause, split, merge in layouts]
         causes += [(VALUES_PROJECTED_WITH.format(proj), reference_multi_head(mha, x, context, context, keep, value_proj=proj))

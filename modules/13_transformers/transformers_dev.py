@@ -283,7 +283,16 @@ def layer_norm_backward_mistake(grads: list, x: np.ndarray, w: np.ndarray, g: np
 
 def test_unit_layer_norm():
     x_hand, expected = [[1.0, 2.0, 3.0, 4.0]], [[-1.34164, -0.44721, 0.44721, 1.34164]]
-    out = layer_norm(Tensor(x_hand), Tensor(np.ones(4, np.float32)))
+    def normed(*args: Any) -> Tensor:
+        """layer_norm(*args); a ValueError on these valid inputs is reported with its likely cause."""
+        try:
+            return layer_norm(*args)
+        except ValueError as err:
+            raise AssertionError(f"layer_norm of an input of shape {np.shape(as_tensor(args[0]).data)} raised ValueError "
+                                 f"({err}): keep the normalised axes as size 1 (keepdims=True) in the mean, the "
+                                 "variance and rstd, so that they broadcast against x") from None
+
+    out = normed(Tensor(x_hand), Tensor(np.ones(4, np.float32)))
     assert np.allclose(out.numpy(), expected, atol=1e-5), (
         f"layer_norm([1, 2, 3, 4]): expected {expected}, got {np.round(out.numpy().astype(float), 5).tolist()}: "
         + layer_norm_mistake(out.numpy(), x_hand))
@@ -293,12 +302,12 @@ def test_unit_layer_norm():
     x = rng.standard_normal((2, 3, 6)) * 5 + 3
     w, b = rng.standard_normal(6), rng.standard_normal(6)
     ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
-    got = layer_norm(x, w, b).numpy()
+    got = normed(x, w, b).numpy()
     assert np.allclose(got, ref), (f"layer_norm of a (2, 3, 6) input with weight and bias differs from the reference "
                                    f"by up to {np.abs(got - ref).max():.3g}: " + layer_norm_mistake(got, x, w, b))
     tiny = rng.standard_normal((2, 5)) * 1e-3  # σ ≈ 1e-3: where eps matters
     ref_tiny = (tiny - tiny.mean(-1, keepdims=True)) / np.sqrt(tiny.var(-1, keepdims=True) + 1e-5)
-    got = layer_norm(tiny, np.ones(5)).numpy()
+    got = normed(tiny, np.ones(5)).numpy()
     assert np.allclose(got, ref_tiny), (f"layer_norm of tokens with σ ≈ 1e-3 differs from the reference by up to "
                                         f"{np.abs(got - ref_tiny).max():.3g}: " + layer_norm_mistake(got, tiny))
     xt = Tensor(x, requires_grad=True)
@@ -713,6 +722,9 @@ def block_mistake(block: TransformerBlock, x: Tensor, got: np.ndarray) -> str:
                          ("the attention's output replaces the stream instead of being added to it: x + attn(ln1(x))",
                           attn(block.ln1(x)) + block.mlp(block.ln2(attn(block.ln1(x))))),
                          ("the MLP reads the stream without ln2: x + mlp(ln2(x))", a + block.mlp(a)),
+                         ("the MLP reads the stream through ln1: use ln2 for the MLP", a + block.mlp(block.ln1(a))),
+                         ("the attention reads the stream through ln2: use ln1 for the attention",
+                          (x + attn(block.ln2(x))) + block.mlp(block.ln2(x + attn(block.ln2(x))))),
                          ("the attention reads the stream without ln1: x + attn(ln1(x))",
                           (x + attn(x)) + block.mlp(block.ln2(x + attn(x))))):
         if np.allclose(got, wrong.numpy(), atol=1e-10):
@@ -723,6 +735,8 @@ def block_mistake(block: TransformerBlock, x: Tensor, got: np.ndarray) -> str:
 def test_unit_transformer_block():
     block = TransformerBlock(8, 2, seed=0, dtype=np.float64)
     x = Tensor(np.random.default_rng(5).standard_normal((2, 4, 8)) * 3)
+    for ln, gain in ((block.ln1, 0.5), (block.ln2, 2.0)):  # two different LayerNorms: a mix-up shows
+        ln.weight.data = np.full(8, gain)
     a = x + block.attn(block.ln1(x))[0]
     expected = (a + block.mlp(block.ln2(a))).numpy()
     got = block(x).numpy()

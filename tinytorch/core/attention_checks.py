@@ -63,7 +63,7 @@ def reference_attention(q: Any, k: Any, v: Any, keep: Any = None, scale: float |
         weights = np.where(nothing_visible, np.nan if blocked_rows == "nan" else 1.0 / scores.shape[-1], weights)
     return weights @ v, weights
 
-# %% ../../modules/12_attention/attention_dev.py #4d8954c0
+# %% ../../modules/12_attention/attention_dev.py #b8f0a290
 # The causes the forward and gradient checks name: what each classic mistake does, in a few words.
 TRANSPOSE = "the scores are Q @ K instead of Q @ Kᵀ (transpose the last two axes of K)"
 SCALE_BY_D = "the scores are divided by d_k instead of √d_k"
@@ -359,7 +359,12 @@ def check_attention(attn: Callable, name: str | None = None) -> None:
 def _grads(attn: Callable, arrays: list, cotangent: np.ndarray, **kwargs: Any) -> list[np.ndarray]:
     tensors = [Tensor(a, requires_grad=True) for a in arrays]
     result = attn(*tensors, **kwargs)
-    (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    try:
+        (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    except ValueError as err:
+        raise AttentionBug(f"{_name(attn, None)}: the backward pass raised ValueError ({err}) for Q {arrays[0].shape}, "
+                           f"K {arrays[1].shape}: a transpose is missing or misplaced: dV = Wᵀ dO, dQ = dS K · scale, "
+                           "dK = dSᵀ Q · scale") from None
     return [np.zeros(a.shape) if t.grad is None else np.asarray(to_host(t.grad), dtype=np.float64)
             for a, t in zip(arrays, tensors)]
 
@@ -407,7 +412,7 @@ def check_fully_blocked_gradients(attn: Callable, name: str | None = None) -> No
 
 GRADIENT_CHECKS = [check_gradients, check_fully_blocked_gradients]
 
-# %% ../../modules/12_attention/attention_dev.py #abbe670e
+# %% ../../modules/12_attention/attention_dev.py #86acf945
 DROPOUT_IN_EVAL = "dropout was applied with training=False (eval mode): dropout is for training only"
 DROPOUT_NOT_RESCALED = "the kept weights are not rescaled by 1/(1-p)"
 DROPOUT_MISSING = "dropout_p > 0 with training=True dropped no weight"
@@ -437,7 +442,9 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
                            f"expected {uniform / 0.75:.4f}).")
     if values != {0.0, round(uniform / 0.75, 9)} or not 0.15 < np.mean(w == 0) < 0.35:
         raise AttentionBug(f"{name}: with dropout_p=0.25 each weight must be 0 (about a quarter of them) or "
-                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}.")
+                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}, "
+                           f"{np.mean(w == 0):.0%} of them 0: p is the probability of DROPPING a weight "
+                           "(keep = random >= p).")
     if not np.array_equal(w, _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]):
         raise AttentionBug(f"{name}: the same rng=1 gave a different dropout mask: draw it from make_rng(rng).")
     if not np.allclose(_run(attn, x, x, x, dropout_p=0.25, training=False)[1], uniform):
@@ -478,7 +485,7 @@ def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
     raise AttentionBug(f"{name}: with dropout_p=0.5 (rng=7), d{'QKV'[worst]} differs from central differences "
                        f"by up to {np.abs(mine[worst] - numeric[worst]).max():.3g}.")
 
-# %% ../../modules/12_attention/attention_dev.py #2a78718d
+# %% ../../modules/12_attention/attention_dev.py #e89346c1
 HEAD_SPLIT = ("the heads are split by reshaping (B, T, E) straight to (B, H, T, D): reshape to (B, T, H, D), "
               "then move the head axis in front of T")
 HEAD_MERGE = ("the heads are merged by reshaping (B, H, T, D) straight to (B, T, E): move the head axis "
@@ -534,7 +541,11 @@ def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> N
             ("self-attention (2, 5, 12), is_causal=True", None, {"is_causal": True}, _causal_keep(5, 5)),
             ("cross-attention with a (2, 1, 1, 7) padding mask", memory, {"mask": pad}, pad)):
         context = x if key is None else key
-        got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        try:
+            got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        except ValueError as err:
+            raise AttentionBug(f"{name} ({probe}) raised ValueError ({err}): the keys and values have their own "
+                               "length Tk, which differs from the queries' Tq in cross-attention") from None
         causes = [(cause, reference_multi_head(mha, x, context, context, keep, split, merge))
                   for cause, split, merge in layouts]
         causes += [(VALUES_PROJECTED_WITH.format(proj), reference_multi_head(mha, x, context, context, keep, value_proj=proj))

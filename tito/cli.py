@@ -256,7 +256,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         tests = escape(row.tests)
         if row.last_run is not None:
             colour = "green" if row.last_run.passed and not row.notebook_changed else (
-                "yellow" if row.last_run.passed or row.last_run.state == "not started" else "red")
+                "yellow" if row.last_run.passed or row.last_run.in_progress or row.last_run.state == "not started"
+                else "red")
             tests = f"[{colour}]{tests}[/]"
         table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)),
                       escape(row.stubs), tests)

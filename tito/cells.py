@@ -143,7 +143,7 @@ def run(notebook: Path, first_failure: bool = False, report: dict | None = None)
     """
     report = {} if report is None else report
     path = str(notebook.resolve())
-    cells, sections = read_cells(notebook.read_text(encoding="utf-8"))
+    cells, sections = read_cells(notebook.read_text(encoding="utf-8-sig"))
     namespace = types.ModuleType("__main__")  # what `python NOTEBOOK` runs in
     namespace.__file__ = path
     namespace.__builtins__ = __builtins__

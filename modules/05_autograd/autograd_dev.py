@@ -1835,9 +1835,11 @@ def _mlp_backward_peak(retain_everything: bool) -> float:
             h.retain_grad()
     loss = losses.cross_entropy(h @ weights[-1], rng.integers(0, 10, 256))
     tracemalloc.start()
-    backward(loss)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    try:  # stop tracing even when backward raises: tracing left on slows every later cell
+        backward(loss)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     return peak / 2**20
 
 

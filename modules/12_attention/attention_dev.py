@@ -1527,12 +1527,14 @@ def fwd_bwd_peak(attn, T: int = 512) -> tuple[float, int]:
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((4, T, 64), dtype=np.float32) for _ in range(4)]
     tracemalloc.start()
-    q, k, v = (Tensor(a, requires_grad=True) for a in arrays[:3])
-    out = attn(q, k, v, is_causal=True)[0]
-    ops = graph_size(out)
-    out.backward(arrays[3])
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    try:  # stop tracing even when attn raises: tracing left on slows every later cell
+        q, k, v = (Tensor(a, requires_grad=True) for a in arrays[:3])
+        out = attn(q, k, v, is_causal=True)[0]
+        ops = graph_size(out)
+        out.backward(arrays[3])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     return peak / 2**20, ops
 
 
@@ -2281,10 +2283,11 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk: int = 128, is_caus
 def peak_memory(fn) -> float:
     """Peak bytes allocated (as seen by tracemalloc, which NumPy reports to) while fn runs."""
     tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
+    try:  # stop tracing even when fn raises: tracing left on slows every later cell
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 rng = np.random.default_rng(8)

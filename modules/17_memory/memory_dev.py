@@ -459,10 +459,15 @@ def checkpoint_parts(fn: Callable, params: Any = None) -> tuple[list, list]:
 
 
 def check_recomputed_leaves(out: Tensor, known: list) -> None:
-    """RuntimeError when the graph behind `out` reaches a tensor that requires a gradient, was
-    made by no op, and is not in `known` (the detached copies and the parameters)."""
+    """RuntimeError when `out` records no graph (fn was recomputed with recording off), or when
+    the graph behind it reaches a tensor that requires a gradient, was made by no op, and is not
+    in `known` (the detached copies and the parameters)."""
+    if not out.requires_grad:
+        raise RuntimeError("checkpoint: the recomputed output records no graph, so nothing can be back-propagated "
+                           "through it: run fn inside enable_grad() in the backward rule (recording may be off, "
+                           "or switched off, while backward() runs).")
     known_ids = {id(t) for t in known}
-    strays = [t for t in topological_order(out) if t._node is None and id(t) not in known_ids]
+    strays = [t for t in topological_order(out) if t._node is None and t.requires_grad and id(t) not in known_ids]
     if strays:
         shapes = ", ".join(str(t.shape) for t in strays[:4])
         raise RuntimeError(

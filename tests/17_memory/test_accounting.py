@@ -67,7 +67,8 @@ def test_training_memory_optimizer_state(make, arrays):
     parts = training_memory(model, optimizer, (2, 8))
     assert parts["optimizer_state"] == arrays * nbytes, (
         f"{type(optimizer).__name__} keeps {arrays} array(s) per parameter: {arrays * nbytes} bytes, got "
-        f"{parts['optimizer_state']} (AdamW keeps TWO: exp_avg and exp_avg_sq)")
+        f"{parts['optimizer_state']}: predict it with optimizer_state_arrays (before the first step() the optimizer "
+        "holds nothing yet; AdamW keeps TWO arrays, exp_avg and exp_avg_sq)")
     model(*np.random.default_rng(0).integers(0, 17, (2, 2, 8)))[0].sum().backward()
     optimizer.step()
     assert parts["optimizer_state"] == optimizer.state_nbytes(), "the prediction equals the state after a step"

@@ -86,7 +86,43 @@ def test_rng_state_saved_before_fn_runs():
         "save each generator's state BEFORE running fn (after it, the recomputation would draw other masks)"
 
 
+def test_fn_runs_with_recording_off_in_the_forward():
+    from tinytorch.core.tensor import GradMode
+
+    piece, modes = Piece(p=0.0), []
+
+    def fn(x):
+        modes.append(GradMode.enabled)
+        return piece(x)
+    out = checkpoint(fn, Tensor(x_of(), requires_grad=True), params=piece)
+    assert modes == [False], (
+        "the forward ran fn with recording on: it built the whole graph of fn (all its activations) just to "
+        "drop it; run fn under no_grad() so only the inputs are kept")
+    out.sum().backward()
+    assert modes == [False, True], "the backward rule runs fn once more, with recording on"
+
+
 # ---- the backward: bit-identical gradients ------------------------------------------------------------
+def test_recomputes_on_detached_copies():
+    """The small backward must stop at copies of fn's tensor arguments, never run on into the real graph."""
+    piece, x = Piece(p=0.0), x_of()
+    plain = piece_gradients(piece, x, use_checkpoint=False)
+    ours = piece_gradients(piece, x, use_checkpoint=True)
+    assert np.array_equal(ours[0], plain[0]), (
+        f"the gradient of the input x differs (ratio {np.median(ours[0] / plain[0]):.2f} to the plain call's): it "
+        "is counted twice when the rule recomputes on x itself. Recompute fn on DETACHED copies, "
+        "Tensor(x.data, requires_grad=x.requires_grad), and return the copies' gradients")
+    w = Tensor(np.float32(1.5), requires_grad=True)
+    xt = Tensor(x, requires_grad=True)
+    (checkpoint(piece, xt * w) ** 2).sum().backward()
+    ours = (xt.grad.numpy(), w.grad.numpy())
+    xt2, w2 = Tensor(x, requires_grad=True), Tensor(np.float32(1.5), requires_grad=True)
+    piece.zero_grad()
+    (piece(xt2 * w2) ** 2).sum().backward()
+    assert np.array_equal(ours[0], xt2.grad.numpy()) and np.array_equal(ours[1], w2.grad.numpy()), \
+        "the gradients of tensors BEFORE the checkpoint are wrong: recompute fn on detached copies"
+
+
 @pytest.mark.parametrize("p", [0.0, 0.3], ids=["no dropout", "dropout 0.3"])
 def test_gradients_identical_to_the_plain_call(p):
     piece, x = Piece(p=p), x_of()
@@ -113,22 +149,6 @@ def test_weights_get_their_gradient_once():
         assert np.allclose(p.grad.numpy(), g + 1, rtol=1e-6, atol=1e-6), (
             f"{name}: expected the earlier gradient (1) plus this backward's, once: the small backward must "
             "not write into the real .grad (set it aside, read the result, put it back) and the rule returns it")
-
-
-def test_recomputes_on_detached_copies():
-    """fn's input is itself the output of an earlier op: the small backward must stop at the copy."""
-    piece, x = Piece(p=0.0), x_of()
-    w = Tensor(np.float32(1.5), requires_grad=True)
-    xt = Tensor(x, requires_grad=True)
-    (checkpoint(piece, xt * w) ** 2).sum().backward()
-    ours = (xt.grad.numpy(), w.grad.numpy())
-    xt2, w2 = Tensor(x, requires_grad=True), Tensor(np.float32(1.5), requires_grad=True)
-    piece.zero_grad()
-    (piece(xt2 * w2) ** 2).sum().backward()
-    assert np.array_equal(ours[0], xt2.grad.numpy()) and np.array_equal(ours[1], w2.grad.numpy()), (
-        "the gradients of tensors BEFORE the checkpoint are wrong (counted twice?): recompute fn on detached "
-        "copies of its tensor arguments, Tensor(x.data, requires_grad=x.requires_grad), so the small backward "
-        "stops there")
 
 
 def test_backward_under_no_grad_still_recomputes():
@@ -279,6 +299,16 @@ def test_checkpointed_gpt_generates_and_switches_modes():
     plain = GPT(17, 16, 2, 2, 8, dropout=0.1, seed=5)
     kept = checkpoint_blocks(GPT(17, 16, 2, 2, 8, dropout=0.1, seed=5))
     prompt = np.array([[1, 2, 3]])
+    kept.eval()
+    ids = np.array([[1, 2, 3, 4, 5]])
+    with no_grad():
+        full = kept(ids)[0].numpy()
+        cache = kept.make_cache(1)
+        stepwise = np.concatenate([kept(ids[:, :3], cache=cache)[0].numpy()] +
+                                  [kept(ids[:, t:t + 1], cache=cache)[0].numpy() for t in (3, 4)], axis=1)
+    assert cache.length == 5 and np.allclose(stepwise, full, atol=1e-5), \
+        "with a KV cache (generation) the wrapper calls the block itself, passing the cache on"
+    kept.train()
     assert np.array_equal(kept.generate(prompt, 6, seed=0).numpy(), plain.generate(prompt, 6, seed=0).numpy()), \
         "with a KV cache (generation) the wrapper calls the block itself"
     kept.eval()

@@ -147,15 +147,19 @@ def test_scale_never_grows_to_inf():
         "growing 2^127 by 2 overflows float32: keep the scale (PyTorch grows only to a finite float32)"
 
 
-def test_scale_is_float32():
-    scaler = GradScaler(init_scale=0.1, backoff_factor=0.3, growth_interval=5)
-    assert scaler.get_scale() == float(np.float32(0.1))
+def test_scale_is_float32_products_in_float64():
+    scaler = GradScaler(init_scale=3.0, growth_factor=1.7, backoff_factor=0.3, growth_interval=1)
     w = parameter()
     optimizer = SGD([w], lr=0.0)
-    w.grad = Tensor(np.array([np.nan, 0, 0], np.float32))
-    scaler.step(optimizer)
-    scaler.update()
-    assert scaler.get_scale() == float(np.float32(float(np.float32(0.1)) * 0.3)), "the scale is a float32, as PyTorch's"
+    expected = []
+    for bad in (True, False):
+        w.grad = Tensor(np.array([np.nan if bad else 1.0, 0, 0], np.float32))
+        scaler.step(optimizer)
+        scaler.update()
+        expected.append(scaler.get_scale())
+    assert expected == [float(np.float32(3.0 * 0.3)), float(np.float32(float(np.float32(0.9)) * 1.7))], (
+        f"got scales {expected}: compute scale · factor in float64 (float(scale) * factor), then round to float32, "
+        "as PyTorch does (np.float32(3) * 0.3 gives 0.90000004, PyTorch 0.9)")
 
 
 def test_any_optimizer_with_inf_backs_off():

@@ -116,7 +116,8 @@ def overflowing_pattern(steps, seed):
     (1, dict(init_scale=2.0**16, growth_interval=2, growth_factor=3.0, backoff_factor=0.25)),
     (2, dict(init_scale=1.0, growth_interval=1)),
     (3, dict()),
-], ids=["interval 3", "factors 3 and 0.25", "interval 1", "defaults"])
+    (4, dict(init_scale=3.0, growth_interval=1, growth_factor=1.7, backoff_factor=0.3)),
+], ids=["interval 3", "factors 3 and 0.25", "interval 1", "defaults", "factors 1.7 and 0.3"])
 def test_grad_scaler_follows_torch_step_for_step(seed, settings):
     gradients = overflowing_pattern(40, seed)
     manual = (5, 11, 20)

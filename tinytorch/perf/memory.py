@@ -319,7 +319,7 @@ class autocast:
         Autocast.dtype = self._previous.pop()
         return False
 
-# %% ../../modules/17_memory/memory_dev.py #e075ccfd
+# %% ../../modules/17_memory/memory_dev.py #65c8c1f9
 class GradScaler:
     """Dynamic loss scaling, step for step as torch.amp.GradScaler.
 
@@ -356,11 +356,12 @@ class GradScaler:
         return self._per_optimizer.setdefault(id(optimizer), {"unscaled": False, "stepped": False, "found_inf": False})
 
     def scale(self, loss: Tensor) -> Tensor:
-        """loss · scale as a recorded op, computed in float32 (a float16 loss is cast up first
-        with the recorded op "cast", module 12's _cast). The loss itself when disabled."""
+        """loss · scale as a recorded op (a "mul" by the Python float of the scale), in float32: a
+        float16 loss is cast up first with module 12's _cast (the recorded op "cast"); a float32
+        or float64 loss is multiplied as it is. The loss itself when disabled (given)."""
         if not self.enabled:
             return loss
-        if loss.dtype != np.float64:
+        if loss.dtype == np.float16:
             loss = _cast(loss, np.float32)
         return loss * float(self._scale)
 
@@ -411,7 +412,10 @@ class GradScaler:
         """Adapt the scale after this iteration's step(s), as torch.amp.GradScaler:
         any optimizer found inf/NaN -> scale · backoff_factor, growth tracker 0; otherwise the
         tracker + 1, and when that reaches growth_interval: scale · growth_factor (only if the
-        result, in float32, is finite), tracker 0. Then forget the per-optimizer states.
+        result, in float32, is finite), tracker 0. Each product is computed in float64
+        (float(self._scale) * factor) and rounded to np.float32, as PyTorch's kernel does
+        (np.float32 * factor would round the factor to float32 first). Then (given) forget
+        the per-optimizer states.
         RuntimeError when no step() was made since the last update()."""
         if not self.enabled:
             return

@@ -824,6 +824,7 @@ with np.errstate(over="ignore"):
 # | softmax, log_softmax, the losses, LayerNorm | float32: a float16 input is cast up | float32 |
 # | everything else (`+`, GELU, …) | its inputs' dtype, NumPy's promotion (float16 + float32 is float32) | |
 # | attention (`sdpa`) | module 12 computes float16 attention in float32 (both of its products) | its inputs' dtype |
+# | `conv2d` (module 09) | its inputs' dtype: its product runs on arrays inside the op, not through `Tensor.matmul` | its inputs' dtype |
 #
 # Every cast is the recorded op `"cast"`, whose backward rule returns the gradient in the
 # input's dtype. So the parameters stay float32, the products see float16 copies of them,

@@ -780,8 +780,10 @@ for length in (64, 256):
 # (The peaks are measured from the start of a step: the weights and AdamW's state were
 # allocated before and are not in them.) The saving grows with `T`: the longer the sequence,
 # the more of the step's memory is activations, and checkpointing keeps `1/L` of them plus
-# one block's worth. The extra time is one forward pass of every block, less than the
-# third of a step that a forward costs — the head and the loss are not recomputed.
+# one block's worth. The extra time is one more forward pass of every block: at most about a
+# third of a step, usually less — the head and the loss are not recomputed, and a step that
+# allocates less memory spends less time allocating it. (Three runs on a busy machine are
+# noisy; `tito bench memory` interleaves many.)
 #
 # ## 5. float16: half the bytes, a fraction of the range
 #

@@ -207,6 +207,7 @@ def save_plot(lengths: list[int], peaks: dict[str, list[int]], path: Path) -> Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401  (the axis formatter below)
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for variant, values in peaks.items():
@@ -214,6 +215,7 @@ def save_plot(lengths: list[int], peaks: dict[str, list[int]], path: Path) -> Pa
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xticks(lengths, [str(t) for t in lengths])
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("sequence length T")
     ax.set_ylabel("peak memory of a training step (MiB)")
     ax.set_title(f"GPT {RECIPE['layers']}x{RECIPE['embed']}, batch {RECIPE['batch']}, AdamW (tracemalloc)")
@@ -300,10 +302,10 @@ def write_results(info: dict, rows: list[dict], kv: list[dict], half: dict, leng
     for i, length in enumerate(lengths):
         lines.append(f"| {length} | " + " | ".join(mib(peaks[v][i]) for v in VARIANTS) + " |")
     lines += [
-        "", "With standard attention every block keeps its B·H·T·T weights, so the peak grows almost 4× per",
-        "doubling of T once attention dominates; flash attention keeps one log-sum-exp per query instead",
-        "(its backward recomputes the tiles), checkpointing keeps each block's input and one block's graph.",
-        "Together the peak grows about linearly with T.", "",
+        "", "With standard attention every block keeps its B·H·T·T weights, so the peak grows faster than T, the",
+        "more so the larger the share of attention (towards 4× per doubling); flash attention keeps one",
+        "log-sum-exp per query instead (its backward recomputes the tiles), checkpointing keeps each block's",
+        "input and one block's graph. Together the peak grows about linearly with T.", "",
         "GPU measurements have their own section, written by `python benchmarks/memory.py --device cuda --write-results`.",
         "",
     ]

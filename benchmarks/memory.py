@@ -166,7 +166,7 @@ def kv_cache(lengths: list[int]) -> list[dict]:
 
 
 # ---- 3. float16 -----------------------------------------------------------------------------------------
-def float16_speed(device, sizes: list[int], repeats: int) -> dict:
+def float16_speed(device, sizes: list[int], repeats: int, quick: bool = False) -> dict:
     xp = device.cupy if device.name == "cuda" else np
     products = []
     for n in sizes:
@@ -177,8 +177,8 @@ def float16_speed(device, sizes: list[int], repeats: int) -> dict:
         products.append(dict(n=n, **times))
         console.print(f"{n} x {n} product: float32 {times['float32'] * 1e3:.3f} ms, float16 {times['float16'] * 1e3:.3f} ms "
                       f"(float16 / float32 = {times['float16'] / times['float32']:.2f})")
-    size = 2 if device.name != "cuda" else RECIPE["batch"]
-    length = 64
+    size = RECIPE["batch"] if device.name == "cuda" else (1 if quick else 2)
+    length = 32 if quick else 64
     model = make_model(length, device=device.name)
     x, y = batch(length, size, device.name)
     steps = interleaved_medians({"float32": step_function(model, x, y),
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.name == "cuda":
         sizes = [256, 1024, 4096]
     started = time.perf_counter()
-    half = float16_speed(device, sizes, args.repeats)
+    half = float16_speed(device, sizes, args.repeats, args.quick)
     if device.name == "cuda":
         if args.write_results:
             write_gpu_results(info, facts, half, args)

@@ -83,7 +83,7 @@ import numpy as np
 
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import Optimizer
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_int, as_tensor, to_host
 from tinytorch.files import atomic_write
 
 # %% [markdown]
@@ -1256,6 +1256,7 @@ def save_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | 
     packed (so a value `_pack` refuses stops the save before a byte is written). Returns
     the path written (".npz" appended when missing).
     """
+    step = as_int(step, "save_checkpoint: step", minimum=0)  # given: 2.5 steps is not a position to resume from
     ### BEGIN SOLUTION
     path = _checkpoint_path(path)
     arrays: dict[str, np.ndarray] = {}

@@ -119,6 +119,14 @@ def test_extra_that_would_not_load_is_refused_before_anything_is_written(tmp_pat
     assert not fresh.exists()
 
 
+@pytest.mark.parametrize("step, error", [(2.5, ValueError), (-1, ValueError), ("3", TypeError)])
+def test_the_step_must_be_a_whole_number(tmp_path, step, error):
+    with pytest.raises(error, match="save_checkpoint: step must"):
+        save_checkpoint(tmp_path / "run", Heads(3, 1), step=step)
+    assert not (tmp_path / "run.npz").exists()
+    assert read_checkpoint(save_checkpoint(tmp_path / "run", Heads(3, 1), step=4.0))["step"] == 4
+
+
 def test_integer_arrays_and_strings_round_trip(tmp_path):
     """Quantised models keep int8 weights in buffers; extra may hold ids and labels."""
     model = Heads(3, 1)

@@ -16,26 +16,24 @@ import tempfile
 from pathlib import Path
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1 ("0", "-3", "2.5" and "ten" are refused)."""
+def _whole_number(text: str, minimum: int, below: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} is {below}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 ("0", "-3", "2.5" and "ten" are refused)."""
+    return _whole_number(text, 1, "not at least 1")
 
 
 def natural_int(text: str) -> int:
     """An argparse type: a whole number >= 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
+    return _whole_number(text, 0, "negative")
 
 
 def _writable(folder: Path) -> str | None:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tinytorch.files
+from corruption import byte_damage, damage_bytes, damage_json, json_damage  # tests/corruption.py
 from tinytorch.core.activations import Tanh
 from tinytorch.core.layers import Dropout, Linear, Module, Sequential
 from tinytorch.core.optimizers import AdamW
@@ -302,29 +303,12 @@ def _entries(data: bytes) -> dict:
         return {k: loaded[k] for k in loaded.files}
 
 
-def _walk(tree, path: list[int]):
-    """The container and key reached by following `path` (indices taken modulo each size) into a JSON tree."""
-    parent, key = None, None
-    node = tree
-    for step in path:
-        keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
-        if not keys:
-            break
-        parent, key = node, keys[step % len(keys)]
-        node = node[key]
-    return parent, key
-
-
 RETYPED = [None, 0, -1, 1.5, True, "x", [], {}, [1, 2], {"__array__": "nope"}, {"__array__": [1]},
            {"__dict__": 5}, {"__dict__": [[1, 2]]}, {"__tuple__": 3}, 10 ** 30]
 
 corruption = st.one_of(
-    st.tuples(st.just("truncate"), st.integers(0, 10 ** 6)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(1, 255)), min_size=1,
-                                        max_size=4)),
-    st.tuples(st.just("drop-field"), st.lists(st.integers(0, 50), min_size=1, max_size=7)),
-    st.tuples(st.just("retype-field"), st.lists(st.integers(0, 50), min_size=1, max_size=7),
-              st.sampled_from(RETYPED)),
+    byte_damage,
+    json_damage(RETYPED),  # in the JSON of 'meta'
     st.tuples(st.just("drop-array"), st.integers(0, 50)),
     st.tuples(st.just("retype-array"), st.integers(0, 50),
               st.sampled_from(["text", "float32-scalar", "wrong-shape", "int", "bool"])),
@@ -334,27 +318,12 @@ corruption = st.one_of(
 def corrupt(data: bytes, case) -> bytes:
     import io
     kind = case[0]
-    if kind == "truncate":
-        return data[: case[1] % len(data)]
-    if kind == "flip":
-        out = bytearray(data)
-        for position, mask in case[1]:
-            out[position % len(out)] ^= mask
-        return bytes(out)
+    if kind in ("truncate", "flip"):
+        return damage_bytes(data, case)
     arrays = _entries(data)
-    meta = json.loads(str(arrays["meta"]))
     names = sorted(k for k in arrays if k != "meta")
-    if kind in ("drop-field", "retype-field"):
-        parent, key = _walk(meta, case[1])
-        if parent is None:
-            meta = case[2] if kind == "retype-field" else {}
-        elif kind == "drop-field" and isinstance(parent, dict):
-            del parent[key]
-        elif kind == "drop-field":
-            parent.pop(key)
-        else:
-            parent[key] = case[2]
-        arrays["meta"] = np.array(json.dumps(meta))
+    if kind in ("drop", "retype", "duplicate"):
+        arrays["meta"] = np.array(json.dumps(damage_json(json.loads(str(arrays["meta"])), case)))
     elif kind == "drop-array":
         del arrays[names[case[1] % len(names)]]
     else:
@@ -405,7 +374,7 @@ def test_the_corruptions_reach_every_kind_of_failure(tmp_path):
     data = valid_checkpoint(tmp_path)
     path = tmp_path / "c.npz"
     refused = {}
-    for case in [("truncate", 100), ("flip", [(200, 1)]), ("drop-field", [0]), ("retype-field", [3, 0], "x"),
+    for case in [("truncate", 100), ("flip", [(200, 1)]), ("drop", [0]), ("retype", [3, 0], "x"),
                  ("drop-array", 0), ("retype-array", 1, "text")]:
         path.write_bytes(corrupt(data, case))
         with pytest.raises(ValueError) as err:

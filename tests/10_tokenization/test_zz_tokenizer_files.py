@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tinytorch.files
+from corruption import byte_damage, damage_bytes, damage_json, json_damage  # tests/corruption.py
 from tinytorch.core.tensor import Tensor
 from tinytorch.text.tokenization import BPETokenizer, CharTokenizer
 
@@ -30,40 +31,31 @@ def _tokenizers():
 
 # ---- hand-edited files -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("content, field", [
-    ('{"type": "bpe", "merges": [[97, 98], [97, 98]]}', "repeats an earlier merge"),
-    ('{"type": "bpe", "merges": [[true, 98]]}', "item 0 is [True, 98]"),
-    ('{"type": "bpe", "merges": [[97, 98, 99]]}', "item 0"),
-    ('{"type": "bpe", "merges": [[97.0, 98]]}', "item 0"),
-    ('{"type": "bpe", "merges": [[300, 98]]}', "does not exist yet"),
-    ('{"type": "bpe", "merges": {"0": [97, 98]}}', "field 'merges' must be a list"),
-    ('{"type": "bpe"}', "field 'merges' must be a list"),
-    ('{"type": "char", "merges": []}', "field 'type' is 'char'"),
-    ('[1, 2]', "JSON list, not an object"),
-    ('{"type": "bpe", "merges": [[97, 98]', "not JSON"),
-], ids=["duplicate", "boolean", "triple", "float", "future-id", "dict", "missing", "other-type", "list",
-        "truncated"])
-def test_a_hand_edited_bpe_file_is_refused_naming_the_file_and_the_field(tmp_path, content, field):
-    path = tmp_path / "bpe.json"
+@pytest.mark.parametrize("loader, content, field", [
+    (BPETokenizer, '{"type": "bpe", "merges": [[97, 98], [97, 98]]}', "repeats an earlier merge"),
+    (BPETokenizer, '{"type": "bpe", "merges": [[true, 98]]}', "item 0 is [True, 98]"),
+    (BPETokenizer, '{"type": "bpe", "merges": [[97, 98, 99]]}', "item 0"),
+    (BPETokenizer, '{"type": "bpe", "merges": [[97.0, 98]]}', "item 0"),
+    (BPETokenizer, '{"type": "bpe", "merges": [[300, 98]]}', "does not exist yet"),
+    (BPETokenizer, '{"type": "bpe", "merges": {"0": [97, 98]}}', "field 'merges' must be a list"),
+    (BPETokenizer, '{"type": "bpe"}', "field 'merges' must be a list"),
+    (BPETokenizer, '{"type": "char", "merges": []}', "field 'type' is 'char'"),
+    (BPETokenizer, '[1, 2]', "JSON list, not an object"),
+    (BPETokenizer, '{"type": "bpe", "merges": [[97, 98]', "not JSON"),
+    (CharTokenizer, '{"type": "char", "chars": ["a", "a"]}', "lists 'a' twice"),
+    (CharTokenizer, '{"type": "char", "chars": ["a", "bc"]}', "item 1 is 'bc'"),
+    (CharTokenizer, '{"type": "char", "chars": ["a", 1]}', "item 1 is 1"),
+    (CharTokenizer, '{"type": "char", "chars": "abc"}', "field 'chars' must be a list"),
+    (CharTokenizer, '{"type": "char"}', "field 'chars' must be a list"),
+    (CharTokenizer, '"char"', "JSON str"),
+], ids=["bpe-duplicate", "bpe-boolean", "bpe-triple", "bpe-float", "bpe-future-id", "bpe-dict", "bpe-missing",
+        "bpe-other-type", "bpe-list", "bpe-truncated", "char-duplicate", "char-two-letters", "char-number",
+        "char-string", "char-missing", "char-not-an-object"])
+def test_a_hand_edited_file_is_refused_naming_the_file_and_the_field(tmp_path, loader, content, field):
+    path = tmp_path / "tokenizer.json"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(ValueError) as err:
-        BPETokenizer.load(path)
-    assert str(path) in str(err.value) and field in str(err.value), str(err.value)
-
-
-@pytest.mark.parametrize("content, field", [
-    ('{"type": "char", "chars": ["a", "a"]}', "lists 'a' twice"),
-    ('{"type": "char", "chars": ["a", "bc"]}', "item 1 is 'bc'"),
-    ('{"type": "char", "chars": ["a", 1]}', "item 1 is 1"),
-    ('{"type": "char", "chars": "abc"}', "field 'chars' must be a list"),
-    ('{"type": "char"}', "field 'chars' must be a list"),
-    ('"char"', "JSON str"),
-], ids=["duplicate", "two-letters", "number", "string", "missing", "not-an-object"])
-def test_a_hand_edited_char_file_is_refused_naming_the_file_and_the_field(tmp_path, content, field):
-    path = tmp_path / "chars.json"
-    path.write_text(content, encoding="utf-8")
-    with pytest.raises(ValueError) as err:
-        CharTokenizer.load(path)
+        loader.load(path)
     assert str(path) in str(err.value) and field in str(err.value), str(err.value)
 
 
@@ -84,49 +76,14 @@ def test_merges_given_in_code_are_checked_too():
 
 # ---- random damage: the same tokenizer, or ValueError naming the file ----------------------------
 
-def _walk(tree, path):
-    parent, key, node = None, None, tree
-    for step in path:
-        keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
-        if not keys:
-            break
-        parent, key = node, keys[step % len(keys)]
-        node = node[key]
-    return parent, key
-
-
 RETYPED = [None, 0, -1, 1.5, True, False, "x", "", [], {}, [1, 2], [97, 98], "ab", 10 ** 20]
-
-corruption = st.one_of(
-    st.tuples(st.just("truncate"), st.integers(0, 10 ** 6)),
-    st.tuples(st.just("flip"), st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(1, 255)), min_size=1,
-                                        max_size=3)),
-    st.tuples(st.just("drop"), st.lists(st.integers(0, 100), min_size=1, max_size=3)),
-    st.tuples(st.just("retype"), st.lists(st.integers(0, 100), min_size=1, max_size=3), st.sampled_from(RETYPED)),
-    st.tuples(st.just("duplicate"), st.lists(st.integers(0, 100), min_size=1, max_size=3)),
-)
+corruption = st.one_of(byte_damage, json_damage(RETYPED, depth=3))
 
 
 def corrupt(data: bytes, case) -> bytes:
-    kind = case[0]
-    if kind == "truncate":
-        return data[: case[1] % len(data)]
-    if kind == "flip":
-        out = bytearray(data)
-        for position, mask in case[1]:
-            out[position % len(out)] ^= mask
-        return bytes(out)
-    tree = json.loads(data)
-    parent, key = _walk(tree, case[1])
-    if parent is None:
-        tree = case[2] if kind == "retype" else {}
-    elif kind == "drop":
-        parent.pop(key)
-    elif kind == "retype":
-        parent[key] = case[2]
-    elif isinstance(parent, list):
-        parent.insert(key, parent[key])  # a line pasted twice
-    return json.dumps(tree, ensure_ascii=False).encode("utf-8")
+    if case[0] in ("truncate", "flip"):
+        return damage_bytes(data, case)
+    return json.dumps(damage_json(json.loads(data), case), ensure_ascii=False).encode("utf-8")
 
 
 @settings(max_examples=300, deadline=None, derandomize=True,

@@ -173,7 +173,7 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
         xhat -- the normalised input (x − mean)·rstd, x's shape
         rstd -- 1/sqrt(var + eps) in x's dtype, x's shape with the normalised axes kept as size 1
         axes -- the normalised axes, negative ints: (-1,) for a weight of shape (D,)
-    The squares of the variance are taken in float64 (a float32 square overflows above about
+    The centred values are squared in float64 (a float32 square overflows above about
     1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
     """
     x, weight = as_tensor(x), as_tensor(weight)

@@ -24,7 +24,7 @@ from ..text.embeddings import Embedding, token_ids
 __all__ = ['layer_norm', 'layer_norm_backward', 'LayerNorm', 'MLP', 'cached_causal_mask', 'CausalSelfAttention',
            'TransformerBlock', 'GPT', 'next_token_probs', 'sample_next_token', 'LayerKVCache', 'KVCache']
 
-# %% ../../modules/13_transformers/transformers_dev.py #0ec0decb
+# %% ../../modules/13_transformers/transformers_dev.py #f6aa0f01
 def _check_eps(owner: str, eps: Any) -> None:
     """ValueError unless eps is a number > 0 (with eps = 0 a constant row is 0/0; NaN poisons every row)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
@@ -53,7 +53,7 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
         xhat -- the normalised input (x − mean)·rstd, x's shape
         rstd -- 1/sqrt(var + eps) in x's dtype, x's shape with the normalised axes kept as size 1
         axes -- the normalised axes, negative ints: (-1,) for a weight of shape (D,)
-    The squares of the variance are taken in float64 (a float32 square overflows above about
+    The centred values are squared in float64 (a float32 square overflows above about
     1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
     """
     x, weight = as_tensor(x), as_tensor(weight)

@@ -562,7 +562,8 @@ class BPETokenizer:
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
                 raise ValueError(f"BPETokenizer: merge {k} ({a}, {b}) uses an id that does not exist yet.")
             if (a, b) in seen:
-                raise ValueError(f"BPETokenizer: merge {k} ({a}, {b}) repeats an earlier merge.")
+                raise ValueError(f"BPETokenizer: merge {k} ({a}, {b}) repeats an earlier merge (once merged, a "
+                                 "pair never occurs again: if train learned it twice, a pair count was not updated).")
             seen.add((a, b))
             vocab.append(vocab[a] + vocab[b])
         self.merges = [(int(a), int(b)) for a, b in merges]

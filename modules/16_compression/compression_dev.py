@@ -277,9 +277,9 @@ print(f"zeros after one step:  {np.mean(first_layer.weight.numpy() == 0):.1%}")
 
 # %% [markdown]
 # They come back at once: a zero weight still gets a gradient (the gradient of `x @ W`
-# with respect to `W` is `xᵀ · grad`, whatever `W` holds), and the optimizer moves it. The
-# course this one is modelled on prunes exactly this way, so its fine-tuning undoes the
-# pruning.
+# with respect to `W` is `xᵀ · grad`, whatever `W` holds), and the optimizer moves it.
+# Pruning by writing zeros once, as some tutorials do, is undone by the first step of
+# fine-tuning — or never fine-tuned at all.
 #
 # The fix is to make the mask part of the computation. Keep the original weights in a
 # parameter `weight_orig`, the mask in a buffer `weight_mask`, and let the layer compute

@@ -24,6 +24,10 @@ LOSS_RESULT = re.compile(r"loss ([0-9.]+) vs threshold at most ([0-9.]+): (PASS|
 EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0, "digits_cnn": 97.0, "reversal": 90.0}
 # name -> the largest loss its --fast run may report (lower is better)
 EXPECTED_LOSS = {"shakespeare": 2.7}
+# name -> the checks its --fast run must pass (several thresholds, one line each: `_verdict.verdict_checks`)
+EXPECTED_CHECKS = {"compress": ("structured pruning: validation loss", "low rank: validation loss")}
+CHECK_RESULT = re.compile(r"^(.+?) (-?[0-9.]+) vs threshold (at least|at most|above) (-?[0-9.]+): "
+                          r"(PASS|FAIL|printed, not judged)$", re.MULTILINE)
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +42,8 @@ def run_milestone(name: str, *args: str, timeout: float = 120, env: dict | None 
 
 def test_every_milestone_file_is_covered_and_documented():
     found = {p.stem for p in MILESTONES.glob("*.py") if not p.name.startswith("_")}
-    assert set(EXPECTED) | set(EXPECTED_LOSS) <= found
-    for name in [*EXPECTED, *EXPECTED_LOSS]:
+    assert set(EXPECTED) | set(EXPECTED_LOSS) | set(EXPECTED_CHECKS) <= found
+    for name in [*EXPECTED, *EXPECTED_LOSS, *EXPECTED_CHECKS]:
         text = (MILESTONES / f"{name}.py").read_text(encoding="utf-8")
         first_line = text.split('"""')[1].strip().splitlines()[0]
         assert len(first_line) > 20, f"{name}.py: the docstring's first line should describe the milestone"
@@ -86,6 +90,23 @@ def test_loss_milestone_passes_in_fast_mode(name, tmp_path):
     check_loss_run(name, result, "cpu", tmp_path)
 
 
+def check_checks_run(name: str, result: subprocess.CompletedProcess, device: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} --fast --device {device} exited {result.returncode}:\n{output[-3000:]}"
+    results = {label: verdict for label, _, _, _, verdict in CHECK_RESULT.findall(output)}
+    for label in EXPECTED_CHECKS[name]:
+        assert results.get(label) == "PASS", f"{name}: no '{label} ... PASS' line:\n{output[-3000:]}"
+    assert "FAIL" not in results.values()
+    assert "iter" in output, "progress was printed while training"
+    assert f"device {device}" in output.splitlines()[0], "the header line names the device"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_CHECKS))
+def test_checks_milestone_passes_in_fast_mode(name):
+    # About a minute on an idle machine: a short baseline, two fine-tunes, two students.
+    check_checks_run(name, run_milestone(name, "--fast", timeout=900, env=ONE_THREAD), "cpu")
+
+
 # ---- the same on a GPU: the same recipe and threshold, model and data on the device ----------------
 @pytest.mark.gpu
 @requires_gpu
@@ -102,6 +123,13 @@ def test_loss_milestone_passes_in_fast_mode_on_the_gpu(name, tmp_path):
     check_loss_run(name, result, "cuda", tmp_path)
 
 
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", sorted(EXPECTED_CHECKS))
+def test_checks_milestone_passes_in_fast_mode_on_the_gpu(name):
+    check_checks_run(name, run_milestone(name, "--fast", "--device", "cuda", timeout=900, env=ONE_THREAD), "cuda")
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and result.stdout == "", result.stdout + result.stderr
@@ -112,7 +140,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
-@pytest.mark.parametrize("name", sorted([*EXPECTED, *EXPECTED_LOSS]))
+@pytest.mark.parametrize("name", sorted([*EXPECTED, *EXPECTED_LOSS, *EXPECTED_CHECKS]))
 def test_cuda_without_cupy_stops_with_one_line_naming_the_gpu_extra(name):
     assert_one_line_error(run_milestone(name, "--fast", "--device", "cuda"), 'pip install -e ".[gpu]"')
 

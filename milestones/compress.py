@@ -8,6 +8,8 @@ validation batches), parameters, bytes of the float32 weights and the time of on
 (forward, backward, AdamW; one thread, the variants timed in turn with module 14's
 measure_latency):
 
+0. the control: the baseline with the same short fine-tune as 1 and 2 and nothing removed, so that
+   "after more training" is not mistaken for "after compression";
 1. structured pruning: half of every block's MLP hidden units removed (`prune_mlps`, importance
    ‖fc[:, j]‖·‖proj[j, :]‖), then a short fine-tune; also the MLP's forward + backward alone;
 2. low rank: every block's MLP `fc` and `proj` replaced by two Linears through a truncated SVD
@@ -179,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline is not None:
             console.print(f"baseline: saved to {save_checkpoint(args.baseline, baseline)}")
     rows = {"baseline": baseline}
+
+    # ---- the control: the baseline with the same fine-tune, nothing removed ------------------------------
+    control = train(console, "baseline, the same fine-tune (control)", copy.deepcopy(baseline), train_ids,
+                    plan["fine_tune"], seed=1, lr=RECIPE["lr"] / 3, warmup=20)
+    rows["baseline + fine-tune (control)"] = control
 
     # ---- 1. structured pruning ------------------------------------------------------------------------
     pruned = prune_mlps(baseline, PRUNE_AMOUNT)

@@ -94,8 +94,9 @@ from tinytorch.models.transformer import MLP
 # ## 1. The model we compress
 #
 # The digits of milestone `digits_mlp`: 1,797 images of 8×8 pixels, the same split (1,438
-# for training, 359 held out) and an MLP `64 → 128 → 64 → 10` trained with AdamW and a
-# cosine schedule (module 07's `Trainer`). It trains in about a second; run the cell.
+# for training, 359 held out) and an MLP `64 → 128 → 64 → 10` (the milestone's, without its
+# dropout) trained with AdamW and a cosine schedule (module 07's `Trainer`). It trains in
+# about a second; run the cell.
 
 # %%
 import copy

@@ -49,10 +49,10 @@ from shakespeare import RECIPE, estimate_loss, get_batch, load_text  # milestone
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
-from tinytorch.core.tensor import Tensor, to_array
+from tinytorch.core.tensor import Tensor, to_array, to_host
 from tinytorch.core.training import CosineWarmupLR, clip_grad_norm, load_checkpoint, save_checkpoint
 from tinytorch.models.transformer import GPT
-from tinytorch.perf.compression import distillation_loss, low_rank, prune_mlps
+from tinytorch.perf.compression import choose_rank, distillation_loss, low_rank, prune_mlps
 from tinytorch.perf.profiling import measure_latency
 
 QUALITY_MARGIN = 0.10      # structured pruning and low rank: validation loss <= baseline + this
@@ -111,6 +111,24 @@ def low_rank_mlps(model: GPT, rank: int) -> GPT:
         block.mlp.fc = low_rank(block.mlp.fc, rank)
         block.mlp.proj = low_rank(block.mlp.proj, rank)
     return factored
+
+
+def energy_kept(linear, rank: int) -> float:
+    """The fraction of the weight's squared Frobenius norm that its first `rank` singular values hold."""
+    with no_grad():
+        sigma = np.linalg.svd(to_host(linear.weight).astype(np.float64), compute_uv=False)
+    return float(np.sum(sigma[:rank] ** 2) / np.sum(sigma ** 2))
+
+
+def choose_rank_all(model: GPT, energy: float) -> int:
+    """The largest of the ranks that keep `energy` of each MLP matrix (module 16's choose_rank)."""
+    ranks = []
+    for block in model.blocks:
+        for layer in (block.mlp.fc, block.mlp.proj):
+            with no_grad():
+                ranks.append(choose_rank(np.linalg.svd(to_host(layer.weight).astype(np.float64), compute_uv=False),
+                                         energy))
+    return max(ranks)
 
 
 def interleaved_medians(fns: dict, rounds: int) -> dict:
@@ -195,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---- 2. low rank ----------------------------------------------------------------------------------------
     factored = low_rank_mlps(baseline, LOW_RANK)
+    kept = [energy_kept(layer, LOW_RANK) for block in baseline.blocks for layer in (block.mlp.fc, block.mlp.proj)]
+    console.print(f"rank {LOW_RANK} keeps {min(kept):.1%} to {max(kept):.1%} of each MLP matrix's energy "
+                  f"(Σ of the kept σ² over Σ σ²; rank {choose_rank_all(baseline, 0.9)} would keep 90% of every one)")
     factored_before = quality(factored)
     train(console, "low rank, fine-tune", factored, train_ids, plan["fine_tune"], seed=1, lr=RECIPE["lr"] / 3, warmup=20)
     rows[f"MLPs rank {LOW_RANK}"] = factored

@@ -243,11 +243,13 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
 def test_unit_magnitude_mask():
     got = magnitude_mask(example, 0.5)
     expected = np.array([[True, False, True], [True, False, False]])
-    assert got.dtype == bool and got.shape == example.shape, f"a bool mask of the weights' shape, got {got.dtype} {got.shape}"
+    assert got.dtype == bool and got.shape == example.shape, (
+        f"a bool mask of the weights' shape, got {got.dtype} {got.shape}")
     assert np.array_equal(got, expected), (
         f"prune the entries of smallest ABSOLUTE value: expected\n{expected}\ngot\n{got}\n"
         "(sorting the signed values prunes the most negative weights, the large ones)")
-    assert magnitude_mask(example, 0.0).all() and not magnitude_mask(example, 1.0).any()
+    assert magnitude_mask(example, 0.0).all() and not magnitude_mask(example, 1.0).any(), (
+        "amount 0 prunes nothing, amount 1 prunes every entry")
     assert (~magnitude_mask(np.arange(8.0), 0.3125)).sum() == round(0.3125 * 8) == 2, "count with round(amount * size)"
     first = magnitude_mask(example, 0.5)
     again = magnitude_mask(example * 0 + 1.0, 0.2, keep=first)  # all equal now: only the count decides
@@ -464,7 +466,8 @@ def test_unit_prune_magnitude():
     assert "weight_mask" in layer.state_dict(), (
         "register the mask with register_buffer: it must be in the state_dict (a saved pruned model "
         f"would come back unpruned); state_dict keys: {list(layer.state_dict())}")
-    assert np.array_equal(layer.weight_mask.numpy(), mask) and layer.weight_mask.dtype == np.float64
+    assert np.array_equal(layer.weight_mask.numpy(), mask) and layer.weight_mask.dtype == np.float64, (
+        "weight_mask holds magnitude_mask of the weights, as 0/1 in the weight's dtype (float64 here)")
     x = np.random.default_rng(1).standard_normal((3, 5))
     xt = Tensor(x)
     out = layer(xt)
@@ -477,7 +480,8 @@ def test_unit_prune_magnitude():
         "(weight_orig * weight_mask), not written into the weights once")
     assert np.array_equal(layer.weight_orig.numpy(), W), "pruning keeps the original values in weight_orig"
     prune_magnitude(layer, 0.75)
-    assert (layer.weight_mask.numpy() == 0).sum() == 15 and not (layer.weight_mask.numpy() > mask).any()
+    assert (layer.weight_mask.numpy() == 0).sum() == 15 and not (layer.weight_mask.numpy() > mask).any(), (
+        "pruning again to 75% prunes 15 of 20 entries, and none of the first 50% comes back")
     print("✓ prune_magnitude: weight_orig + weight_mask, forward uses their product, pruned weights get gradient 0")
 
 
@@ -604,9 +608,11 @@ def test_unit_prune_global():
         f"one threshold over all layers together: the 21 smallest of the 42 weights are all in the "
         f"layer of tiny weights, got {pruned_small} pruned there (a threshold per layer prunes half of each)")
     everything = np.concatenate([small.weight_orig.numpy().ravel(), large.weight_orig.numpy().ravel()])
-    assert np.array_equal(np.concatenate([small.weight_mask.numpy().ravel(), large.weight_mask.numpy().ravel()]) == 1,
-                          magnitude_mask(everything, 0.5))
-    assert abs(sparsity([small, large]) - 21 / 42) < 1e-12
+    together = np.concatenate([small.weight_mask.numpy().ravel(), large.weight_mask.numpy().ravel()]) == 1
+    assert np.array_equal(together, magnitude_mask(everything, 0.5)), (
+        "the masks together must equal magnitude_mask of all the weights concatenated")
+    assert abs(sparsity([small, large]) - 21 / 42) < 1e-12, (
+        f"sparsity([small, large]) should be 21/42, got {sparsity([small, large])}")
     model = Sequential(Linear(10, 10, seed=2), ReLU(), Linear(10, 2, seed=3))
     prune_magnitude(model[2], 0.5)
     assert abs(sparsity(model) - 10 / 120) < 1e-12, (
@@ -699,8 +705,10 @@ def test_unit_cubic_sparsity():
     assert np.allclose(got, expected), (
         f"s_t = s_f + (s_i - s_f)(1 - t/n)^3: from s_i at t = 0 to s_f at t = n, fast at first; "
         f"expected {np.round(expected, 4)}, got {np.round(got, 4)}")
-    assert got[0] == 0.0 and got[-1] == 0.9 and cubic_sparsity(9, 4, 0.9) == 0.9 and cubic_sparsity(-1, 4, 0.9) == 0.0
-    assert abs(cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4) - (0.8 - 0.4 / 8)) < 1e-12
+    assert got[0] == 0.0 and got[-1] == 0.9 and cubic_sparsity(9, 4, 0.9) == 0.9 and cubic_sparsity(-1, 4, 0.9) == 0.0, (
+        f"s_i at step 0, s_f at step n and after, s_i before 0; got {got}")
+    assert abs(cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4) - (0.8 - 0.4 / 8)) < 1e-12, (
+        "with initial_sparsity 0.4: s = 0.8 + (0.4 - 0.8)(1 - 1/2)^3 = 0.75 at step 1 of 2")
     print("✓ cubic_sparsity: s_i at step 0, s_f at step n, the cube in between")
 
 
@@ -885,8 +893,10 @@ def test_unit_storage():
     assert np.array_equal(row_ptr, [0, 2, 3]) and row_ptr.dtype == np.int32, (
         f"row_ptr has rows + 1 entries, starts at 0 and ends at nnz (a running count: cumsum of the "
         f"nonzeros per row): expected [0, 2, 3], got {row_ptr}")
-    assert np.array_equal(values, [1.5, -2.0, 3.0]) and np.array_equal(col_indices, [1, 3, 2])
-    assert col_indices.dtype == np.int32 and values.dtype == np.float32
+    assert np.array_equal(values, [1.5, -2.0, 3.0]) and np.array_equal(col_indices, [1, 3, 2]), (
+        f"values row by row [1.5, -2, 3] at columns [1, 3, 2]; got {values}, {col_indices}")
+    assert col_indices.dtype == np.int32 and values.dtype == np.float32, (
+        f"col_indices int32, values in the matrix's dtype; got {col_indices.dtype}, {values.dtype}")
     empty_rows = np.zeros((4, 3), np.float32)
     empty_rows[1, 2] = 7.0
     assert np.array_equal(to_csr(empty_rows)[2], [0, 0, 1, 1, 1]), "empty rows (also the last ones) repeat the count"
@@ -894,7 +904,8 @@ def test_unit_storage():
     m = rng.standard_normal((30, 20)).astype(np.float32) * (rng.random((30, 20)) < 0.3)
     assert np.array_equal(from_csr(*to_csr(m), m.shape), m), "to_csr then from_csr must give the matrix back"
     nnz = int(np.count_nonzero(m))
-    assert storage_bytes(m) == {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}, storage_bytes(m)
+    assert storage_bytes(m) == {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}, (
+        storage_bytes(m))
     print("✓ to_csr and storage_bytes: the arrays of CSR, and the bytes of three formats")
 
 
@@ -1071,8 +1082,10 @@ def test_unit_prune_mlp_units():
         "importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||: a unit whose outgoing weights (proj.weight "
         f"row j) are 0 contributes nothing; expected {np.round(expected, 3)}, got {np.round(importance, 3)}")
     small = prune_mlp_units(mlp, 1 / 3)
-    assert isinstance(small, MLP) and small is not mlp and small.fc.out_features == 4
-    assert small.fc.weight.shape == (4, 4) and small.proj.weight.shape == (4, 4) and small.fc.bias.shape == (4,)
+    assert isinstance(small, MLP) and small is not mlp and small.fc.out_features == 4, (
+        "a NEW MLP (the MLP class) with 6 - 2 = 4 hidden units")
+    assert small.fc.weight.shape == (4, 4) and small.proj.weight.shape == (4, 4) and small.fc.bias.shape == (4,), (
+        f"fc (4, 4), proj (4, 4), fc.bias (4,); got {small.fc.weight.shape}, {small.proj.weight.shape}, {small.fc.bias.shape}")
     assert mlp.fc.weight.shape == (4, 6), "prune_mlp_units returns a new MLP and leaves the old one as it was"
     x = np.random.default_rng(5).standard_normal((3, 4))
     h = mlp.fc(Tensor(x)).numpy()
@@ -1210,17 +1223,22 @@ def test_unit_low_rank():
         assert first.weight.shape == (7, r) and second.weight.shape == (r, 5), (
             f"first Linear (in, r) from U's first r columns, second (r, out) from Vt's first r rows (our weight is "
             f"(in, out) = U·S·Vt); got {first.weight.shape} and {second.weight.shape}")
-        assert first.bias is None and np.array_equal(second.bias.numpy(), layer.bias.numpy())
+        assert first.bias is None and np.array_equal(second.bias.numpy(), layer.bias.numpy()), (
+            "the first Linear has no bias; the second takes a copy of the layer's bias")
         product = first.weight.numpy() @ second.weight.numpy()
         error = np.sum((W - product) ** 2)
         assert abs(error - np.sum(sigma[r:] ** 2)) < 1e-10, (
             f"Eckart-Young: ||W - W_r||_F^2 must equal the sum of the dropped sigma^2 ({np.sum(sigma[r:] ** 2):.6f}), "
             f"got {error:.6f}: scale by the singular values, U's columns on the input side, Vt's rows on the output side")
         x = np.random.default_rng(7).standard_normal((2, 7))
-        assert np.allclose(pair(Tensor(x)).numpy(), x @ product + layer.bias.numpy(), atol=1e-12)
-    assert np.allclose(low_rank(layer, 5)[0].weight.numpy() @ low_rank(layer, 5)[1].weight.numpy(), W, atol=1e-12)
-    assert np.allclose(np.linalg.norm(first.weight.numpy(), axis=0), np.linalg.norm(second.weight.numpy(), axis=1))
-    assert choose_rank([3.0, 2.0, 1.0], 9 / 14) == 1 and choose_rank([3.0, 2.0, 1.0], 0.65) == 2
+        assert np.allclose(pair(Tensor(x)).numpy(), x @ product + layer.bias.numpy(), atol=1e-12), (
+            "the pair computes x @ (first.weight @ second.weight) + bias")
+    assert np.allclose(low_rank(layer, 5)[0].weight.numpy() @ low_rank(layer, 5)[1].weight.numpy(), W, atol=1e-12), (
+        "at full rank the two factors multiply back to W")
+    assert np.allclose(np.linalg.norm(first.weight.numpy(), axis=0), np.linalg.norm(second.weight.numpy(), axis=1)), (
+        "sqrt(S) on each side: column i of the first factor and row i of the second have the same norm")
+    assert choose_rank([3.0, 2.0, 1.0], 9 / 14) == 1 and choose_rank([3.0, 2.0, 1.0], 0.65) == 2, (
+        "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2) (energies 9, 4, 1 of 14)")
     assert choose_rank([3.0, 2.0, 1.0], 1.0) == 3 and choose_rank([3.0, 2.0, 1.0], 13 / 14) == 2, (
         "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2)")
     print("✓ low_rank: two Linears whose product is the rank-r SVD truncation (Eckart-Young holds); choose_rank")
@@ -1394,7 +1412,8 @@ def test_unit_distillation_loss():
     teacher = Tensor(t, requires_grad=True)
     distillation_loss(Tensor(s, requires_grad=True), teacher, y).backward()
     assert teacher.grad is None, "detach the teacher's logits: only the student learns"
-    assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=2.5, alpha=0.3), [Tensor(s, requires_grad=True)])
+    assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=2.5, alpha=0.3), [Tensor(s, requires_grad=True)]), (
+        "the gradient of the student's logits must match central differences")
     print("✓ distillation_loss: the formula's value, batchmean over positions, teacher detached, gradcheck")
 
 
@@ -1453,14 +1472,15 @@ print(f"distillation {verdict} (gain {100 * gain:+.2f} points, spread {100 * spr
 # %% [markdown]
 # Read the verdict your run printed, not a claim in this text. When this lesson was
 # written, it said that distillation does **not** help the digits student (the distilled
-# arm's mean was below the labels-only arm's). There are good reasons at this size. The teacher fits its training images almost perfectly, so
-# on exactly those images its outputs are close to one-hot and carry little more than the
-# labels; ten classes leave little "dark knowledge" to pass on; and the student trains to
-# convergence on the labels in twenty epochs anyway. Distillation pays where the teacher's
-# distribution holds what labels cannot: a language model's next-character distribution is
-# genuinely uncertain (after "th", both "e" and "a" are right), so a 2-layer student can
-# learn from a 4-layer teacher's whole distribution instead of the one character that came
-# next. The milestone `compress` measures exactly that on the Shakespeare GPT.
+# arm's mean was below the labels-only arm's). There are good reasons at this size. The
+# teacher fits its training images almost perfectly, so on exactly those images its outputs
+# are close to one-hot and carry little more than the labels; ten classes leave little
+# "dark knowledge" to pass on; and the student trains to convergence on the labels in
+# twenty epochs anyway. Distillation pays where the teacher's distribution holds what
+# labels cannot: a language model's next-character distribution is genuinely uncertain
+# (after "th", both "e" and "a" are right), so a 2-layer student can learn from a 4-layer
+# teacher's whole distribution instead of the one character that came next. The milestone
+# `compress` measures exactly that on the Shakespeare GPT, with three seeds per arm.
 
 # %% [markdown]
 # ## 10. Checking against PyTorch

@@ -20,7 +20,8 @@ def test_pruned_layer_on_gpu_matches_cpu():
     gpu = copy.deepcopy(cpu).to("cuda")
     prune_magnitude(cpu, 0.5)
     prune_magnitude(gpu, 0.5)
-    assert gpu.weight_mask.device == "cuda" and gpu.weight_orig.device == "cuda"
+    assert gpu.weight_mask.device == "cuda" and gpu.weight_orig.device == "cuda", (
+        "weight_orig and weight_mask stay on the GPU")
     np.testing.assert_array_equal(gpu.weight_mask.numpy(), cpu.weight_mask.numpy())
     x = np.random.default_rng(1).standard_normal((3, 6))
     out_cpu, out_gpu = cpu(Tensor(x)), gpu(Tensor(x, device="cuda"))
@@ -29,18 +30,19 @@ def test_pruned_layer_on_gpu_matches_cpu():
     out_gpu.sum().backward()
     np.testing.assert_allclose(gpu.weight_orig.grad.numpy(), cpu.weight_orig.grad.numpy(), atol=1e-12)
     prune_global([gpu], 0.7)
-    assert gpu.weight_mask.device == "cuda" and (gpu.weight_mask.numpy() == 0).sum() == 21
+    assert gpu.weight_mask.device == "cuda" and (gpu.weight_mask.numpy() == 0).sum() == 21, (
+        "global pruning on the GPU: 21 of 30 entries")
 
 
 def test_structured_and_low_rank_stay_on_the_gpu():
     mlp = MLP(8, 32, seed=2, dtype=np.float64).to("cuda")
     small = prune_mlp_units(mlp, 0.5)
-    assert small.fc.weight.device == "cuda" and small.fc.weight.shape == (8, 16)
+    assert small.fc.weight.device == "cuda" and small.fc.weight.shape == (8, 16), "the smaller MLP is made on the GPU"
     pair = low_rank(mlp.fc, 4)
-    assert pair[0].weight.device == "cuda" and pair[1].bias.device == "cuda"
+    assert pair[0].weight.device == "cuda" and pair[1].bias.device == "cuda", "the factors are made on the GPU"
     x = Tensor(np.random.default_rng(3).standard_normal((2, 8)), device="cuda")
     with no_grad():
-        assert small(x).device == "cuda" and pair(x).shape == (2, 32)
+        assert small(x).device == "cuda" and pair(x).shape == (2, 32), "the smaller layers run on the GPU"
 
 
 def test_distillation_loss_on_gpu_matches_cpu():
@@ -49,7 +51,7 @@ def test_distillation_loss_on_gpu_matches_cpu():
     cpu, gpu = Tensor(s, requires_grad=True), Tensor(s, requires_grad=True, device="cuda")
     loss_cpu = distillation_loss(cpu, t, y)
     loss_gpu = distillation_loss(gpu, Tensor(t, device="cuda"), Tensor(y, device="cuda"))
-    assert abs(loss_gpu.item() - loss_cpu.item()) < 1e-12
+    assert abs(loss_gpu.item() - loss_cpu.item()) < 1e-12, "the same loss on the GPU"
     loss_cpu.backward()
     loss_gpu.backward()
     np.testing.assert_allclose(gpu.grad.numpy(), cpu.grad.numpy(), atol=1e-12)

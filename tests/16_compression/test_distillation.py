@@ -48,7 +48,7 @@ def test_value_of_the_formula(T, alpha):
     rng = np.random.default_rng(int(10 * T + 100 * alpha))
     s, t, y = rng.standard_normal((4, 5)), rng.standard_normal((4, 5)) * 3, rng.integers(0, 5, 4)
     got = distillation_loss(Tensor(s), t, y, temperature=T, alpha=alpha)
-    assert got.shape == () and got.dtype == np.float64
+    assert got.shape == () and got.dtype == np.float64, "a 0-d Tensor in the student's dtype"
     check_value(got.item(), s, t, y, T, alpha)
 
 
@@ -64,7 +64,8 @@ def test_teacher_is_detached():
     teacher, student = Tensor(t, requires_grad=True), Tensor(s, requires_grad=True)
     distillation_loss(student, teacher, y).backward()
     assert teacher.grad is None, "detach the teacher's logits: only the student learns"
-    assert student.grad is not None and student.grad.shape == (3, 4)
+    assert student.grad is not None and student.grad.shape == (3, 4), (
+        "the student's logits get a gradient of their shape")
 
 
 def test_gradient_by_central_differences():
@@ -72,7 +73,8 @@ def test_gradient_by_central_differences():
     t, y = rng.standard_normal((2, 3, 5)), rng.integers(0, 5, (2, 3))
     for T, alpha in ((2.5, 0.3), (1.0, 0.9)):
         s = Tensor(rng.standard_normal((2, 3, 5)), requires_grad=True)
-        assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=T, alpha=alpha), [s])
+        assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=T, alpha=alpha), [s]), (
+            "the student's gradient must match central differences")
 
 
 def test_equal_logits_leave_only_the_hard_term():
@@ -81,12 +83,14 @@ def test_equal_logits_leave_only_the_hard_term():
     student = Tensor(s, requires_grad=True)
     loss = distillation_loss(student, s.copy(), y, temperature=4.0, alpha=1.0)
     loss.backward()
-    assert abs(loss.item()) < 1e-12 and np.abs(student.grad.numpy()).max() < 1e-12
+    assert abs(loss.item()) < 1e-12 and np.abs(student.grad.numpy()).max() < 1e-12, (
+        "equal logits: the soft term and its gradient are 0")
 
 
 def test_float32_and_errors():
     s = Tensor(np.zeros((2, 3), np.float32))
-    assert distillation_loss(s, np.zeros((2, 3), np.float32), [0, 1]).dtype == np.float32
+    assert distillation_loss(s, np.zeros((2, 3), np.float32), [0, 1]).dtype == np.float32, (
+        "float32 logits give a float32 loss")
     with pytest.raises(ValueError, match="temperature"):
         distillation_loss(s, np.zeros((2, 3)), [0, 1], temperature=0.0)
     with pytest.raises(ValueError, match="alpha"):

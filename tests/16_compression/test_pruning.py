@@ -35,7 +35,8 @@ def test_mask_counts_with_round(size, amount):
     assert pruned == round(amount * size), (
         f"prune round(amount * size) = {round(amount * size)} of {size} entries (Python's round, as torch counts), "
         f"got {pruned}")
-    assert np.array_equal(np.sort(w[~magnitude_mask(w, amount)]), np.arange(1.0, pruned + 1))
+    assert np.array_equal(np.sort(w[~magnitude_mask(w, amount)]), np.arange(1.0, pruned + 1)), (
+        "the pruned entries are the smallest ones")
 
 
 def test_mask_keeps_earlier_pruning():
@@ -54,7 +55,8 @@ def test_mask_keeps_earlier_pruning():
 def test_mask_ties_and_shapes():
     assert np.array_equal(magnitude_mask(np.ones(4), 0.5), [False, False, True, True]), "ties: first in C order goes"
     w3 = np.random.default_rng(1).standard_normal((2, 3, 4))
-    assert magnitude_mask(w3, 0.25).shape == (2, 3, 4) and (~magnitude_mask(w3, 0.25)).sum() == 6
+    assert magnitude_mask(w3, 0.25).shape == (2, 3, 4) and (~magnitude_mask(w3, 0.25)).sum() == 6, (
+        "a mask of any shape: 6 of 24 entries pruned at 0.25")
 
 
 @pytest.mark.parametrize("amount", [-0.1, 1.5, "half", None, True])
@@ -80,7 +82,8 @@ def test_pruned_weights_get_gradient_zero():
     assert np.all(grad[~mask] == 0), (
         "pruned weights get gradient 0: the mask must be applied in the forward as a recorded multiply "
         "(weight_orig * weight_mask), not written into the weights once")
-    assert np.allclose(grad[mask], np.broadcast_to(x.sum(0)[:, None], W.shape)[mask])
+    assert np.allclose(grad[mask], np.broadcast_to(x.sum(0)[:, None], W.shape)[mask]), (
+        "kept weights get the ordinary gradient x^T · grad")
     assert np.array_equal(layer.weight_orig.numpy(), W), "pruning keeps the original values in weight_orig"
 
 
@@ -95,10 +98,12 @@ def test_parameter_moves_to_weight_orig_and_mask_is_a_buffer():
     assert list(layer.state_dict()) == ["bias", "weight_orig", "weight_mask"], (
         "register the mask with register_buffer: it must be in the state_dict (a saved pruned model would come back "
         f"unpruned); state_dict keys: {list(layer.state_dict())}")
-    assert [n for n, _ in layer.named_buffers()] == ["weight_mask"]
-    assert layer.weight_mask.dtype == np.float32 and not layer.weight_mask.requires_grad
-    assert set(np.unique(layer.weight_mask.numpy())) == {0.0, 1.0}
-    assert isinstance(layer, Linear) and type(layer).__name__ == "PrunedLinear" and pruned_names(layer) == ("weight",)
+    assert [n for n, _ in layer.named_buffers()] == ["weight_mask"], "the mask is the one buffer"
+    assert layer.weight_mask.dtype == np.float32 and not layer.weight_mask.requires_grad, (
+        "the mask is in the weight's dtype and takes no gradient")
+    assert set(np.unique(layer.weight_mask.numpy())) == {0.0, 1.0}, "the mask holds 0s and 1s"
+    assert isinstance(layer, Linear) and type(layer).__name__ == "PrunedLinear" and pruned_names(layer) == ("weight",), (
+        f"the pruned layer is a PrunedLinear, still a Linear; got {type(layer).__name__}")
     assert type(Linear(3, 2)) is Linear, "only the pruned layer changes class"
 
 
@@ -109,7 +114,8 @@ def test_masked_weight_is_one_recorded_mul():
     assert w._node.inputs[0] is layer.weight_orig and w._node.inputs[1] is layer.weight_mask, \
         "mul's inputs are (weight_orig, weight_mask), in that order"
     with no_grad():
-        assert np.array_equal(layer.weight.numpy(), layer.weight_orig.numpy() * layer.weight_mask.numpy())
+        assert np.array_equal(layer.weight.numpy(), layer.weight_orig.numpy() * layer.weight_mask.numpy()), (
+            "the weight the layer uses is weight_orig * weight_mask")
 
 
 def test_optimizer_made_before_pruning_keeps_pruned_weights_at_zero():
@@ -132,7 +138,8 @@ def test_optimizer_made_before_pruning_keeps_pruned_weights_at_zero():
         pruned = layer.weight_mask.numpy() == 0
         with no_grad():
             assert np.all(layer.weight.numpy()[pruned] == 0), "the weights the forward uses stay 0 under AdamW"
-        assert not np.array_equal(layer.weight_orig.numpy()[~pruned], old[~pruned]), "the optimizer still trains the rest"
+        assert not np.array_equal(layer.weight_orig.numpy()[~pruned], old[~pruned]), (
+            "the optimizer still trains the rest")
 
 
 def test_pruning_again_and_state_dict_round_trip():
@@ -141,7 +148,8 @@ def test_pruning_again_and_state_dict_round_trip():
     first = layer.weight_mask.numpy().copy()
     prune_magnitude(layer, 0.6)
     second = layer.weight_mask.numpy()
-    assert (second == 0).sum() == 18 and not (second > first).any()
+    assert (second == 0).sum() == 18 and not (second > first).any(), (
+        "pruning again to 60% prunes 18 of 30 entries and keeps the first ones pruned")
     prune_magnitude(layer, 0.1)
     assert (layer.weight_mask.numpy() == 0).sum() == 18, "a smaller amount never un-prunes"
     fresh = prune_magnitude(Linear(6, 5, seed=7, dtype=np.float64), 0.0)
@@ -157,9 +165,10 @@ def test_assigning_a_pruned_weight_is_refused_and_copies_work():
     with pytest.raises(AttributeError, match="weight_orig"):
         layer.weight = Tensor(np.zeros((3, 3)), requires_grad=True)
     twin = copy.deepcopy(layer)
-    assert type(twin) is type(layer) and twin.weight_mask is not layer.weight_mask
+    assert type(twin) is type(layer) and twin.weight_mask is not layer.weight_mask, (
+        "a deep copy is pruned too, with its own mask")
     x = Tensor(np.ones((1, 3), np.float32))
-    assert np.array_equal(twin(x).numpy(), layer(x).numpy())
+    assert np.array_equal(twin(x).numpy(), layer(x).numpy()), "a deep copy computes the same outputs"
 
 
 def test_remove_pruning_makes_it_permanent():
@@ -169,8 +178,11 @@ def test_remove_pruning_makes_it_permanent():
     with no_grad():
         effective = layer.weight.numpy().copy()
     remove_pruning(layer)
-    assert type(layer) is Linear and layer.weight is original and np.array_equal(layer.weight.numpy(), effective)
-    assert [n for n, _ in layer.named_parameters()] == ["bias", "weight"] and list(layer.state_dict()) == ["bias", "weight"]
+    assert type(layer) is Linear and layer.weight is original and np.array_equal(layer.weight.numpy(), effective), (
+        "remove_pruning: a plain Linear again, the same weight Tensor, holding orig * mask")
+    names = [n for n, _ in layer.named_parameters()]
+    assert names == ["bias", "weight"] and list(layer.state_dict()) == names, (
+        "remove_pruning: weight_orig and weight_mask are gone")
     with pytest.raises(ValueError, match="not pruned"):
         remove_pruning(layer)
 
@@ -178,16 +190,20 @@ def test_remove_pruning_makes_it_permanent():
 def test_other_layers_and_names():
     conv = Conv2d(2, 3, 3, seed=11, dtype=np.float64)
     prune_magnitude(conv, 0.4)
-    assert conv.weight_mask.shape == (3, 2, 3, 3) and (conv.weight_mask.numpy() == 0).sum() == round(0.4 * 54)
+    assert conv.weight_mask.shape == (3, 2, 3, 3) and (conv.weight_mask.numpy() == 0).sum() == round(0.4 * 54), (
+        "a Conv2d weight is pruned like a Linear one")
     x = Tensor(np.random.default_rng(12).standard_normal((1, 2, 5, 5)))
     conv(x).sum().backward()
-    assert np.all(conv.weight_orig.grad.numpy()[conv.weight_mask.numpy() == 0] == 0)
+    assert np.all(conv.weight_orig.grad.numpy()[conv.weight_mask.numpy() == 0] == 0), (
+        "a pruned Conv2d weight gets gradient 0 where pruned")
     layer = Linear(3, 4, seed=13)
     prune_magnitude(layer, 0.5, name="bias")
     prune_magnitude(layer, 0.5, name="weight")
-    assert pruned_names(layer) == ("bias", "weight") and (layer.bias_mask.numpy() == 0).sum() == 2
+    assert pruned_names(layer) == ("bias", "weight") and (layer.bias_mask.numpy() == 0).sum() == 2, (
+        "bias and weight pruned one after the other")
     remove_pruning(layer, "bias")
-    assert pruned_names(layer) == ("weight",) and "bias" in dict(layer.named_parameters())
+    assert pruned_names(layer) == ("weight",) and "bias" in dict(layer.named_parameters()), (
+        "removing the bias's pruning keeps the weight's")
     with pytest.raises(ValueError, match="no parameter named 'scale'"):
         prune_magnitude(Linear(2, 2), 0.5, name="scale")
     with pytest.raises(TypeError):
@@ -207,7 +223,8 @@ def test_global_pruning_uses_one_threshold():
         f"weights, got {pruned_small} pruned there (a threshold per layer prunes half of each)")
     everything = np.concatenate([small.weight_orig.numpy().ravel(), large.weight_orig.numpy().ravel()])
     masks = np.concatenate([small.weight_mask.numpy().ravel(), large.weight_mask.numpy().ravel()]) == 1
-    assert np.array_equal(masks, magnitude_mask(everything, 0.5))
+    assert np.array_equal(masks, magnitude_mask(everything, 0.5)), (
+        "the masks together equal magnitude_mask of all weights concatenated")
 
 
 def test_global_pruning_again_keeps_each_layers_mask():
@@ -216,20 +233,22 @@ def test_global_pruning_again_keeps_each_layers_mask():
     before = layers[1].weight_mask.numpy().copy()
     prune_global(layers, 0.5)
     assert not (layers[1].weight_mask.numpy() > before).any(), "a pruned weight stays pruned"
-    assert sum(int((layer.weight_mask.numpy() == 0).sum()) for layer in layers) == round(0.5 * 75)
+    assert sum(int((layer.weight_mask.numpy() == 0).sum()) for layer in layers) == round(0.5 * 75), (
+        "half of all 75 weights pruned, round(0.5 * 75) of them")
     with pytest.raises(ValueError, match="no modules"):
         prune_global([], 0.5)
 
 
 def test_sparsity_counts_all_weights_together():
     model = Sequential(Linear(10, 10, seed=2), ReLU(), Linear(10, 2, seed=3))
-    assert sparsity(model) == 0.0
+    assert sparsity(model) == 0.0, "a fresh model has sparsity 0"
     prune_magnitude(model[2], 0.5)
     assert abs(sparsity(model) - 10 / 120) < 1e-12, (
         f"sparsity: zeros over all prunable weights together, not the mean of the layers' sparsities; "
         f"expected {10 / 120:.4f}, got {sparsity(model):.4f}")
-    assert isinstance(sparsity(model), float)
-    assert prunable_layers(model) == [model[0], model[2]] and abs(sparsity([model[2]]) - 0.5) < 1e-12
+    assert isinstance(sparsity(model), float), "sparsity returns a Python float"
+    assert prunable_layers(model) == [model[0], model[2]] and abs(sparsity([model[2]]) - 0.5) < 1e-12, (
+        "prunable_layers: the Linear layers; sparsity of a list of layers")
     with pytest.raises(ValueError, match="no Linear"):
         sparsity(Sequential(ReLU()))
 
@@ -241,9 +260,11 @@ def test_cubic_schedule():
     assert np.allclose(got, expected), (
         f"s_t = s_f + (s_i - s_f)(1 - t/n)^3: from s_i at t = 0 to s_f at t = n, fast at first; "
         f"expected {np.round(expected, 4)}, got {np.round(got, 4)}")
-    assert cubic_sparsity(0, 4, 0.9) == 0.0 and cubic_sparsity(4, 4, 0.9) == 0.9
-    assert cubic_sparsity(9, 4, 0.9) == 0.9 and cubic_sparsity(-1, 4, 0.9) == 0.0
-    assert abs(cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4) - (0.8 - 0.4 / 8)) < 1e-12
+    assert cubic_sparsity(0, 4, 0.9) == 0.0 and cubic_sparsity(4, 4, 0.9) == 0.9, "s_i at step 0, s_f at step n"
+    assert cubic_sparsity(9, 4, 0.9) == 0.9 and cubic_sparsity(-1, 4, 0.9) == 0.0, (
+        "clamped: s_f after step n, s_i before step 0")
+    assert abs(cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4) - (0.8 - 0.4 / 8)) < 1e-12, (
+        "with initial_sparsity 0.4: 0.8 + (0.4 - 0.8)(1/2)^3 at step 1 of 2")
     with pytest.raises(ValueError):
         cubic_sparsity(1, 0, 0.5)
 
@@ -252,9 +273,10 @@ def test_prune_gradually_follows_the_schedule():
     layers = [Linear(8, 8, seed=s) for s in range(2)]
     seen = []
     targets = prune_gradually(layers, 0.75, 3, fine_tune=lambda step: seen.append((step, sparsity(layers))))
-    assert targets == [cubic_sparsity(t, 3, 0.75) for t in (1, 2, 3)]
-    assert [step for step, _ in seen] == [1, 2, 3]
-    assert all(abs(s - round(t * 128) / 128) < 1e-12 for (_, s), t in zip(seen, targets))
+    assert targets == [cubic_sparsity(t, 3, 0.75) for t in (1, 2, 3)], "prune_gradually returns the schedule's targets"
+    assert [step for step, _ in seen] == [1, 2, 3], "fine_tune is called after every pruning step"
+    assert all(abs(s - round(t * 128) / 128) < 1e-12 for (_, s), t in zip(seen, targets)), (
+        "each step reaches its target sparsity before fine-tuning")
 
 
 def test_sgd_step_keeps_zeros():
@@ -265,4 +287,5 @@ def test_sgd_step_keeps_zeros():
         layer(Tensor(np.ones((2, 4), np.float32))).sum().backward()
         optimizer.step()
     with no_grad():
-        assert np.all(layer.weight.numpy()[layer.weight_mask.numpy() == 0] == 0)
+        assert np.all(layer.weight.numpy()[layer.weight_mask.numpy() == 0] == 0), (
+            "pruned weights stay 0 under SGD with momentum and weight decay")

@@ -12,8 +12,10 @@ def test_csr_of_a_small_matrix():
     assert np.array_equal(row_ptr, [0, 2, 3]), (
         "row_ptr has rows + 1 entries, starts at 0 and ends at nnz (a running count: cumsum of the nonzeros per row): "
         f"expected [0, 2, 3], got {row_ptr}")
-    assert np.array_equal(values, [1.5, -2.0, 3.0]) and np.array_equal(col_indices, [1, 3, 2])
-    assert values.dtype == np.float32 and col_indices.dtype == np.int32 and row_ptr.dtype == np.int32
+    assert np.array_equal(values, [1.5, -2.0, 3.0]) and np.array_equal(col_indices, [1, 3, 2]), (
+        f"values row by row [1.5, -2, 3] at columns [1, 3, 2]; got {values}, {col_indices}")
+    assert values.dtype == np.float32 and col_indices.dtype == np.int32 and row_ptr.dtype == np.int32, (
+        "values keep the matrix's dtype; col_indices and row_ptr are int32")
 
 
 def test_empty_rows():
@@ -21,7 +23,8 @@ def test_empty_rows():
     m[1, 2] = 7.0
     assert np.array_equal(to_csr(m)[2], [0, 0, 1, 1, 1]), "empty rows (also the last ones) repeat the count"
     values, cols, ptr = to_csr(np.zeros((3, 2)))
-    assert values.size == 0 and cols.size == 0 and np.array_equal(ptr, [0, 0, 0, 0])
+    assert values.size == 0 and cols.size == 0 and np.array_equal(ptr, [0, 0, 0, 0]), (
+        "an all-zero matrix: no values, row_ptr all 0")
 
 
 @pytest.mark.parametrize("density", [0.0, 0.1, 0.5, 1.0], ids=lambda d: f"density {d}")
@@ -32,12 +35,13 @@ def test_round_trip_and_bytes(density):
     nnz = int(np.count_nonzero(m))
     expected = {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}
     assert storage_bytes(m) == expected, f"expected {expected}, got {storage_bytes(m)}"
-    assert storage_bytes(Tensor(m)) == expected
+    assert storage_bytes(Tensor(m)) == expected, "storage_bytes takes a Tensor too"
 
 
 def test_bytes_count_float32_values_whatever_the_dtype():
     m = np.eye(8, dtype=np.float64)
-    assert storage_bytes(m) == {"dense": 256, "bitmask": 8 + 32, "csr": 32 + 32 + 36}
+    assert storage_bytes(m) == {"dense": 256, "bitmask": 8 + 32, "csr": 32 + 32 + 36}, (
+        "float64 entries are counted as float32 values: 4 bytes each")
 
 
 def test_crossovers_match_the_derivation():

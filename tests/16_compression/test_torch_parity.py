@@ -39,7 +39,8 @@ def test_pruning_twice_with_torchs_relative_amount():
     prune.l1_unstructured(theirs, "weight", 0.3)
     prune_magnitude(ours, 0.65)  # ours: 65% of all entries ...
     prune.l1_unstructured(theirs, "weight", 0.5)  # ... torch: half of the 70% left
-    assert np.array_equal(ours.weight_mask.numpy(), theirs.weight_mask.numpy().T)
+    assert np.array_equal(ours.weight_mask.numpy(), theirs.weight_mask.numpy().T), (
+        "pruned twice: 65% of all entries here is torch's 50% of the 70% left")
 
 
 def test_global_unstructured():
@@ -62,7 +63,8 @@ def test_conv2d_masks_need_no_transpose():
     theirs.weight.data = torch.tensor(ours.weight.numpy().copy())
     prune_magnitude(ours, 0.6)
     prune.l1_unstructured(theirs, "weight", 0.6)
-    assert np.array_equal(ours.weight_mask.numpy(), theirs.weight_mask.numpy())
+    assert np.array_equal(ours.weight_mask.numpy(), theirs.weight_mask.numpy()), (
+        "Conv2d weights have the same layout in both: no transpose")
 
 
 @pytest.mark.parametrize("shape", [(6, 10), (2, 5, 7)], ids=lambda s: "x".join(map(str, s)))
@@ -80,7 +82,8 @@ def test_distillation_against_kl_div(shape):
         theirs = alpha * T * T * kl + (1 - alpha) * F.cross_entropy(ts, torch.tensor(y.reshape(-1)))
         theirs.backward()
         assert abs(ours.item() - theirs.item()) < 1e-12, (T, alpha, ours.item(), theirs.item())
-        assert np.allclose(student.grad.numpy().reshape(-1, shape[-1]), ts.grad.numpy(), atol=1e-12, rtol=0)
+        assert np.allclose(student.grad.numpy().reshape(-1, shape[-1]), ts.grad.numpy(), atol=1e-12, rtol=0), (
+            "the gradient equals PyTorch's")
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
@@ -90,6 +93,6 @@ def test_csr_against_to_sparse_csr():
     m[4] = 0.0  # an empty row
     values, col_indices, row_ptr = to_csr(m)
     theirs = torch.tensor(m).to_sparse_csr()
-    assert np.array_equal(values, theirs.values().numpy())
-    assert np.array_equal(col_indices, theirs.col_indices().numpy())
-    assert np.array_equal(row_ptr, theirs.crow_indices().numpy())
+    assert np.array_equal(values, theirs.values().numpy()), "values equal torch's to_sparse_csr().values()"
+    assert np.array_equal(col_indices, theirs.col_indices().numpy()), "col_indices equal torch's"
+    assert np.array_equal(row_ptr, theirs.crow_indices().numpy()), "row_ptr equals torch's crow_indices()"

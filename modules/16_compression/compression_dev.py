@@ -148,7 +148,7 @@ def train(model: Module, epochs: int, lr: float = 3e-3, seed: int = 0) -> Module
     return model
 
 
-def test_accuracy(model: Module) -> float:
+def held_out_accuracy(model: Module) -> float:
     model.eval()
     with no_grad():
         result = accuracy(model(Tensor(x_test)), y_test)
@@ -157,7 +157,7 @@ def test_accuracy(model: Module) -> float:
 
 
 dense = train(digits_mlp(), epochs=20)
-dense_accuracy = test_accuracy(dense)
+dense_accuracy = held_out_accuracy(dense)
 print(f"dense MLP: {count_parameters(dense):,} parameters, "
       f"{sum(p.data.nbytes for p in dense.parameters()):,} bytes, test accuracy {dense_accuracy:.2%}")
 
@@ -639,7 +639,7 @@ for target in (0.5, 0.8, 0.9, 0.95):
         prune_magnitude(layer, target)
     prune_global(prunable_layers(shared), target)
     fractions = ", ".join(f"{1 - layer.weight_mask.numpy().mean():.2f}" for layer in prunable_layers(shared))
-    print(f"{sparsity(shared):8.0%} | {test_accuracy(per_layer):9.2%} | {test_accuracy(shared):7.2%} | {fractions}")
+    print(f"{sparsity(shared):8.0%} | {held_out_accuracy(per_layer):9.2%} | {held_out_accuracy(shared):7.2%} | {fractions}")
 
 # %% [markdown]
 # At moderate sparsity nothing is lost: half of the weights of a trained network can go for
@@ -751,16 +751,16 @@ def remaining_weights(model: Module) -> int:
 start = time.perf_counter()
 gradual = gradual_prune_digits(copy.deepcopy(dense))
 control = gradual_prune_digits(copy.deepcopy(dense), final_sparsity=0.0)
-print(f"64-128-64-10: dense {dense_accuracy:.2%}, fine-tuned 26 more epochs without pruning {test_accuracy(control):.2%}")
-print(f"  gradually pruned to {sparsity(gradual):.1%} sparsity: {test_accuracy(gradual):.2%} "
-      f"({100 * (test_accuracy(gradual) - dense_accuracy):+.2f} points against dense), "
+print(f"64-128-64-10: dense {dense_accuracy:.2%}, fine-tuned 26 more epochs without pruning {held_out_accuracy(control):.2%}")
+print(f"  gradually pruned to {sparsity(gradual):.1%} sparsity: {held_out_accuracy(gradual):.2%} "
+      f"({100 * (held_out_accuracy(gradual) - dense_accuracy):+.2f} points against dense), "
       f"{remaining_weights(gradual):,} weights left; each layer's sparsity "
       + ", ".join(f"{1 - layer.weight_mask.numpy().mean():.1%}" for layer in prunable_layers(gradual)))
 wide = train(digits_mlp(hidden=(256, 128)), epochs=20)
-wide_accuracy = test_accuracy(wide)
+wide_accuracy = held_out_accuracy(wide)
 wide_pruned = gradual_prune_digits(copy.deepcopy(wide))
 print(f"64-256-128-10: dense {wide_accuracy:.2%}; gradually pruned to {sparsity(wide_pruned):.1%}: "
-      f"{test_accuracy(wide_pruned):.2%} ({100 * (test_accuracy(wide_pruned) - wide_accuracy):+.2f} points), "
+      f"{held_out_accuracy(wide_pruned):.2%} ({100 * (held_out_accuracy(wide_pruned) - wide_accuracy):+.2f} points), "
       f"{remaining_weights(wide_pruned):,} weights left  [{time.perf_counter() - start:.1f} s for the three runs]")
 
 # %% [markdown]
@@ -1276,9 +1276,9 @@ print(f"rank {r90}: ||W - W_r||² = {error:.4f}, sum of the dropped σ² = {np.s
 factored = copy.deepcopy(dense)
 factored[2] = low_rank(dense[2], r90)
 print(f"rank {r90} in place of layer 2: {count_parameters(factored):,} parameters "
-      f"(dense {count_parameters(dense):,}); accuracy {test_accuracy(factored):.2%} without training, ", end="")
+      f"(dense {count_parameters(dense):,}); accuracy {held_out_accuracy(factored):.2%} without training, ", end="")
 train(factored, epochs=5, lr=1e-3)
-print(f"{test_accuracy(factored):.2%} after 5 epochs (dense {dense_accuracy:.2%})")
+print(f"{held_out_accuracy(factored):.2%} after 5 epochs (dense {dense_accuracy:.2%})")
 
 # %% [markdown]
 # ## 9. Distillation: learning from a teacher's outputs
@@ -1453,7 +1453,7 @@ def train_student(seed: int, distill: bool, epochs: int = 20, hidden: int = 16) 
             loss.backward()
             optimizer.step()
             schedule.step()
-    return test_accuracy(student)
+    return held_out_accuracy(student)
 
 
 start = time.perf_counter()

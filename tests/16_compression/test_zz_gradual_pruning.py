@@ -35,7 +35,7 @@ def test_digits_mlp_at_90_percent_within_one_point():
     order = np.random.default_rng(0).permutation(len(y))
     test, train = order[:359], order[359:]
 
-    def test_accuracy(model):
+    def held_out_accuracy(model):
         model.eval()
         with no_grad():
             result = accuracy(model(Tensor(x[test])), y[test])
@@ -47,11 +47,11 @@ def test_digits_mlp_at_90_percent_within_one_point():
         trainer, loader = trainer_for(model, x[train], y[train], epochs=20, lr=3e-3, seed=0)
         for _ in range(20):
             trainer.train_epoch(loader)
-        dense = test_accuracy(model)
+        dense = held_out_accuracy(model)
         trainer, loader = trainer_for(model, x[train], y[train], epochs=26, lr=1e-3, seed=5)
         prune_gradually(prunable_layers(model), 0.9, 10, lambda step: [trainer.train_epoch(loader) for _ in range(2)])
         for _ in range(6):
             trainer.train_epoch(loader)
-    pruned = test_accuracy(model)
+    pruned = held_out_accuracy(model)
     assert abs(sparsity(model) - 0.9) < 1e-4, f"the schedule ends at 90% sparsity, got {sparsity(model):.4f}"
     assert pruned >= dense - 0.01, f"90% sparse: {pruned:.2%}, dense {dense:.2%}: more than one point lost"

@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 from threadpoolctl import threadpool_limits
 
+from _args import check_output_file  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict_checks  # milestones/_verdict.py
 from shakespeare import RECIPE, estimate_loss, get_batch, load_text  # milestones/shakespeare.py
@@ -175,8 +176,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="a checkpoint of the shakespeare model: loaded when it exists, else written after training")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    if args.baseline is not None and not args.baseline.is_file():
+        check_output_file(parser, args.baseline, "--baseline")  # it will be written: before training, not after
     if not device_ready(args.device):
         return 2
+    baseline = new_gpt().to(args.device)
+    loaded = args.baseline is not None and args.baseline.exists()
+    if loaded:
+        try:  # module 07 checks names, shapes and the model's config before it changes anything
+            load_checkpoint(args.baseline, baseline)
+        except ValueError as err:
+            print(f"error: --baseline {args.baseline} is not the shakespeare recipe's model: "
+                  f"{' '.join(str(err).split())}", file=sys.stderr)
+            return 2
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
     plan = FAST if args.fast else FULL
     start = time.perf_counter()
@@ -190,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return estimate_loss(model, val_ids, plan["eval_batches"], np.random.default_rng(2))
 
     # ---- the baseline --------------------------------------------------------------------------------
-    baseline = new_gpt().to(args.device)
-    if args.baseline is not None and args.baseline.exists():
-        load_checkpoint(args.baseline, baseline)
+    if loaded:
         console.print(f"baseline: loaded {args.baseline}")
     else:
         train(console, "baseline", baseline, train_ids, plan["baseline_iters"], seed=0)

@@ -184,8 +184,10 @@ def test_reversal_saves_its_heat_map_where_asked(tmp_path):
     ("reversal", ["--heatmap", "{read_only}/map.png"], "cannot write in"),
     ("reversal", ["--heatmap", "{folder}"], "it is a folder"),
     ("reversal", ["--seed", "-1"], "argument --seed: -1 is negative"),
+    ("compress", ["--baseline", "{folder}"], "it is a folder"),
+    ("compress", ["--baseline", "{read_only}/baseline.npz"], "cannot write in"),
 ], ids=["iters-0", "iters-below-warmup", "iters-fraction", "out-is-a-file", "out-read-only", "heatmap-read-only",
-        "heatmap-is-a-folder", "negative-seed"])
+        "heatmap-is-a-folder", "negative-seed", "baseline-is-a-folder", "baseline-read-only"])
 def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, says):
     """Before issue 20, --iters 0 trained 2,000 iterations and a read-only --out failed after them."""
     read_only = tmp_path / "read-only"
@@ -208,3 +210,14 @@ def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, s
         read_only.chmod(0o755)
     assert result.returncode == 2 and says in result.stderr, result.stdout[-1000:] + result.stderr[-1000:]
     assert result.stdout == "" and "Traceback" not in result.stderr, "it stopped before printing a header or training"
+
+
+def test_compress_refuses_a_baseline_that_is_not_the_recipe(tmp_path):
+    from tinytorch.core.training import save_checkpoint
+    from tinytorch.models.transformer import GPT
+
+    path = save_checkpoint(tmp_path / "narrow.npz", GPT(65, 32, 2, 4, 64, bias=False))
+    before = path.read_bytes()
+    result = run_milestone("compress", "--fast", "--baseline", str(path))
+    assert_one_line_error(result, "is not the shakespeare recipe's model", "embed_dim=32 in the file, 128 here")
+    assert path.read_bytes() == before, "the file given is left as it was"

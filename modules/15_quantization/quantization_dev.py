@@ -1198,8 +1198,10 @@ test_unit_quantized_linear()
 #
 # $$|y_n - \hat y_n| \le \frac{s_x}{2}\sum_k |\hat W_{kn}| + \frac{s_n}{2}\sum_k |x_k| .$$
 #
-# The bound is the worst case: the errors of different weights have random signs and mostly
-# cancel, so the typical error is about `√K` times smaller than the bound (check it below).
+# The bound is the worst case, every error pushing the same way. The errors of different
+# weights have random signs and mostly cancel (a sum of `K` such errors grows like `√K`, not
+# `K`), so the typical error is many times smaller than the bound: the cell below measures
+# both.
 
 # %%
 rng = np.random.default_rng(5)
@@ -1234,10 +1236,10 @@ for mode in ("weight_only", "dynamic"):
 #
 # **What about the GPT's output layer?** Module 13's GPT ties its head to the token
 # embedding: the logits are `x @ token_embedding.weightᵀ`, a matrix product with the
-# embedding's table, not a `Linear`. Left alone, the two embedding tables stay float32. For
-# the milestone's GPT they are about 2 % of the weights, but after the Linears shrink to a
-# quarter they are close to a tenth of an int8 checkpoint (section 9 measures it), so we
-# quantize them too: `QuantizedEmbedding` (given) stores module 11's table as integers with
+# embedding's table, not a `Linear`. Left alone, the two embedding tables stay float32. They
+# are a small share of the GPT's weights, but once the Linears shrink to a quarter they are a
+# much larger share of the checkpoint (section 9 measures it), so we quantize them too:
+# `QuantizedEmbedding` (given) stores module 11's table as integers with
 # **one symmetric scale per row**, and its `weight` is the dequantized float32 table. Each
 # row of the token table is one token: its embedding vector, and — through the tied head —
 # the output channel that scores that token. So per-row quantization is per-channel
@@ -1584,11 +1586,14 @@ print("saved", bits_plot)
 
 # %% [markdown]
 # Read the plot from left to right (fewer bits). At 8 bits every model is where it was in
-# float32: the grid is far finer than anything the models care about. The first losses
-# appear at a few bits, and they come first and largest **per tensor**: one scale for a
-# whole matrix is set by its largest weight, and the small weights of the other channels fall
-# between the grid points. Per channel holds on longer. At 2 bits (four values per weight)
-# every model falls apart.
+# float32, or within a test image of it: the grid is far finer than anything the models care
+# about. The losses start at a few bits, and at the fewest bits **per tensor** is usually the
+# first to collapse: one scale for a whole matrix is set by its largest weight, and the
+# channels with small weights get only a handful of integers. In between, per tensor and per
+# channel can swap places by an image or two (359 test images, and a few thousand validation
+# characters for the GPT, make a small, noisy yardstick). At 2 bits — four values per weight —
+# every model is badly hurt. Where exactly each curve bends is for your run to say; the
+# milestone measures the trained GPT on 200 batches.
 #
 # Now the bytes. The checkpoint of each model in float32, int8 and int4, and where the bytes
 # of the int8 GPT are:
@@ -1662,10 +1667,10 @@ print("the float32 product of these integers is exact:", np.array_equal(a_f32 @ 
 # %% [markdown]
 # NumPy has no integer BLAS. A float32 product goes to OpenBLAS's `sgemm`, hand-written for
 # this CPU: SIMD fused multiply-adds on 8 or 16 floats per instruction, blocked for the
-# caches. An integer product goes to NumPy's own generic loop, one element at a time: tens of
-# times slower, however few bits the integers have. The weight-only layer costs a little
-# more than the float one (it dequantizes the weight at every call) and the dynamic layer
-# pays the integer loop on top of quantizing its input.
+# caches. An integer product goes to NumPy's own generic loop, one element at a time: many
+# times slower (the last column says how many), however few bits the integers have. The
+# weight-only layer costs more than the float one (it dequantizes the whole weight at every
+# call) and the dynamic layer pays the integer loop on top of quantizing its input.
 #
 # Real int8 speed needs **integer kernels**, and hardware that multiplies small integers
 # fast: on x86, AVX-512 VNNI's `vpdpbusd` multiplies 64 pairs of 8-bit values and adds them

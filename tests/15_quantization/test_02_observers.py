@@ -88,19 +88,22 @@ def test_per_channel_observer_reduces_every_other_axis():
         middle.observe(np.zeros((2, 4, 4), np.float32))
 
 
-def test_percentile_observer_clips_outliers():
-    values = np.concatenate([np.linspace(-1, 1, 999), [100.0]]).astype(np.float32)
-    observer = PercentileObserver(99.0)
+@pytest.mark.parametrize("percentile", [99.0, 99.9])
+def test_percentile_observer_clips_outliers(percentile):
+    values = np.concatenate([[-80.0], np.arange(1000) / 500 - 1, [100.0]]).astype(np.float32)  # outliers at both ends
+    observer = PercentileObserver(percentile, symmetric=True)
     observer.observe(values)
-    low, high = np.percentile(values, [1.0, 99.0])
+    low, high = np.percentile(values, [100 - percentile, percentile])
     assert np.isclose(observer.min_val, low) and np.isclose(observer.max_val, high), (
-        f"expected the range of the 1st and 99th percentiles ({low:.4f}, {high:.4f}), got "
-        f"({observer.min_val}, {observer.max_val}); the outlier 100 must not set the range")
+        f"expected the range of the percentiles {100 - percentile} and {percentile}, ({low:.4f}, {high:.4f}); got "
+        f"({observer.min_val}, {observer.max_val}): the outlier 100 must not set the range")
+    scale, zero_point = observer.qparams()
+    assert zero_point == 0 and np.isclose(scale, max(-low, high) / 127.5, rtol=1e-6)
     observer.observe(np.array([-5.0, 0.0], np.float32))
     assert observer.min_val < -4, "the running range widens with every batch"
-    clean = PercentileObserver(100.0)
-    clean.observe(values)
-    assert (clean.min_val, clean.max_val) == (-1.0, 100.0), "percentile 100 is min-max"
+    full = PercentileObserver(100.0)
+    full.observe(values)
+    assert (full.min_val, full.max_val) == (-80.0, 100.0), "percentile 100 is min-max"
     with pytest.raises(ValueError, match="percentile"):
         PercentileObserver(40.0)
 

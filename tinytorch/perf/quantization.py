@@ -21,7 +21,7 @@ from ..core.layers import Linear, Module
 from ..core.tensor import Tensor, array_module, as_tensor, is_floating, to_host
 from ..core.training import save_checkpoint
 
-# %% ../../modules/15_quantization/quantization_dev.py #bca13421
+# %% ../../modules/15_quantization/quantization_dev.py #f973b58f
 _QDTYPE = re.compile(r"^(u?)int([2-8])$")
 
 
@@ -53,7 +53,7 @@ def _float_input(x: Any, where: str) -> Tensor:
 
 def _check_scale(scale: Any, where: str) -> np.ndarray:
     """scale as a float32 array (shape kept); ValueError unless every value is finite and > 0."""
-    s = np.asarray(to_host(scale) if isinstance(scale, Tensor) else scale, dtype=np.float64)
+    s = np.asarray(to_host(scale), dtype=np.float64)  # a Tensor, a NumPy or CuPy array, or numbers
     if s.size == 0 or not np.all(np.isfinite(s)) or np.any(s <= 0):
         raise ValueError(f"{where}: scale must be finite and > 0, got {s.tolist()}.")
     return s.astype(np.float32)
@@ -61,7 +61,7 @@ def _check_scale(scale: Any, where: str) -> np.ndarray:
 
 def _check_zero_point(zero_point: Any, qmin: int, qmax: int, where: str) -> np.ndarray:
     """zero_point as an int64 array (shape kept); ValueError unless every value is an integer in [qmin, qmax]."""
-    z = np.asarray(to_host(zero_point) if isinstance(zero_point, Tensor) else zero_point)
+    z = to_host(zero_point)
     if z.size == 0 or (z.dtype.kind not in "iu" and not np.all(np.mod(z, 1) == 0)):
         raise ValueError(f"{where}: zero_point must be integers, got {z.tolist()}.")
     z = z.astype(np.int64)

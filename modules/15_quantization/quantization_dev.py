@@ -1492,8 +1492,9 @@ for name, (model, x_test) in digit_models.items():
 print(f"(test set: {len(test_idx)} images; one image is {100 / len(test_idx):.2f} accuracy points)")
 
 # %% [markdown]
-# Now the GPT. The cell looks for the milestone's checkpoint and checks that it is the
-# milestone's recipe before it uses it.
+# Now the GPT. The cell looks for the milestone's checkpoint, builds the GPT its saved recipe
+# describes (module 07's `load_checkpoint` refuses a file whose weights do not fit it), and
+# says how long that model was trained.
 
 # %%
 from tinytorch.core.autograd import no_grad
@@ -1507,7 +1508,8 @@ milestone_checkpoint = Path(tempfile.gettempdir()) / "tinytorch-shakespeare" / "
 recipe = None
 if milestone_checkpoint.is_file():
     try:
-        recipe = read_checkpoint(milestone_checkpoint)["extra"]["recipe"]
+        saved = read_checkpoint(milestone_checkpoint)["extra"]
+        recipe, trained_for = saved["recipe"], saved["iters"]
     except (ValueError, KeyError, TypeError) as err:
         print(f"{milestone_checkpoint} is not the milestone's checkpoint ({err}); training a small GPT instead")
 if recipe is not None:
@@ -1515,7 +1517,7 @@ if recipe is not None:
               recipe["context"], tie_weights=True, bias=False)
     load_checkpoint(milestone_checkpoint, gpt)
     context = recipe["context"]
-    print(f"GPT: the milestone's trained model, {milestone_checkpoint}")
+    print(f"GPT: the milestone's trained model ({trained_for} iterations), {milestone_checkpoint}")
 else:
     context = 32
     gpt = GPT(tokenizer.vocab_size, 64, 2, 4, context, bias=False, seed=0)

@@ -75,12 +75,12 @@ def gpt_model(checkpoint: Path, quick: bool) -> tuple[GPT, str]:
     return model, f"the shakespeare milestone's model ({iters} iterations, {path.name})"
 
 
-def bench_gpt(model: GPT, batches: int, folder: Path) -> list[dict]:
+def bench_gpt(model: GPT, batches: int, folder: Path, bits: tuple = BITS) -> list[dict]:
     """One row per version: name, validation loss, checkpoint bytes."""
     _, val, _ = shakespeare.load_text()
     versions = [("float32", None)]
     versions += [(f"int{b} weight-only, {'per channel' if pc else 'per tensor'}", dict(bits=b, per_channel=pc))
-                 for b in BITS for pc in (True, False)]
+                 for b in bits for pc in (True, False)]
     versions += [("int8 dynamic, per channel", dict(mode="dynamic")),
                  ("int8 weight-only, embedding tables float32", dict(bits=8, embeddings=False)),
                  ("int4 weight-only, embedding tables float32", dict(bits=4, embeddings=False))]
@@ -102,7 +102,7 @@ def digits_models(quick: bool) -> dict:
     models = {}
     for name, model, shape, epochs in (("MLP", mlp, (-1, 64), 30), ("CNN", digits_cnn.build_model(), (-1, 1, 8, 8),
                                                                      digits_cnn.EPOCHS)):
-        epochs = 2 if quick else epochs
+        epochs = 2 if quick else epochs  # the warm-up is one epoch
         train = DataLoader(TensorDataset(Tensor(x_train.reshape(shape)), Tensor(y_train)), batch_size=32,
                            shuffle=True, seed=0)
         optimizer = AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)  # both milestones' recipe
@@ -113,7 +113,7 @@ def digits_models(quick: bool) -> dict:
     return models
 
 
-def bench_digits(models: dict) -> dict:
+def bench_digits(models: dict, bits: tuple = BITS) -> dict:
     """{model: {version: test accuracy}} for float32, the bits per tensor / per channel, and int8 dynamic."""
     results = {}
     for name, (model, x, y) in models.items():
@@ -122,9 +122,9 @@ def bench_digits(models: dict) -> dict:
                 return accuracy(m(Tensor(x)), y)
 
         row = {"float32": acc(model), "int8 dynamic": acc(quantize_model(model, mode="dynamic"))}
-        for bits in BITS:
+        for b in bits:
             for per_channel in (True, False):
-                row[bits, per_channel] = acc(quantize_model(model, bits=bits, per_channel=per_channel))
+                row[b, per_channel] = acc(quantize_model(model, bits=b, per_channel=per_channel))
         results[name] = row
         console.print(f"  digits {name}: float32 {100 * row['float32']:.2f}%, int8 per channel "
                       f"{100 * row[8, True]:.2f}%, int8 dynamic {100 * row['int8 dynamic']:.2f}%")
@@ -248,13 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(torch)
     console.print(f"[bold]Quantization benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
-    batches, repeats = (3, 3) if args.quick else (shakespeare.EVAL_BATCHES, 15)
+    batches, repeats = (2, 2) if args.quick else (shakespeare.EVAL_BATCHES, 15)
     model, source = gpt_model(args.checkpoint, args.quick)
     console.print(f"1. the GPT: {source}; {batches} validation batches")
+    bits = (8, 4) if args.quick else BITS
     with tempfile.TemporaryDirectory() as folder:
-        gpt = bench_gpt(model, batches, Path(folder))
+        gpt = bench_gpt(model, batches, Path(folder), bits)
     console.print("2. the digits MLP and CNN (the milestones' recipes)")
-    digits = bench_digits(digits_models(args.quick))
+    digits = bench_digits(digits_models(args.quick), bits)
     console.print("3. integer against float products")
     speed = bench_speed(repeats)
     for row in speed:

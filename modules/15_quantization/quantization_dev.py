@@ -1733,9 +1733,10 @@ if torch is not None:
 #   back.
 # * Weight-only layers keep integers and compute in float; dynamic layers quantize the input
 #   too and multiply integers, accumulating in int32 (never in int8), then rescale.
-# * Models keep their accuracy down to a few bits (per channel longer than per tensor), the
-#   checkpoint shrinks close to 4× at int8, and NumPy's integer product is far slower than
-#   float32 BLAS: speed needs integer kernels.
+# * Models keep their accuracy down to a few bits (per channel usually longer than per
+#   tensor), the checkpoint shrinks towards 4× at int8 (less where headers and float parts
+#   weigh), and NumPy's integer product is far slower than float32 BLAS: speed needs integer
+#   kernels.
 #
 # ## Exercises
 #

@@ -82,11 +82,26 @@ def test_milestone_passes_in_fast_mode(name):
     check_accuracy_run(name, run_milestone(name, "--fast"), "cpu")
 
 
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    """run(name) -> (result, out folder): each loss milestone's --fast run, made once per module and shared
+    (the quantize milestone loads the model that shakespeare's run saved)."""
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            out = tmp_path_factory.mktemp(name)
+            runs[name] = (run_milestone(name, "--fast", "--out", str(out), timeout=900, env=ONE_THREAD), out)
+        return runs[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
-def test_loss_milestone_passes_in_fast_mode(name, tmp_path):
+def test_loss_milestone_passes_in_fast_mode(name, fast_run):
     # About 30 s on an idle machine.
-    result = run_milestone(name, "--fast", "--out", str(tmp_path), timeout=900, env=ONE_THREAD)
-    check_loss_run(name, result, "cpu", tmp_path)
+    result, out = fast_run(name)
+    check_loss_run(name, result, "cpu", out)
 
 
 # ---- the same on a GPU: the same recipe and threshold, model and data on the device ----------------
@@ -105,21 +120,22 @@ def test_loss_milestone_passes_in_fast_mode_on_the_gpu(name, tmp_path):
     check_loss_run(name, result, "cuda", tmp_path)
 
 
-def test_quantize_trains_then_quantizes_in_fast_mode(tmp_path):
-    # No model at --checkpoint: the shakespeare milestone runs first (--fast) and saves it there; then the
-    # four versions are evaluated and saved. About 40 s on an idle machine (the dynamic model's integer
-    # products are most of it: NumPy has no integer BLAS).
-    checkpoint = tmp_path / "shakespeare" / "shakespeare_gpt.npz"
+def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
+    # The shakespeare milestone's --fast run saved its model (a module-07 checkpoint with its recipe); quantize
+    # loads it, checks the recipe, and evaluates and saves the four versions. About 15 s on an idle machine
+    # (the dynamic model's integer products are most of it: NumPy has no integer BLAS). Training first when
+    # the file is missing is shakespeare.main itself, run by the full milestone.
+    _, out = fast_run("shakespeare")
+    checkpoint = out / "shakespeare_gpt.npz"
+    assert checkpoint.is_file(), "the shakespeare milestone saves its trained model in --out"
     result = run_milestone("quantize", "--fast", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "quantized"),
                            timeout=900, env=ONE_THREAD)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"quantize --fast exited {result.returncode}:\n{output[-3000:]}"
-    assert checkpoint.is_file(), "the shakespeare milestone saved its model where --checkpoint points"
-    quantize_part = output[output.index("Quantize:"):]
-    assert "device cpu" in quantize_part.splitlines()[0], "the header line names the device"
+    assert output.startswith("Quantize:") and "device cpu" in output.splitlines()[0], "the header names the device"
     for name in ("fp32", "int8 weight-only", "int8 dynamic", "int4 weight-only"):
-        assert re.search(rf"^{name} +validation loss [0-9.]+ .*checkpoint +[0-9,]+ bytes", quantize_part, re.MULTILINE), name
-    checks = CHECK_RESULT.findall(quantize_part)
+        assert re.search(rf"^{name} +validation loss [0-9.]+ .*checkpoint +[0-9,]+ bytes", output, re.MULTILINE), name
+    checks = CHECK_RESULT.findall(output)
     assert len(checks) == EXPECTED_CHECKS["quantize"] and all(c[-1] == "PASS" for c in checks), checks
     saved = sorted(p.name for p in (tmp_path / "quantized").iterdir())
     assert len(saved) == 4 and all(name.endswith(".npz") for name in saved), saved

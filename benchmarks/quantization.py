@@ -83,7 +83,8 @@ def bench_gpt(model: GPT, batches: int, folder: Path, bits: tuple = BITS) -> lis
                  for b in bits for pc in (True, False)]
     versions += [("int8 dynamic, per channel", dict(mode="dynamic")),
                  ("int8 weight-only, embedding tables float32", dict(bits=8, embeddings=False)),
-                 ("int4 weight-only, embedding tables float32", dict(bits=4, embeddings=False))]
+                 ("int4 weight-only, embedding tables float32", dict(bits=4, embeddings=False)),
+                 ("int4 weight-only, embedding tables int4", dict(bits=4, embedding_bits=4))]
     rows = []
     for i, (name, options) in enumerate(versions):
         variant = model if options is None else quantize_model(model, **options)
@@ -184,7 +185,7 @@ def write_results(info: dict, source: str, batches: int, gpt: list[dict], digits
         "batches of 12 × 64 characters, the same batches for every version. Bytes: the file module 07's "
         "`save_checkpoint` writes, measured on disk.",
         "* Weight-only: integers stored, float arithmetic (`quantize_model(model, bits=b, per_channel=...)`; weights "
-        "symmetric, the embedding tables one scale per row unless said otherwise). Dynamic: int8 activations "
+        "symmetric, the embedding tables int8 with one scale per row unless said otherwise). Dynamic: int8 activations "
         "quantized at every call, int32 accumulation.",
         "",
         "### The issue's acceptance (the Shakespeare GPT)",

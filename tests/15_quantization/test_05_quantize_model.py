@@ -60,6 +60,9 @@ def test_the_gpt_is_quantized_without_touching_module_13():
     assert np.all(np.abs(head - table) <= half_step * (1 + 1e-4)), "the tied table: per row, half a step at most"
     tables = quantize_model(model, embeddings=False)
     assert isinstance(tables.token_embedding, Embedding), "embeddings=False leaves the tables in float32"
+    four = quantize_model(model, bits=4)
+    assert four.token_embedding.bits == 8 and four.blocks[0].mlp.fc.bits == 4, "tables: embedding_bits, 8 by default"
+    assert quantize_model(model, bits=4, embedding_bits=4).token_embedding.qweight.dtype == np.uint8
     assert np.array_equal(quantized.generate([1, 2], 5, seed=0).numpy(), quantized.generate([1, 2], 5, seed=0).numpy())
     dynamic = quantize_model(model, mode="dynamic")
     with no_grad():
@@ -79,8 +82,10 @@ def test_checkpoint_round_trip_keeps_the_integers(tmp_path):
             loaded = skeleton.state_dict()[name]
             assert loaded.dtype == value.dtype and np.array_equal(loaded, value), f"int{bits}: {name} changed"
         with np.load(path) as arrays:
-            stored = {str(arrays[k].dtype) for k in arrays.files if k.endswith("qweight")}
+            stored = {str(arrays[k].dtype) for k in arrays.files if k.endswith("qweight") and "embedding" not in k}
+            tables = {str(arrays[k].dtype) for k in arrays.files if k.endswith("embedding.qweight")}
         assert stored == {"int8" if bits == 8 else "uint8"}, f"the file stores the integers themselves, got {stored}"
+        assert tables == {"int8"}, f"the embedding tables keep 8 bits by default (embedding_bits=8), got {tables}"
 
 
 def test_int8_checkpoint_is_close_to_four_times_smaller(tmp_path):

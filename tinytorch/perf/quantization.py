@@ -582,7 +582,7 @@ class QuantizedEmbedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, weight=int{self.bits} symmetric per row"
 
-# %% ../../modules/15_quantization/quantization_dev.py #7aebbb94
+# %% ../../modules/15_quantization/quantization_dev.py #f73d8117
 def _replace_submodule(root: Module, name: str, new: Any) -> None:
     """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
     a part that indexes a plain list of modules is replaced in the list."""
@@ -599,10 +599,11 @@ def _replace_submodule(root: Module, name: str, new: Any) -> None:
 
 
 def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_channel: bool = True,
-                   embeddings: bool = True, **options: Any) -> Module:
+                   embeddings: bool = True, embedding_bits: int = 8, **options: Any) -> Module:
     """A new model: a deep copy of `model` with every Linear replaced by
     QuantizedLinear.from_float(linear, mode, bits, per_channel, **options) (options: group_size,
-    symmetric) and, when `embeddings` is True, every Embedding by QuantizedEmbedding.from_float(table, bits).
+    symmetric) and, when `embeddings` is True, every Embedding by
+    QuantizedEmbedding.from_float(table, embedding_bits).
     `model` itself is not changed. A model that is a Linear gives a QuantizedLinear.
     Use copy.deepcopy, named_modules() and _replace_submodule(root, name, new)."""
     if not isinstance(model, Module):
@@ -614,7 +615,7 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
         if isinstance(module, Linear):
             _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):
-            _replace_submodule(quantized, name, QuantizedEmbedding.from_float(module, bits))
+            _replace_submodule(quantized, name, QuantizedEmbedding.from_float(module, embedding_bits))
     return quantized
 
 

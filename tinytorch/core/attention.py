@@ -8,10 +8,11 @@ __all__ = ['DEMO_SENTENCE', 'WORD_ROLES', 'create_causal_mask', 'create_padding_
            'SelfAttention', 'flash_attention', 'flash_attention_backward', 'plot_attention', 'plot_attention_heads',
            'sentence_embeddings', 'sentence_attention', 'plot_sentence_attention']
 
-# %% ../../modules/12_attention/attention_dev.py #f71bb80f
+# %% ../../modules/12_attention/attention_dev.py #3a4c9014
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .activations import softmax
 from .autograd import register_backward
 from .layers import Linear, Module, make_rng
 from .tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from ..files import atomic_write
 
 # %% ../../modules/12_attention/attention_dev.py #c758e273
 def _keep_mask(mask: Any, scores_shape: tuple, like: Any) -> Any:
@@ -579,7 +581,7 @@ def flash_attention_backward(grad: Any, node) -> tuple:
         d_q[..., q0:q1, :] = dq_blk
     return d_q, d_k, d_v
 
-# %% ../../modules/12_attention/attention_dev.py #8dcec39b
+# %% ../../modules/12_attention/attention_dev.py #701d78b2
 def _pyplot():
     import matplotlib
 
@@ -593,8 +595,12 @@ def _pyplot():
 
 
 def _save(fig, path: Any, dpi: int) -> None:
-    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
-        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """Save `fig` to `path` (its suffix picks the format; png without one) with module 07's
+    `atomic_write`, so an older image at `path` stays whole until the new one is."""
+    if path is not None:
+        path = Path(path)
+        with atomic_write(path) as handle:  # no "Software" entry: the same figure always gives the same bytes
+            fig.savefig(handle, format=path.suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):

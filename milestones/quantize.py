@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _args import check_output_folder  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict_checks  # milestones/_verdict.py
 import shakespeare  # milestones/shakespeare.py: the recipe, the data and the evaluation
@@ -111,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the quantized checkpoints whose sizes are measured")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    if args.checkpoint.is_dir():
+        parser.error(f"--checkpoint {args.checkpoint}: it is a folder; give the path of the model's file "
+                     f"(e.g. {args.checkpoint / shakespeare.CHECKPOINT})")
+    if not args.checkpoint.exists():  # the shakespeare milestone will write its model there
+        check_output_folder(parser, args.checkpoint.parent, "--checkpoint")
+    check_output_folder(parser, args.out)  # before any training, not after it
     if not device_ready(args.device):
         return 2
     console = Console(highlight=False, soft_wrap=True)

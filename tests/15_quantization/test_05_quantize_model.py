@@ -91,9 +91,17 @@ def test_checkpoint_round_trip_keeps_the_integers(tmp_path):
 def test_int8_checkpoint_is_close_to_four_times_smaller(tmp_path):
     model = Sequential(Linear(512, 512, seed=0), ReLU(), Linear(512, 512, seed=1))
     fp32 = checkpoint_bytes(model, tmp_path / "fp32.npz")
-    int8 = checkpoint_bytes(quantize_model(model), tmp_path / "int8.npz")
-    int4 = checkpoint_bytes(quantize_model(model, bits=4), tmp_path / "int4.npz")
-    assert fp32 / int8 >= 3.9 and fp32 / int4 >= 7.5, f"fp32 {fp32:,} bytes, int8 {int8:,}, int4 {int4:,}"
+    sizes = {}
+    for bits in (8, 4):
+        quantized = quantize_model(model, bits=bits)
+        sizes[bits] = checkpoint_bytes(quantized, tmp_path / f"int{bits}.npz")
+        state = quantized.state_dict()
+        assert sum(v.nbytes for k, v in state.items() if k.endswith("qweight")) == 2 * 512 * 512 * bits // 8, (
+            f"int{bits}: {bits} bits per weight in the state_dict")
+        # the rest: a float32 scale and an int8 zero point per output channel, the float32 biases
+        assert sum(v.nbytes for k, v in state.items() if not k.endswith("qweight")) == 2 * 512 * (4 + 1 + 4)
+        assert sizes[bits] - sum(v.nbytes for v in state.values()) < 8_000, "the file holds the arrays and little else"
+    assert fp32 / sizes[8] >= 3.8 and fp32 / sizes[4] >= 7.4, f"fp32 {fp32:,} bytes, int8 {sizes[8]:,}, int4 {sizes[4]:,}"
 
 
 def test_refuses_what_it_cannot_quantize():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tinytorch.perf.profiling as profiling
-from tinytorch.core.autograd import BACKWARD_RULES, FLOP_RULES, no_grad, register_backward, register_flops
-from tinytorch.core.tensor import Tensor, record_op
+from tinytorch.core.autograd import no_grad
+from tinytorch.core.tensor import Tensor
 from tinytorch.perf.profiling import (NOT_IN_AN_OP, FakeClock, Profiler, Timing, count_flops, graph_saved_bytes,
                                       machine_peak, measure_latency, peak_memory, record_function)
 
@@ -27,24 +27,10 @@ def fake(monkeypatch):
 
 @pytest.fixture
 def demo_ops(fake):
-    """Two made-up ops: demo_double (forward 2 s, rule 3 s, 10 FLOPs forward and 20 backward) and
-    demo_sum (forward 1 s, rule 0.5 s, no FLOP formula). Removed afterwards."""
-    register_backward("demo_double")(lambda grad, node: (fake.advance(3.0), 2 * grad)[1:])
-    register_flops("demo_double")(lambda node, shape, grads=None: 10 if grads is None else 20)
-    register_backward("demo_sum")(lambda grad, node: (fake.advance(0.5), np.ones(node.inputs[0].shape) * grad)[1:])
-
-    def double(t):
-        fake.advance(2.0)
-        return record_op("demo_double", 2 * t.data, (t,))
-
-    def total(t):
-        fake.advance(1.0)
-        return record_op("demo_sum", t.data.sum(), (t,))
-
-    yield double, total
-    for registry in (BACKWARD_RULES, FLOP_RULES):
-        for op in ("demo_double", "demo_sum"):
-            registry.pop(op, None)
+    """Two made-up ops (the lesson's): demo_double (forward 2 s, rule 3 s, 10 FLOPs forward and 20
+    backward) and demo_sum (forward 1 s, rule 0.5 s, no FLOP formula). Removed afterwards."""
+    yield profiling.demo_ops(fake)
+    profiling.forget_demo_ops()
 
 
 def profile_demo(fake, double, total):

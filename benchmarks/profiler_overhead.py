@@ -28,6 +28,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
 import time  # noqa: E402
+import timeit  # noqa: E402
 
 import numpy as np  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -83,7 +84,8 @@ HOOKED_RECORD_OPS = (ORIGINAL_RECORD_OP, BARE_RECORD_OP)
 
 
 def per_call_cost(calls: int, blocks: int) -> dict:
-    """Median CPU seconds per call of record_op and apply_rule, with and without the listener check."""
+    """Median CPU seconds per call (and the blocks' IQR) of record_op and apply_rule, with and without the
+    listener check, in blocks of `calls` calls, the variants' order alternating from block to block."""
     a, b = Tensor(np.ones(4), requires_grad=True), Tensor(np.ones(4), requires_grad=True)
     data = np.ones(4)
     out = a * b
@@ -101,12 +103,25 @@ def per_call_cost(calls: int, blocks: int) -> dict:
     times = {name: [] for name in variants}
     for fn in variants.values():
         fn()
-    for _ in range(blocks):
-        for name, fn in variants.items():
+    order = list(variants.items())
+    for block in range(blocks):
+        for name, fn in order if block % 2 == 0 else order[::-1]:  # alternate: no variant always runs first
             start = time.process_time()
             fn()
             times[name].append((time.process_time() - start) / calls)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    result = {name: statistics.median(ts) for name, ts in times.items()}
+    result.update({f"{name} iqr": float(np.subtract(*np.percentile(ts, [75, 25]))) for name, ts in times.items()})
+    return result
+
+
+def check_alone_ns(number: int) -> float:
+    """Nanoseconds of `if OP_LISTENERS: pass` with the list empty, minus those of `pass` (the best of 7
+    timeit runs each, OP_LISTENERS looked up as a global, as in record_op): the check by itself."""
+    namespace = {"OP_LISTENERS": tensor_module.OP_LISTENERS}
+    assert not tensor_module.OP_LISTENERS
+    check = min(timeit.repeat("if OP_LISTENERS:\n    pass", globals=namespace, number=number, repeat=7))
+    empty = min(timeit.repeat("pass", globals=namespace, number=number, repeat=7))
+    return (check - empty) / number * 1e9
 
 
 # ---- the GPT step ---------------------------------------------------------------------------------------
@@ -178,19 +193,23 @@ def report(cost: dict, step: dict, repeats: int, blocks: int, calls: int) -> lis
     """Print the results; return the lines of the RESULTS.md section's tables."""
     check_ns = {k: (cost[k] - cost[f"{k} bare"]) * 1e9 for k in ("record_op", "apply_rule")}
     events = step["events"]
-    checks_per_step = events["ops"] * check_ns["record_op"] + events["rules"] * check_ns["apply_rule"]
+    checks = events["ops"] + 2 * events["rules"]  # one in record_op, two in apply_rule
+    checks_per_step = checks * cost["check alone"]
     plain, bare, profiled = step["plain"], step["no hooks"], step["profiled"]
     rows = step["rows"]
     in_rows = rows["ops forward"] + rows["ops backward"] + rows["AdamW.step"]
     lines = [
         f"### Nobody listening: the hooks' check (median of {blocks} interleaved blocks of {calls:,} calls)", "",
-        "| function | as it is | without its `if OP_LISTENERS:` | the check costs |", "|---|---:|---:|---:|",
-        *(f"| `{k}` | {cost[k] * 1e9:.0f} ns | {cost[f'{k} bare'] * 1e9:.0f} ns | {check_ns[k]:+.0f} ns "
-          f"({check_ns[k] / (cost[f'{k} bare'] * 1e9):+.1%}) |" for k in ("record_op", "apply_rule")),
-        "",
-        f"One training step of the milestone's GPT records {events['ops']} ops and runs {events['rules']} rules: "
-        f"at the costs above the checks add {checks_per_step / 1e3:.1f} µs to a step of "
-        f"{plain['cpu'] * 1e3:.1f} ms ({checks_per_step / 1e9 / plain['cpu']:+.3%}). Measured end to end, the step with "
+        "| function | as it is (IQR) | without its `if OP_LISTENERS:` (IQR) | difference |", "|---|---:|---:|---:|",
+        *(f"| `{k}` | {cost[k] * 1e9:.0f} ns ({cost[f'{k} iqr'] * 1e9:.0f}) | {cost[f'{k} bare'] * 1e9:.0f} ns "
+          f"({cost[f'{k} bare iqr'] * 1e9:.0f}) | {check_ns[k]:+.0f} ns ({check_ns[k] / (cost[f'{k} bare'] * 1e9):+.1%}) |"
+          for k in ("record_op", "apply_rule")),
+        "", "The difference is the check's cost plus the noise of the blocks (their interquartile ranges, in",
+        "brackets): where it is smaller than those, the check is too cheap to be measured this way.", "",
+        f"The check by itself (`if OP_LISTENERS: pass` against `pass`, timeit, best of 7): "
+        f"{cost['check alone']:.1f} ns. One training step of the milestone's GPT records {events['ops']} ops and "
+        f"runs {events['rules']} rules, {checks} checks: {checks_per_step / 1e3:.2f} µs of a step of "
+        f"{plain['cpu'] * 1e3:.1f} ms ({checks_per_step / 1e9 / plain['cpu']:.4%}). Measured end to end, the step with "
         f"every `record_op` and `apply_rule` swapped for the hook-free copies takes {bare['cpu'] * 1e3:.1f} ms, "
         f"as it is {plain['cpu'] * 1e3:.1f} ms ({plain['cpu'] / bare['cpu'] - 1:+.1%}; the interquartile range of "
         f"the {repeats} interleaved runs is {plain['cpu_iqr'] * 1e3:.1f} ms as it is, {bare['cpu_iqr'] * 1e3:.1f} ms "
@@ -242,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     calls, blocks = (2_000, 5) if args.quick else (20_000, 15)
     repeats = 3 if args.quick else 15
     cost = per_call_cost(calls, blocks)
+    cost["check alone"] = check_alone_ns(200_000 if args.quick else 2_000_000)
     step = step_overhead(repeats)
     lines = report(cost, step, repeats, blocks, calls)
     if args.write_results:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tinytorch.files import atomic_write
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -178,7 +180,8 @@ def write_section(heading: str, section: str, results: Path = RESULTS, after: st
         cut = len(text) if anchor is None else anchor[1]
         before, rest = text[:cut].rstrip("\n") + "\n\n", text[cut:]
     text = before + section + ("\n" + rest if rest else "")
-    results.write_text(text, encoding="utf-8")
+    with atomic_write(results, "w", encoding="utf-8") as handle:  # a run killed here keeps the old file whole
+        handle.write(text)
     return results
 
 

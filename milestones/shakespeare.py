@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _args import check_output_folder, positive_int  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict_at_most  # milestones/_verdict.py
 from tinytorch.core.attention import plot_attention_heads
@@ -87,15 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
                         help=f"200 iterations, 20 validation batches, threshold {FAST_THRESHOLD} (for the test suite)")
-    parser.add_argument("--iters", type=int, default=None, help="training iterations (default 2000; 200 with --fast)")
+    parser.add_argument("--iters", type=positive_int, default=None,
+                        help=f"training iterations, more than the {RECIPE['warmup']} warm-up steps "
+                             "(default 2000; 200 with --fast)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-shakespeare",
                         help="folder for the attention heat maps")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    iters = args.iters if args.iters is not None else (200 if args.fast else RECIPE["iters"])
+    if iters <= RECIPE["warmup"]:  # the cosine schedule needs steps after its warm-up
+        parser.error(f"--iters {iters}: the learning rate warms up for {RECIPE['warmup']} steps, so train for "
+                     f"more than {RECIPE['warmup']}")
+    check_output_folder(parser, args.out)  # before the minutes of training, not after them
     if not device_ready(args.device):
         return 2
     console = Console(highlight=False, soft_wrap=True)
-    iters = args.iters or (200 if args.fast else RECIPE["iters"])
     threshold, eval_batches = (FAST_THRESHOLD, 20) if args.fast else (THRESHOLD, EVAL_BATCHES)
     start = time.perf_counter()
 

@@ -551,13 +551,16 @@ def test_unit_to_array():
 test_unit_to_array()
 
 # %% [markdown]
-# ### Two helpers every later module uses
+# ### Three helpers every later module uses
 #
 # Functions in later modules accept "anything tensor-like": a Tensor, an array, a list.
 # `as_tensor(value)` gives a Tensor without copying one that already is. And wherever
 # numbers must leave TinyTorch (a plot, a file, a comparison in a test) they must be a
 # NumPy array in main memory; `to_host(value)` gives that for a Tensor or an array on
-# either device. Both are given; use them instead of writing your own.
+# either device. Where a count, an id or an index is wanted (how many tokens to generate,
+# the k of top-k, a start position), `as_int(value, name)` accepts an int or a float that is
+# a whole number and refuses anything else by name: `int(2.5)` would quietly give 2. All
+# three are given; use them instead of writing your own.
 
 # %%
 #| export
@@ -570,6 +573,21 @@ def to_host(value: Any) -> np.ndarray:
     """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
     array = value.data if isinstance(value, Tensor) else value
     return array.get() if array_module(array) is not np else np.asarray(array)
+
+
+def as_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """`value` as a Python int, for a count, an id or an index: an int (NumPy's too) or a float
+    that is a whole number (3.0, not 2.5). A fraction, infinity or NaN raises ValueError, a bool
+    or anything else TypeError, and so does a value below `minimum` (ValueError); each message
+    starts with `name`, e.g. "generate: max_new_tokens"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r}.")
+    if not isinstance(value, numbers.Integral) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {number}.")
+    return number
 
 
 # %%

@@ -82,6 +82,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,7 @@ from tinytorch.core.activations import softmax
 from tinytorch.core.autograd import register_backward, register_flops
 from tinytorch.core.layers import Linear, Module, make_rng
 from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from tinytorch.files import atomic_write
 
 # %% [markdown]
 # ## 1. Queries, keys and values: a soft dictionary
@@ -2234,8 +2236,12 @@ def _pyplot():
 
 
 def _save(fig, path: Any, dpi: int) -> None:
-    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
-        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """Save `fig` to `path` (its suffix picks the format; png without one) with module 07's
+    `atomic_write`, so an older image at `path` stays whole until the new one is."""
+    if path is not None:
+        path = Path(path)
+        with atomic_write(path) as handle:  # no "Software" entry: the same figure always gives the same bytes
+            fig.savefig(handle, format=path.suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):

@@ -700,3 +700,16 @@ def test_every_op_runs_on_cupy():
     assert isinstance(to_host(w), np.ndarray)
     with pytest.raises(ValueError):
         Tensor(cupy.ones((2, 3))) + Tensor(cupy.ones((2,)))
+
+
+def test_as_int_takes_whole_numbers_only():
+    """Issue 20: a count, an id or an index is an int or a whole float; int(2.5) would quietly give 2."""
+    from tinytorch.core.tensor import as_int
+
+    assert [as_int(v, "n") for v in (3, 3.0, np.int64(4), np.float32(5.0))] == [3, 3, 4, 5]
+    for value, error in ((2.5, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                         (True, TypeError), ("3", TypeError), (None, TypeError)):
+        with pytest.raises(error, match="top_k must be a whole number"):
+            as_int(value, "top_k")
+    with pytest.raises(ValueError, match="n must be at least 0, got -1"):
+        as_int(-1, "n", minimum=0)

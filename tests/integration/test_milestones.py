@@ -143,3 +143,40 @@ def test_reversal_saves_its_heat_map_where_asked(tmp_path):
     weights = re.search(r"per head: ([0-9. ]+)", result.stdout)
     assert weights and max(float(w) for w in weights.group(1).split()) > 0.5, (
         "a trained head should put most of its weight on the anti-diagonal")
+
+
+# ---- issue 20: arguments and output paths are checked before any training ----------------------
+
+@pytest.mark.parametrize("name, args, says", [
+    ("shakespeare", ["--iters", "0"], "argument --iters: 0 is not at least 1"),
+    ("shakespeare", ["--iters", "50"], "--iters 50: the learning rate warms up for 100 steps"),
+    ("shakespeare", ["--iters", "2.5"], "argument --iters: '2.5' is not a whole number"),
+    ("shakespeare", ["--out", "{file}"], "it exists and is not a folder"),
+    ("shakespeare", ["--out", "{read_only}/maps"], "cannot write there"),
+    ("reversal", ["--heatmap", "{read_only}/map.png"], "cannot write in"),
+    ("reversal", ["--heatmap", "{folder}"], "it is a folder"),
+    ("reversal", ["--seed", "-1"], "argument --seed: -1 is negative"),
+], ids=["iters-0", "iters-below-warmup", "iters-fraction", "out-is-a-file", "out-read-only", "heatmap-read-only",
+        "heatmap-is-a-folder", "negative-seed"])
+def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, says):
+    """Before issue 20, --iters 0 trained 2,000 iterations and a read-only --out failed after them."""
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    args = [a.format(file=tmp_path / "file", read_only=read_only, folder=tmp_path) for a in args]
+    read_only.chmod(0o555)
+    prefix = []
+    if os.geteuid() == 0:  # root writes anywhere: drop its capabilities, as tests/tito do
+        import shutil
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: a read-only folder cannot stop root")
+        prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    try:
+        result = subprocess.run([*prefix, sys.executable, str(MILESTONES / f"{name}.py"), *args], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        read_only.chmod(0o755)
+    assert result.returncode == 2 and says in result.stderr, result.stdout[-1000:] + result.stderr[-1000:]
+    assert result.stdout == "" and "Traceback" not in result.stderr, "it stopped before printing a header or training"

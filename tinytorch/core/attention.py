@@ -9,10 +9,11 @@ __all__ = ['DEMO_SENTENCE', 'WORD_ROLES', 'create_causal_mask', 'create_padding_
            'flash_attention_flops', 'plot_attention', 'plot_attention_heads', 'sentence_embeddings',
            'sentence_attention', 'plot_sentence_attention']
 
-# %% ../../modules/12_attention/attention_dev.py #23d5cba5
+# %% ../../modules/12_attention/attention_dev.py #21d1b171
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from .activations import softmax
 from .autograd import register_backward, register_flops
 from .layers import Linear, Module, make_rng
 from .tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from ..files import atomic_write
 
 # %% ../../modules/12_attention/attention_dev.py #c758e273
 def _keep_mask(mask: Any, scores_shape: tuple, like: Any) -> Any:
@@ -627,7 +629,7 @@ def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
     qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
     return qk + wv if grads is None else 3 * qk + 2 * wv
 
-# %% ../../modules/12_attention/attention_dev.py #8dcec39b
+# %% ../../modules/12_attention/attention_dev.py #701d78b2
 def _pyplot():
     import matplotlib
 
@@ -641,8 +643,12 @@ def _pyplot():
 
 
 def _save(fig, path: Any, dpi: int) -> None:
-    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
-        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """Save `fig` to `path` (its suffix picks the format; png without one) with module 07's
+    `atomic_write`, so an older image at `path` stays whole until the new one is."""
+    if path is not None:
+        path = Path(path)
+        with atomic_write(path) as handle:  # no "Software" entry: the same figure always gives the same bytes
+            fig.savefig(handle, format=path.suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):

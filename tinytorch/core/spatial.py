@@ -153,7 +153,7 @@ def col2im(cols: Any, padded_shape: tuple, kernel_size: tuple[int, int], stride:
             out[:, :, i:i + sh * out_h:sh, j:j + sw * out_w:sw] += blocks[:, :, i, j]
     return out
 
-# %% ../../modules/09_spatial/spatial_dev.py #7af08267
+# %% ../../modules/09_spatial/spatial_dev.py #f3c53a00
 @register_backward("conv2d")
 def conv2d_backward(grad: Any, node) -> tuple:
     """Gradients of conv2d: (dx, dweight) or (dx, dweight, dbias), one per recorded input.
@@ -161,8 +161,12 @@ def conv2d_backward(grad: Any, node) -> tuple:
     grad: (N, O, OH, OW). dweight = Σ_n g[n] @ cols[n]ᵀ reshaped to (O, C, kh, kw); dbias = grad
     summed over axes (0, 2, 3); dx = col2im(Wᵀ @ g) with the padding cut away (Wᵀ @ g built whole, or one
     kernel offset's block at a time). dx and dweight are None when x or the weight does not require
-    a gradient (their products are skipped).
+    a gradient (their products are skipped). An empty batch (N = 0) gets zero gradients from the
+    given lines (reshape cannot infer the -1 of `grad.reshape(n, O, -1)` from an empty array).
     """
+    if grad.size == 0:  # given: nothing flowed back, so every gradient is zero
+        xp = array_module(grad)
+        return tuple(xp.zeros(t.shape, dtype=grad.dtype) if t.requires_grad else None for t in node.inputs)
     x, weight = node.inputs[0], node.inputs[1]
     cols, stride, (ph, pw) = node.saved["cols"], node.saved["stride"], node.saved["padding"]
     xp = array_module(grad)

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['OP_LISTENERS', 'array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op',
-           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'broadcast_shape']
+           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape']
 
 # %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
 def array_module(array: Any):
@@ -298,7 +298,7 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
         data = data.astype(dtype, copy=False)
     return _to_device(data, device)
 
-# %% ../../modules/01_tensor/tensor_dev.py #e3e8d5a7
+# %% ../../modules/01_tensor/tensor_dev.py #3a97e6bf
 def as_tensor(value: Any) -> Tensor:
     """`value` itself when it is a Tensor, else `Tensor(value)` (by the dtype rules of section 5)."""
     return value if isinstance(value, Tensor) else Tensor(value)
@@ -308,6 +308,21 @@ def to_host(value: Any) -> np.ndarray:
     """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
     array = value.data if isinstance(value, Tensor) else value
     return array.get() if array_module(array) is not np else np.asarray(array)
+
+
+def as_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """`value` as a Python int, for a count, an id or an index: an int (NumPy's too) or a float
+    that is a whole number (3.0, not 2.5). A fraction, infinity or NaN raises ValueError, a bool
+    or anything else TypeError, and so does a value below `minimum` (ValueError); each message
+    starts with `name`, e.g. "generate: max_new_tokens"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r}.")
+    if not isinstance(value, numbers.Integral) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {number}.")
+    return number
 
 # %% ../../modules/01_tensor/tensor_dev.py #70f87b6d
 def broadcast_shape(a_shape: tuple, b_shape: tuple) -> tuple:

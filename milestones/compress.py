@@ -45,7 +45,7 @@ from threadpoolctl import threadpool_limits
 
 from _args import check_output_file  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
-from _verdict import verdict_checks  # milestones/_verdict.py
+from _verdict import Check, verdict_checks  # milestones/_verdict.py
 from shakespeare import RECIPE, estimate_loss, get_batch, load_text  # milestones/shakespeare.py
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
@@ -281,12 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     spread = max(float(np.ptp(labels_runs)), float(np.ptp(distilled_runs)))
     judge_time = not args.fast and args.device == "cpu"  # the targets are for one CPU thread
     checks = [
-        ("structured pruning: validation loss", losses[f"MLP units -{PRUNE_AMOUNT:.0%}"], base_loss + QUALITY_MARGIN,
-         "at most", True),
-        ("low rank: validation loss", losses[f"MLPs rank {LOW_RANK}"], base_loss + QUALITY_MARGIN, "at most", True),
-        ("structured pruning: MLP forward + backward speed-up", mlp_speedup, MLP_SPEEDUP, "at least", judge_time),
-        ("structured pruning: training step speed-up", step_speedup, STEP_SPEEDUP, "at least", judge_time),
-        ("distillation: loss gain over labels only (spread over seeds)", gain, spread, "above", not args.fast),
+        Check("structured pruning: validation loss", losses[f"MLP units -{PRUNE_AMOUNT:.0%}"], "at most",
+              base_loss + QUALITY_MARGIN),
+        Check("low rank: validation loss", losses[f"MLPs rank {LOW_RANK}"], "at most", base_loss + QUALITY_MARGIN),
+        Check("structured pruning: MLP forward + backward speed-up", mlp_speedup, "at least", MLP_SPEEDUP,
+              judged=judge_time),
+        Check("structured pruning: training step speed-up", step_speedup, "at least", STEP_SPEEDUP, judged=judge_time),
+        Check("distillation: loss gain over labels only (spread over seeds)", gain, "above", spread,
+              judged=not args.fast),
     ]
     return verdict_checks(console, checks, start)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from rich.console import Console
 
@@ -24,19 +25,36 @@ def verdict_at_most(console: Console, label: str, value: float, threshold: float
     return 0 if passed else 1
 
 
-def verdict_checks(console: Console, checks: list[tuple[str, float, str, float, str]], started: float) -> int:
-    """Several criteria, all of which must hold. Each check is (label, value, "at most" | "at least",
-    threshold, format), printed as `label value vs threshold at most t: PASS/FAIL` (the format, e.g.
-    ".4f", applies to both numbers); returns 0 when every check passes."""
+class Check(NamedTuple):
+    """One criterion of a milestone that ends with several: `value` against `threshold`.
+
+    relation: "at most", "at least" or "above" (strictly). fmt formats both numbers. A check with
+    judged False is printed with its value but decides nothing (a time in --fast mode, say)."""
+    label: str
+    value: float
+    relation: str
+    threshold: float
+    fmt: str = ".4f"
+    judged: bool = True
+
+
+RELATIONS = {"at most": lambda v, t: v <= t, "at least": lambda v, t: v >= t, "above": lambda v, t: v > t}
+
+
+def verdict_checks(console: Console, checks: list[Check], started: float) -> int:
+    """Print `label value vs threshold RELATION t: PASS/FAIL` (or `printed, not judged`) for each check
+    and a summary line; return 0 when every judged check passes, else 1."""
     console.print(f"done in {time.perf_counter() - started:.1f}s")
-    failed = 0
-    for label, value, relation, threshold, fmt in checks:
-        if relation not in ("at most", "at least"):
-            raise ValueError(f"verdict_checks: relation must be 'at most' or 'at least', got {relation!r}")
-        passed = value <= threshold if relation == "at most" else value >= threshold
-        failed += not passed
-        console.print(f"{label} {value:{fmt}} vs threshold {relation} {threshold:{fmt}}: "
-                      + ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]"))
-    console.print(f"{len(checks) - failed} of {len(checks)} checks passed: "
+    failed = judged = 0
+    for check in checks:
+        if check.relation not in RELATIONS:
+            raise ValueError(f"verdict_checks: relation must be one of {sorted(RELATIONS)}, got {check.relation!r}")
+        passed = RELATIONS[check.relation](check.value, check.threshold)
+        judged += check.judged
+        failed += check.judged and not passed
+        result = ("[bold green]PASS[/]" if passed else "[bold red]FAIL[/]") if check.judged else "printed, not judged"
+        console.print(f"{check.label} {check.value:{check.fmt}} vs threshold {check.relation} "
+                      f"{check.threshold:{check.fmt}}: {result}")
+    console.print(f"{judged - failed} of {judged} judged checks passed: "
                   + ("[bold green]PASS[/]" if not failed else "[bold red]FAIL[/]"))
     return 0 if not failed else 1

@@ -41,7 +41,7 @@ from rich.console import Console
 
 from _args import check_output_folder  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
-from _verdict import verdict_checks  # milestones/_verdict.py
+from _verdict import Check, verdict_checks  # milestones/_verdict.py
 import shakespeare  # milestones/shakespeare.py: the recipe, the data and the evaluation
 from tinytorch.core.tensor import to_array
 from tinytorch.core.training import load_checkpoint, read_checkpoint
@@ -146,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{name:17s} validation loss {loss:.4f} ({loss - base_loss:+.4f}), checkpoint {size:>10,} bytes "
                       f"({base_size / size:.2f}x smaller), {time.perf_counter() - tick:.1f} s")
     base_loss, base_size = results["fp32"]
-    checks = [(f"{name} loss increase", results[name][0] - base_loss, "at most", limit, ".4f")
+    checks = [Check(f"{name} loss increase", results[name][0] - base_loss, "at most", limit)
               for name, _, limit in VARIANTS if limit is not None]
-    checks.append(("int8 checkpoint, times smaller than fp32", base_size / results["int8 weight-only"][1], "at least",
-                   MIN_INT8_RATIO, ".2f"))
+    checks.append(Check("int8 checkpoint, times smaller than fp32", base_size / results["int8 weight-only"][1],
+                        "at least", MIN_INT8_RATIO, ".2f"))
     return verdict_checks(console, checks, start)
 
 

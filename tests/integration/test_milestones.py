@@ -24,9 +24,16 @@ LOSS_RESULT = re.compile(r"loss ([0-9.]+) vs threshold at most ([0-9.]+): (PASS|
 EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0, "digits_cnn": 97.0, "reversal": 90.0}
 # name -> the largest loss its --fast run may report (lower is better)
 EXPECTED_LOSS = {"shakespeare": 2.7}
-# milestones that end with several checks (`label value vs threshold at most|at least t: PASS`), and how many
-EXPECTED_CHECKS = {"quantize": 4}
-CHECK_RESULT = re.compile(r"^(.+) (-?[0-9.]+) vs threshold (at most|at least) (-?[0-9.]+): (PASS|FAIL)$", re.MULTILINE)
+# name -> the checks its --fast run must pass (several thresholds, one line each: `_verdict.verdict_checks`)
+EXPECTED_CHECKS = {
+    "compress": ("structured pruning: validation loss", "low rank: validation loss"),
+    "quantize": ("int8 weight-only loss increase", "int8 dynamic loss increase", "int4 weight-only loss increase",
+                 "int8 checkpoint, times smaller than fp32"),
+}
+# quantize loads the model that shakespeare's --fast run saved: its own test below, not the generic run
+CHECKS_RUN_ALONE = sorted(set(EXPECTED_CHECKS) - {"quantize"})
+CHECK_RESULT = re.compile(r"^(.+?) (-?[0-9.]+) vs threshold (at least|at most|above) (-?[0-9.]+): "
+                          r"(PASS|FAIL|printed, not judged)$", re.MULTILINE)
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +111,28 @@ def test_loss_milestone_passes_in_fast_mode(name, fast_run):
     check_loss_run(name, result, "cpu", out)
 
 
+def check_checks_output(name: str, output: str) -> None:
+    """Every expected check of the milestone printed PASS, and no check failed."""
+    results = {label: verdict for label, _, _, _, verdict in CHECK_RESULT.findall(output)}
+    for label in EXPECTED_CHECKS[name]:
+        assert results.get(label) == "PASS", f"{name}: no '{label} ... PASS' line:\n{output[-3000:]}"
+    assert "FAIL" not in results.values(), results
+
+
+def check_checks_run(name: str, result: subprocess.CompletedProcess, device: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} --fast --device {device} exited {result.returncode}:\n{output[-3000:]}"
+    check_checks_output(name, output)
+    assert "iter" in output, "progress was printed while training"
+    assert f"device {device}" in output.splitlines()[0], "the header line names the device"
+
+
+@pytest.mark.parametrize("name", CHECKS_RUN_ALONE)
+def test_checks_milestone_passes_in_fast_mode(name):
+    # About a minute on an idle machine: a short baseline, two fine-tunes, two students.
+    check_checks_run(name, run_milestone(name, "--fast", timeout=900, env=ONE_THREAD), "cpu")
+
+
 # ---- the same on a GPU: the same recipe and threshold, model and data on the device ----------------
 @pytest.mark.gpu
 @requires_gpu
@@ -118,6 +147,13 @@ def test_milestone_passes_in_fast_mode_on_the_gpu(name):
 def test_loss_milestone_passes_in_fast_mode_on_the_gpu(name, tmp_path):
     result = run_milestone(name, "--fast", "--device", "cuda", "--out", str(tmp_path), timeout=900, env=ONE_THREAD)
     check_loss_run(name, result, "cuda", tmp_path)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", CHECKS_RUN_ALONE)
+def test_checks_milestone_passes_in_fast_mode_on_the_gpu(name):
+    check_checks_run(name, run_milestone(name, "--fast", "--device", "cuda", timeout=900, env=ONE_THREAD), "cuda")
 
 
 def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
@@ -135,8 +171,7 @@ def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
     assert output.startswith("Quantize:") and "device cpu" in output.splitlines()[0], "the header names the device"
     for name in ("fp32", "int8 weight-only", "int8 dynamic", "int4 weight-only"):
         assert re.search(rf"^{name} +validation loss [0-9.]+ .*checkpoint +[0-9,]+ bytes", output, re.MULTILINE), name
-    checks = CHECK_RESULT.findall(output)
-    assert len(checks) == EXPECTED_CHECKS["quantize"] and all(c[-1] == "PASS" for c in checks), checks
+    check_checks_output("quantize", output)
     saved = sorted(p.name for p in (tmp_path / "quantized").iterdir())
     assert len(saved) == 4 and all(name.endswith(".npz") for name in saved), saved
 
@@ -224,9 +259,11 @@ def test_reversal_saves_its_heat_map_where_asked(tmp_path):
     ("quantize", ["--out", "{file}"], "it exists and is not a folder"),
     ("quantize", ["--checkpoint", "{read_only}/model.npz"], "--checkpoint {read_only}: cannot write there"),
     ("quantize", ["--checkpoint", "{folder}"], "it is a folder"),
+    ("compress", ["--baseline", "{folder}"], "it is a folder"),
+    ("compress", ["--baseline", "{read_only}/baseline.npz"], "cannot write in"),
 ], ids=["iters-0", "iters-below-warmup", "iters-fraction", "out-is-a-file", "out-read-only", "heatmap-read-only",
         "heatmap-is-a-folder", "negative-seed", "quantize-out-is-a-file", "quantize-checkpoint-read-only",
-        "quantize-checkpoint-is-a-folder"])
+        "quantize-checkpoint-is-a-folder", "baseline-is-a-folder", "baseline-read-only"])
 def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, says):
     """Before issue 20, --iters 0 trained 2,000 iterations and a read-only --out failed after them."""
     read_only = tmp_path / "read-only"
@@ -250,3 +287,14 @@ def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, s
     says = says.format(read_only=read_only)
     assert result.returncode == 2 and says in result.stderr, result.stdout[-1000:] + result.stderr[-1000:]
     assert result.stdout == "" and "Traceback" not in result.stderr, "it stopped before printing a header or training"
+
+
+def test_compress_refuses_a_baseline_that_is_not_the_recipe(tmp_path):
+    from tinytorch.core.training import save_checkpoint
+    from tinytorch.models.transformer import GPT
+
+    path = save_checkpoint(tmp_path / "narrow.npz", GPT(65, 32, 2, 4, 64, bias=False))
+    before = path.read_bytes()
+    result = run_milestone("compress", "--fast", "--baseline", str(path))
+    assert_one_line_error(result, "is not the shakespeare recipe's model", "embed_dim=32 in the file, 128 here")
+    assert path.read_bytes() == before, "the file given is left as it was"

@@ -440,12 +440,12 @@ def _program_table(title: str, programs) -> Table:
 
 
 def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]) -> int:
-    from .programs import find_program, list_programs, run_program
+    from .programs import find_program, in_course_order, list_programs, run_program
 
     settings = _course()
     folder = settings.root / folder_name
     if name is None:
-        programs = list_programs(folder)
+        programs = in_course_order(list_programs(folder))
         if not programs:
             console.print(f"No {kind}s yet in {_rel(folder)}.")
         else:
@@ -470,11 +470,11 @@ def cmd_milestone_run(args: argparse.Namespace) -> int:
         raise CourseError("Name a milestone (`tito milestone list` shows them) or use --all.")
     if args.name is not None:
         return _list_or_run("milestones", "milestone", args.name, extra)
-    from .programs import list_programs
+    from .programs import in_course_order, list_programs
 
     settings = _course()
     results = {p.name: _list_or_run("milestones", "milestone", p.name, extra)
-               for p in list_programs(settings.root / "milestones")}
+               for p in in_course_order(list_programs(settings.root / "milestones"))}
     table = Table(title="milestones")
     table.add_column("milestone")
     table.add_column("verdict")

@@ -177,6 +177,14 @@ def device_of(array: Any) -> str:
 #
 # A `Node` also notes each input's **version** (`versions`), a counter that goes up
 # whenever someone assigns a tensor's `.data`. Section 15 explains why module 05 checks it.
+#
+# Because every result passes through `record_op`, it is also the one place where a tool
+# can *watch* the engine. `OP_LISTENERS` is a list of such watchers (module 14's profiler
+# puts itself there while it runs): after `record_op` has made the result it tells each
+# listener `op_recorded(op, out, inputs, saved)`, also when gradients are off, so that
+# inference can be profiled too. Module 05's backward pass tells the same listeners about
+# every backward rule it runs. Nobody listens unless a profiler is running, and then the
+# only cost is one check of an empty list per operation (module 14 measures it).
 
 # %%
 #| export
@@ -184,6 +192,14 @@ class GradMode:
     """Global switch: when `enabled` is False, `record_op` builds no graph (see no_grad)."""
 
     enabled: bool = True
+
+
+# Who watches the engine (module 14's Profiler adds itself while it runs). Each listener has
+#   op_recorded(op, out, inputs, saved)  -- record_op made `out` (also with gradients off)
+#   rule_started(node, grad)             -- module 05's apply_rule is about to run node's rule
+#   rule_finished(node, grad, grads)     -- the rule returned `grads` (one array or None per input)
+# Empty, the engine pays one truthiness check per op and nothing else.
+OP_LISTENERS: list = []
 
 
 class Node:
@@ -214,6 +230,7 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
     data   -- the result array (NumPy or CuPy), already computed
     inputs -- the input Tensors, in the order the backward rule returns gradients
     saved  -- whatever the backward rule needs (axis, mask, the output, ...)
+    Then tells every listener in OP_LISTENERS (a profiler), if there is one.
     """
     out = Tensor.__new__(Tensor)
     out._data = data  # not `out.data = ...`: a new result starts at version 0
@@ -228,6 +245,9 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
                 out.requires_grad = True
                 out._node = Node(op, inputs, saved)
                 break
+    if OP_LISTENERS:  # a profiler is running (module 14); otherwise this check is the whole cost
+        for listener in OP_LISTENERS:
+            listener.op_recorded(op, out, inputs, saved)
     return out
 
 

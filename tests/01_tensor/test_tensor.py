@@ -634,6 +634,30 @@ def test_record_op_is_the_single_constructor_of_results():
     assert out._node.inputs == (a,) and out._node.versions == (0,)
 
 
+def test_record_op_tells_every_listener_also_with_gradients_off():
+    from tinytorch.core.tensor import OP_LISTENERS
+
+    heard = []
+
+    class Listener:
+        def op_recorded(self, op, out, inputs, saved):
+            heard.append((op, out, inputs, saved))
+
+    a = Tensor([1.0], requires_grad=True)
+    OP_LISTENERS.append(Listener())
+    try:
+        out = record_op("custom", np.array([5.0]), (a,), note="kept")
+        GradMode.enabled = False
+        quiet = record_op("custom_off", np.array([6.0]), (a,))
+    finally:
+        GradMode.enabled = True
+        OP_LISTENERS.clear()
+    assert [h[0] for h in heard] == ["custom", "custom_off"]
+    assert heard[0][1] is out and heard[0][2] == (a,) and heard[0][3] == {"note": "kept"}
+    assert heard[1][1] is quiet and quiet._node is None
+    assert record_op("custom", np.array([7.0]), (a,)).requires_grad  # no listener left: nothing else changes
+
+
 def test_detach_shares_data_without_graph():
     w = Tensor([1.0, 2.0], requires_grad=True)
     doubled = w * 2

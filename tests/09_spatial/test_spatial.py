@@ -449,6 +449,19 @@ def test_conv2d_skips_the_input_gradient_when_not_needed(rng):
     assert images.grad is None and w.grad.shape == (2, 3, 3, 3)
 
 
+def test_conv2d_skips_the_weight_gradient_of_a_frozen_kernel(rng):
+    from tinytorch.core.autograd import BACKWARD_RULES
+
+    x = Tensor(rng.standard_normal((2, 3, 5, 5)), requires_grad=True)
+    frozen, b = Tensor(rng.standard_normal((2, 3, 3, 3))), Tensor(np.zeros(2), requires_grad=True)
+    out = run_conv(x, frozen, b, 1, 1)
+    d_x, d_weight, d_bias = BACKWARD_RULES["conv2d"](np.ones(out.shape), out._node)
+    assert d_weight is None, "a weight that requires no gradient gets None (its product is skipped)"
+    out.sum().backward()
+    assert frozen.grad is None and x.grad.shape == x.shape and b.grad.shape == (2,)
+    assert gradcheck(lambda x: conv2d(x, frozen, b, 1, 1), [Tensor(x.data, requires_grad=True)])
+
+
 def test_conv2d_float32_gradients_stay_float32(rng):
     x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
                for s in ((2, 3, 6, 6), (4, 3, 3, 3), (4,)))

@@ -13,9 +13,9 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op', 'Tensor', 'is_floating',
-           'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast', 'autocast_matmul_operands',
-           'autocast_float32']
+__all__ = ['OP_LISTENERS', 'array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op',
+           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast',
+           'autocast_matmul_operands', 'autocast_float32']
 
 # %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
 def array_module(array: Any):
@@ -69,11 +69,19 @@ def device_of(array: Any) -> str:
     """"cuda" for a CuPy array, "cpu" for anything else."""
     return "cuda" if array_module(array) is not np else "cpu"
 
-# %% ../../modules/01_tensor/tensor_dev.py #8b10cb1c
+# %% ../../modules/01_tensor/tensor_dev.py #1940089a
 class GradMode:
     """Global switch: when `enabled` is False, `record_op` builds no graph (see no_grad)."""
 
     enabled: bool = True
+
+
+# Who watches the engine (module 14's Profiler adds itself while it runs). Each listener has
+#   op_recorded(op, out, inputs, saved)  -- record_op made `out` (also with gradients off)
+#   rule_started(node, grad)             -- module 05's apply_rule is about to run node's rule
+#   rule_finished(node, grad, grads)     -- the rule returned `grads` (one array or None per input)
+# Empty, the engine pays one truthiness check per op and nothing else.
+OP_LISTENERS: list = []
 
 
 class Node:
@@ -104,6 +112,7 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
     data   -- the result array (NumPy or CuPy), already computed
     inputs -- the input Tensors, in the order the backward rule returns gradients
     saved  -- whatever the backward rule needs (axis, mask, the output, ...)
+    Then tells every listener in OP_LISTENERS (a profiler), if there is one.
     """
     out = Tensor.__new__(Tensor)
     out._data = data  # not `out.data = ...`: a new result starts at version 0
@@ -118,6 +127,9 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
                 out.requires_grad = True
                 out._node = Node(op, inputs, saved)
                 break
+    if OP_LISTENERS:  # a profiler is running (module 14); otherwise this check is the whole cost
+        for listener in OP_LISTENERS:
+            listener.op_recorded(op, out, inputs, saved)
     return out
 
 # %% ../../modules/01_tensor/tensor_dev.py #f600f588

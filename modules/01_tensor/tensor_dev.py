@@ -874,6 +874,50 @@ test_unit_elementwise()
 # `xp.matmul` implements all of this; your job is the bookkeeping and errors a student
 # (or a colleague) can act on. NumPy's own message for `(2, 3) @ (4, 5)` speaks of
 # "core dimension 0" and "gufunc signature"; yours names both shapes.
+#
+# One line before your part is given: `autocast_matmul_operands`. It does nothing unless
+# mixed precision is switched on, which only module 17's `autocast()` does (matrix products
+# in float16, the rest in float32); the switch, `Autocast`, lives here because every matrix
+# product passes through this method. Until module 17 you can ignore it.
+
+# %%
+#| export
+class Autocast:
+    """Mixed precision's switch (given). Off by default; module 17's `autocast()` turns it on.
+
+    dtype -- None (off), or the low-precision dtype that matrix products compute in
+             (np.float16).
+    While it is on, `matmul` casts its floating-point operands to `dtype` and computes in it
+    (the result is in `dtype`), and the operations that need float32's range and precision
+    (softmax, log_softmax, the losses, layer_norm) compute a `dtype` input in float32 (their
+    result is float32). Each conversion is the recorded op "cast" (inputs (x,), nothing
+    saved; module 12 registers its backward rule, which returns the gradient in x's dtype), so
+    float32 parameters keep float32 values and get float32 gradients.
+    """
+
+    dtype: Any = None
+
+
+def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+    return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
+
+
+def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
+    """(a, b), each cast to `Autocast.dtype` when mixed precision is on and both are floating
+    point; (a, b) unchanged otherwise (integer operands are never cast)."""
+    if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
+        return a, b
+    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+
+
+def autocast_float32(x: "Tensor") -> "Tensor":
+    """x cast up to float32 when mixed precision is on and x is in its low dtype; else x itself.
+    The first line of every operation that must run in float32 under autocast."""
+    if Autocast.dtype is None or x.dtype != Autocast.dtype:
+        return x
+    return _autocast_to(x, np.float32)
+
 
 # %%
 #| export
@@ -892,8 +936,10 @@ def matmul(self: Tensor, other: Any) -> Tensor:
       * the inner sizes differ: `self.shape[-1]` against `other.shape[-2]`
         (`other.shape[0]` when `other` is 1-D);
       * the batch dimensions do not broadcast (`xp.matmul` raises ValueError then).
+    Under module 17's autocast the operands arrive cast (given line, below).
     """
     other = _operand(other, self)
+    self, other = autocast_matmul_operands(self, other)  # given: a no-op unless autocast is on
     ### BEGIN SOLUTION
     a, b = self.shape, other.shape
     if not a or not b:

@@ -66,7 +66,8 @@ from tinytorch.core.attention import MultiHeadAttention, scaled_dot_product_atte
 from tinytorch.core.autograd import no_grad, register_backward
 from tinytorch.core.layers import Dropout, Linear, Module, ModuleList, make_rng
 from tinytorch.core.losses import cross_entropy
-from tinytorch.core.tensor import GradMode, Tensor, array_module, as_int, as_tensor, record_op, to_array, to_host
+from tinytorch.core.tensor import (GradMode, Tensor, array_module, as_int, as_tensor, autocast_float32, record_op,
+                                   to_array, to_host)
 from tinytorch.text.embeddings import Embedding, token_ids
 
 # %% [markdown]
@@ -167,7 +168,8 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
     """LayerNorm over the trailing dims given by `weight`'s shape S: (x − mean)/sqrt(var + eps)·weight + bias.
 
     x (..., *S); weight S; bias S or None. `var` is the biased variance (divide by the number
-    of normalised elements), eps sits inside the square root. Same shape and dtype as x.
+    of normalised elements), eps sits inside the square root. Same shape and dtype as x
+    (inside module 17's autocast a float16 x is cast up to float32 first, by the given line).
     Records one op, "layer_norm", with inputs (x, weight, bias), or (x, weight) when bias is
     None, and saved:
         xhat -- the normalised input (x − mean)·rstd, x's shape
@@ -176,7 +178,7 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
     The centred values are squared in float64 (a float32 square overflows above about
     1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
     """
-    x, weight = as_tensor(x), as_tensor(weight)
+    x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
     axes = _normalized_axes(weight.shape, x.shape)
     _check_eps("layer_norm", eps)

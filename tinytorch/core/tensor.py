@@ -14,7 +14,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['OP_LISTENERS', 'array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op',
-           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape']
+           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast',
+           'autocast_matmul_operands', 'autocast_float32']
 
 # %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
 def array_module(array: Any):
@@ -445,7 +446,44 @@ def __neg__(self: Tensor) -> Tensor:
     """`-self`: records op "neg" with inputs (self,), nothing saved; keeps the dtype."""
     return record_op("neg", -self.data, (self,))
 
-# %% ../../modules/01_tensor/tensor_dev.py #9401e893
+# %% ../../modules/01_tensor/tensor_dev.py #ecb6d0a6
+class Autocast:
+    """Mixed precision's switch (given). Off by default; module 17's `autocast()` turns it on.
+
+    dtype -- None (off), or the low-precision dtype that matrix products compute in
+             (np.float16).
+    While it is on, `matmul` casts its floating-point operands to `dtype` and computes in it
+    (the result is in `dtype`), and the operations that need float32's range and precision
+    (softmax, log_softmax, the losses, layer_norm) compute a `dtype` input in float32 (their
+    result is float32). Each conversion is the recorded op "cast" (inputs (x,), nothing
+    saved; module 12 registers its backward rule, which returns the gradient in x's dtype), so
+    float32 parameters keep float32 values and get float32 gradients.
+    """
+
+    dtype: Any = None
+
+
+def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+    return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
+
+
+def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
+    """(a, b), each cast to `Autocast.dtype` when mixed precision is on and both are floating
+    point; (a, b) unchanged otherwise (integer operands are never cast)."""
+    if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
+        return a, b
+    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+
+
+def autocast_float32(x: "Tensor") -> "Tensor":
+    """x cast up to float32 when mixed precision is on and x is in its low dtype; else x itself.
+    The first line of every operation that must run in float32 under autocast."""
+    if Autocast.dtype is None or x.dtype != Autocast.dtype:
+        return x
+    return _autocast_to(x, np.float32)
+
+# %% ../../modules/01_tensor/tensor_dev.py #35c4f3c2
 @patch
 def matmul(self: Tensor, other: Any) -> Tensor:
     """Matrix product `self @ other`, batched over leading dimensions.
@@ -461,8 +499,10 @@ def matmul(self: Tensor, other: Any) -> Tensor:
       * the inner sizes differ: `self.shape[-1]` against `other.shape[-2]`
         (`other.shape[0]` when `other` is 1-D);
       * the batch dimensions do not broadcast (`xp.matmul` raises ValueError then).
+    Under module 17's autocast the operands arrive cast (given line, below).
     """
     other = _operand(other, self)
+    self, other = autocast_matmul_operands(self, other)  # given: a no-op unless autocast is on
     a, b = self.shape, other.shape
     if not a or not b:
         raise ValueError(f"matmul: shapes {a} and {b}: both operands need at least 1 dimension (use * for a scalar).")

@@ -326,7 +326,7 @@ def test_the_first_failure_in_full_then_how_many_more_and_the_command(course):
     assert "tests/02_toy/test_toy.py::test_two" in out and "assert double(2) == 5" in out
     assert f"AssertionError: SECOND_REASON {'x' * 150}" in out  # the reason is not cut to 80 columns
     assert "THIRD_REASON" not in out and "FOURTH_REASON" not in out  # one failure in full, not all
-    assert "2 more failures in 02_toy; `tito test 02_toy -v` shows everything." in course.flat(out)
+    assert "2 more failures in 02_toy (2 pytest); `tito test 02_toy -v` shows everything." in course.flat(out)
 
 
 def test_x_and_v_are_passed_to_pytest(course):

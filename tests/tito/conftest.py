@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pytest
 
@@ -115,11 +115,11 @@ class CourseCopy:
             **popen,
         )
 
-    def start_tito(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start_tito(self, *args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
         """A tito running in the background, in its own process group (so a test can kill it all)."""
         return subprocess.Popen(self.command(*args), cwd=self.root, env=env or self.env(),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, **popen)
 
     def add_tests(self, key: str, text: str) -> Path:
         folder = self.root / "tests" / key
@@ -151,6 +151,12 @@ def unprivileged() -> list[str]:
 @pytest.fixture
 def course(tmp_path: Path) -> CourseCopy:
     return CourseCopy(copy_course(tmp_path / "course"))
+
+
+@pytest.fixture(scope="module")
+def new_course(tmp_path_factory) -> Callable[[str], CourseCopy]:
+    """Makes a fresh copy, `new_course("name")`, for a file's own module-scoped fixtures."""
+    return lambda name: CourseCopy(copy_course(tmp_path_factory.mktemp(name) / "course"))
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -92,26 +93,64 @@ def jupyterlab(root: Path, home: Path):
         log.close()
 
 
-def test_a_module_opens_as_a_notebook_and_saves_back_to_its_py(course, tmp_path):
+def _readme_setting(config: Path) -> None:
+    """`jupytext-config set-default-viewer python`, as the README says; and no news pop-up over the page."""
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config))
+    done = subprocess.run([sys.executable, "-m", "jupytext_config", "set-default-viewer", "python"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    overrides = config / "labconfig" / "default_setting_overrides.json"
+    settings = json.loads(overrides.read_text(encoding="utf-8"))
+    # JupyterLab asks once whether to fetch Jupyter's news; the question would cover the screenshot.
+    settings["@jupyterlab/apputils-extension:notification"] = {"fetchNews": "false", "checkForUpdates": False}
+    overrides.write_text(json.dumps(settings), encoding="utf-8")
+
+
+@dataclass
+class Lab:
+    """One JupyterLab for this file's tests, set up as the README says, serving `root`:
+    `course/` (a copy of the course) and `student/` (its student edition)."""
+
+    server: Server
+    home: Path  # JupyterLab's config, data and runtime folders, and server.log
+    course: object  # conftest's CourseCopy, at root/course
+    edition: Path  # root/student
+    reference: str  # module 01's reference notebook, read before any test changed the copy
+
+
+@pytest.fixture(scope="module")
+def lab(new_course):
+    course = new_course("lab")
+    root = course.root.parent
+    reference = course.module("01").notebook.read_text(encoding="utf-8")
+    write_student_edition(course.settings, root / "student")
+    home = root / "jupyter"
+    home.mkdir()
+    _readme_setting(home / "config")
+    with jupyterlab(root, home) as server:  # started once: each start takes seconds
+        yield Lab(server, home, course, root / "student", reference)
+
+
+def test_a_module_opens_as_a_notebook_and_saves_back_to_its_py(lab):
+    course, path = lab.course, f"course/{NOTEBOOK}"
     notebook = course.root / NOTEBOOK
     original = notebook.read_text(encoding="utf-8")
-    with jupyterlab(course.root, tmp_path) as server:
-        status, page = server.request("GET", "/lab")
-        assert status == 200 and "JupyterLab" in page  # the front end itself is installed and served
+    status, page = lab.server.request("GET", "/lab")
+    assert status == 200 and "JupyterLab" in page  # the front end itself is installed and served
 
-        status, model = server.request("GET", f"/api/contents/{NOTEBOOK}?type=notebook&content=1")
-        assert status == 200 and model["type"] == "notebook"
-        cells = model["content"]["cells"]
-        assert len(cells) > 10 and cells[0]["cell_type"] == "markdown"
-        index = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "#| export" in c["source"])
-        cells[index]["source"] += "\nEDITED_IN_JUPYTER = 1"
-        # What the front end sends back after running a cell: outputs, counts, its own metadata.
-        cells[index].update(execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}])
-        cells[index]["metadata"] = {"trusted": True, "execution": {"iopub.status.idle": "2026-01-01T00:00:00Z"}}
+    status, model = lab.server.request("GET", f"/api/contents/{path}?type=notebook&content=1")
+    assert status == 200 and model["type"] == "notebook"
+    cells = model["content"]["cells"]
+    assert len(cells) > 10 and cells[0]["cell_type"] == "markdown"
+    index = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "#| export" in c["source"])
+    cells[index]["source"] += "\nEDITED_IN_JUPYTER = 1"
+    # What the front end sends back after running a cell: outputs, counts, its own metadata.
+    cells[index].update(execution_count=3, outputs=[{"output_type": "stream", "name": "stdout", "text": "hi\n"}])
+    cells[index]["metadata"] = {"trusted": True, "execution": {"iopub.status.idle": "2026-01-01T00:00:00Z"}}
 
-        status, saved = server.request("PUT", f"/api/contents/{NOTEBOOK}", {
-            "type": "notebook", "format": "json", "content": model["content"]})
-        assert status == 200 and saved["path"] == NOTEBOOK
+    status, saved = lab.server.request("PUT", f"/api/contents/{path}", {
+        "type": "notebook", "format": "json", "content": model["content"]})
+    assert status == 200 and saved["path"] == path
 
     text = notebook.read_text(encoding="utf-8")
     added = [line for line in text.splitlines() if line not in original.splitlines()]
@@ -123,14 +162,9 @@ def test_a_module_opens_as_a_notebook_and_saves_back_to_its_py(course, tmp_path)
     assert "EDITED_IN_JUPYTER = 1" in result.path.read_text(encoding="utf-8")
 
 
-def test_the_readme_setting_makes_py_files_open_as_notebooks(course, tmp_path):
+def test_the_readme_setting_makes_py_files_open_as_notebooks(lab):
     """`jupytext-config set-default-viewer python` (README): a double click opens a .py as a notebook."""
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
-    done = subprocess.run([sys.executable, "-m", "jupytext_config", "set-default-viewer", "python"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    with jupyterlab(course.root, tmp_path) as server:
-        status, settings = server.request("GET", "/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
+    status, settings = lab.server.request("GET", "/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
     assert status == 200  # the setting becomes JupyterLab's default for the document manager
     assert settings["schema"]["properties"]["defaultViewers"]["default"]["python"] == "Jupytext Notebook"
 
@@ -145,20 +179,6 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 WAIT_MS = 60_000  # for one step on a loaded 2-core machine; each normally takes a second or two
 
 
-def _readme_setting(config: Path) -> None:
-    """`jupytext-config set-default-viewer python`, the README's route; and no news pop-up over the page."""
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config))
-    done = subprocess.run([sys.executable, "-m", "jupytext_config", "set-default-viewer", "python"], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    overrides = config / "labconfig" / "default_setting_overrides.json"
-    settings = json.loads(overrides.read_text(encoding="utf-8"))
-    assert settings["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]["python"] == "Jupytext Notebook"
-    # JupyterLab asks once whether to fetch Jupyter's news; the question would cover the screenshot.
-    settings["@jupyterlab/apputils-extension:notification"] = {"fetchNews": "false", "checkForUpdates": False}
-    overrides.write_text(json.dumps(settings), encoding="utf-8")
-
-
 def _keep(path: Path) -> None:
     """Copy a file to $TINYTORCH_ARTIFACTS (CI keeps that folder), when it is set."""
     folder = os.environ.get("TINYTORCH_ARTIFACTS")
@@ -168,19 +188,17 @@ def _keep(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(course, tmp_path):
+def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(lab, tmp_path):
     if not CHROMIUM.is_file():
         pytest.skip(f"no Chromium at {CHROMIUM}: `apt-get install chromium` (CI's .ci/run installs it)")
     playwright = pytest.importorskip("playwright.sync_api", reason='Playwright is missing: pip install -e ".[dev]"')
 
-    edition = tmp_path / "student"
-    write_student_edition(course.settings, edition)
+    edition = lab.edition
     notebook = edition / NOTEBOOK
     before = notebook.read_text(encoding="utf-8")
     # What the student will type: the reference solution of the first stub (to_array), line by line.
-    reference = course.module("01").notebook.read_text(encoding="utf-8")
-    solution_block = find_solution_blocks(reference, course.module("01").notebook)[0]
-    solution = reference.splitlines()[solution_block.begin_line:solution_block.end_line - 1]
+    solution_block = find_solution_blocks(lab.reference, Path(NOTEBOOK))[0]
+    solution = lab.reference.splitlines()[solution_block.begin_line:solution_block.end_line - 1]
     stub_block = find_solution_blocks(before, notebook)[0]
     lines = before.splitlines(keepends=True)
     assert lines[stub_block.begin_line].lstrip().startswith(STUB_LINE)
@@ -192,15 +210,14 @@ def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(course, tm
     source = cells[cell].source.splitlines()
     stub_line = next(n for n, line in enumerate(source) if STUB_LINE in line)
 
-    _readme_setting(tmp_path / "jupyter" / "config")
     screenshot = tmp_path / "jupyterlab.png"
-    with jupyterlab(edition, tmp_path / "jupyter") as server, playwright.sync_playwright() as driver:
+    with playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1200, "height": 720})
         page.set_default_timeout(WAIT_MS)
         try:
             # A double click on the file in JupyterLab's browser opens this same address.
-            page.goto(f"{server.url}/lab/tree/{NOTEBOOK}?token={server.token}")
+            page.goto(f"{lab.server.url}/lab/tree/student/{NOTEBOOK}?token={lab.server.token}")
             panel = page.locator(".jp-NotebookPanel")
             panel.wait_for()  # opened as a notebook (the README's setting), not in the text editor
             assert page.locator(".jp-FileEditor").count() == 0
@@ -236,7 +253,7 @@ def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(course, tm
             with contextlib.suppress(Exception):  # a browser that died takes none: the error above says why
                 page.screenshot(path=str(failure))
             _keep(failure)
-            _keep(tmp_path / "jupyter" / "server.log")
+            _keep(lab.home / "server.log")
             raise
         finally:
             browser.close()

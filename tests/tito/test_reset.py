@@ -92,7 +92,7 @@ def test_reset_exports_the_stub_first_and_keeps_the_notebook_when_that_fails(cou
     core = course.settings.lib_path / "core"
     core.chmod(0o555)
     try:
-        result = course.tito("module", "reset", "01", prefix=unprivileged)
+        result = course.tito_process("module", "reset", "01", prefix=unprivileged)
     finally:
         core.chmod(0o755)
     out = course.flat(result.stdout)

@@ -328,7 +328,7 @@ def test_the_first_failure_in_full_then_how_many_more_and_the_command(course):
     course.add_module("02_toy", course.TOY)
     course.add_tests("02_toy", FAILING_TESTS)
     export_modules(course.settings, [course.module("02")])
-    result = course.tito("test", "02", env=_plain_env(course))
+    result = course.tito_process("test", "02", env=_plain_env(course))
     out = result.stdout
     assert result.returncode == 1
     assert "\x1b[" not in out  # piped: no colour codes

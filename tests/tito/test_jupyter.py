@@ -11,6 +11,7 @@ notebook, a solution typed into the first stub, Ctrl+S, `tito export 01`.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import secrets
@@ -20,9 +21,9 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
@@ -264,8 +265,10 @@ def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(lab, tmp_p
     # so); apart from those lines, the file is the student's one with the stub typed over.
     header_end = after.index("# ---\n", 4)
     recorded = [line for line in after[:header_end].splitlines() if line not in before.splitlines()]
-    assert [line.split(":")[0].strip() for line in recorded] == ["#       format_version", "#       jupytext_version"]
-    assert "".join(l for l in after.splitlines(keepends=True) if l.rstrip("\n") not in recorded) == expected
+    assert [line.split(":")[0].lstrip("# ") for line in recorded] == ["format_version", "jupytext_version"], recorded
+    saved = "".join(line for line in after.splitlines(keepends=True) if line.rstrip("\n") not in recorded)
+    assert saved == expected, "the saved .py differs from the stub typed over:\n" + "".join(
+        difflib.unified_diff(expected.splitlines(keepends=True), saved.splitlines(keepends=True), "expected", "saved"))
     assert [str(p.relative_to(edition)) for p in edition.rglob("*.ipynb") if p.is_file()] == []
 
     export = subprocess.run([sys.executable, "-m", "tito", "export", "01"], cwd=edition / "modules" / "01_tensor",

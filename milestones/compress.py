@@ -3,7 +3,9 @@
 The baseline is milestone `shakespeare`'s GPT (4 layers, 4 heads, width 128, context 64, no
 biases, tied embeddings), trained by its recipe (2,000 iterations), or loaded from a module-07
 checkpoint of that model (`--baseline PATH`: loaded when the file exists, else written there
-after training). Then, each compared with the baseline on validation loss (mean over 200 random
+after training). Without --baseline, a full run uses the model that `tito milestone run shakespeare`
+saved in its default --out when that file holds the full recipe's model (`tito milestone run --all`
+runs shakespeare first), and trains the baseline itself otherwise. Then, each compared with the baseline on validation loss (mean over 200 random
 validation batches), parameters, bytes of the float32 weights and the time of one training step
 (forward, backward, AdamW; one thread, the variants timed in turn with module 14's
 measure_latency):
@@ -46,7 +48,7 @@ from threadpoolctl import threadpool_limits
 from _args import check_output_file  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import Check, verdict_checks  # milestones/_verdict.py
-from shakespeare import RECIPE, estimate_loss, get_batch, load_text  # milestones/shakespeare.py
+from shakespeare import CHECKPOINT, DEFAULT_OUT, RECIPE, estimate_loss, get_batch, load_text, saved_model_problem  # milestones/shakespeare.py
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
@@ -173,13 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="short runs, one seed, 20 validation batches; "
                                                             "quality judged, times and distillation printed only")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="a checkpoint of the shakespeare model: loaded when it exists, else written after training")
+                        help="a checkpoint of the shakespeare model: loaded when it exists, else written after training "
+                             f"(default: the model `tito milestone run shakespeare` saved in {DEFAULT_OUT}, when it "
+                             "is the full recipe's; else the baseline is trained here)")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     if args.baseline is not None and not args.baseline.is_file():
         check_output_file(parser, args.baseline, "--baseline")  # it will be written: before training, not after
     if not device_ready(args.device):
         return 2
+    saved = DEFAULT_OUT / CHECKPOINT
+    if args.baseline is None and not args.fast and saved.is_file() and saved_model_problem(saved, 65, fast=False) is None:
+        args.baseline = saved  # the shakespeare milestone's model, trained by the same recipe: no need to train it again
     baseline = new_gpt().to(args.device)
     loaded = args.baseline is not None and args.baseline.exists()
     if loaded:

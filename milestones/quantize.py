@@ -44,11 +44,11 @@ from _device import add_device_argument, device_label, device_ready  # milestone
 from _verdict import Check, verdict_checks  # milestones/_verdict.py
 import shakespeare  # milestones/shakespeare.py: the recipe, the data and the evaluation
 from tinytorch.core.tensor import to_array
-from tinytorch.core.training import load_checkpoint, read_checkpoint
+from tinytorch.core.training import load_checkpoint
 from tinytorch.models.transformer import GPT
 from tinytorch.perf.quantization import checkpoint_bytes, quantize_model
 
-DEFAULT_CHECKPOINT = Path(tempfile.gettempdir()) / "tinytorch-shakespeare" / shakespeare.CHECKPOINT
+DEFAULT_CHECKPOINT = shakespeare.DEFAULT_OUT / shakespeare.CHECKPOINT
 EVAL_BATCHES, FAST_EVAL_BATCHES = shakespeare.EVAL_BATCHES, 10
 # (name, quantize_model arguments, the largest loss increase over fp32 allowed)
 VARIANTS = [("fp32", None, None),
@@ -56,36 +56,12 @@ VARIANTS = [("fp32", None, None),
             ("int8 dynamic", dict(mode="dynamic", bits=8), 0.05),
             ("int4 weight-only", dict(mode="weight_only", bits=4), 0.15)]
 MIN_INT8_RATIO = 3.5
-ARCHITECTURE = ("embed_dim", "num_layers", "num_heads", "context")
-
-
-def checkpoint_problem(path: Path, vocab_size: int, fast: bool) -> str | None:
-    """Why the checkpoint at `path` is not the shakespeare milestone's model (None when it is)."""
-    try:
-        extra = read_checkpoint(path)["extra"] or {}
-    except ValueError as err:
-        return str(err)
-    recipe = extra.get("recipe")
-    if not isinstance(recipe, dict):
-        return f"{path} holds no recipe: it was not saved by the shakespeare milestone"
-    differs = [f"{key} {recipe.get(key)!r} (the recipe's is {shakespeare.RECIPE[key]!r})"
-               for key in ARCHITECTURE if recipe.get(key) != shakespeare.RECIPE[key]]
-    if extra.get("vocab_size") != vocab_size:
-        differs.append(f"vocabulary {extra.get('vocab_size')!r} (the text's is {vocab_size})")
-    if differs:
-        return f"{path} is a different model: " + ", ".join(differs)
-    if not fast and extra.get("iters") != shakespeare.RECIPE["iters"]:
-        return (f"{path} was trained for {extra.get('iters')} iterations, the recipe's is {shakespeare.RECIPE['iters']} "
-                "(a --fast or --iters run)")
-    return None
-
-
 def trained_model(path: Path, vocab_size: int, fast: bool, device: str, console: Console) -> tuple[GPT, Path, int] | str:
     """(the shakespeare milestone's trained GPT on `device`, the file it came from, its iterations), or a
     message saying why the file at `path` is refused. A missing file is made first by running the
     shakespeare milestone (--fast when `fast`) with --out path's folder."""
     if path.exists():
-        problem = checkpoint_problem(path, vocab_size, fast)
+        problem = shakespeare.saved_model_problem(path, vocab_size, fast)
         if problem is not None:
             return (f"{problem}. Train the recipe with `tito milestone run shakespeare` (or --fast), or pass "
                     "--checkpoint with a path that does not exist yet to train one there.")

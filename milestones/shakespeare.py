@@ -36,7 +36,7 @@ from tinytorch.core.attention import plot_attention_heads
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
 from tinytorch.core.tensor import Tensor, array_module, to_array, to_host
-from tinytorch.core.training import CosineWarmupLR, clip_grad_norm, save_checkpoint
+from tinytorch.core.training import CosineWarmupLR, clip_grad_norm, read_checkpoint, save_checkpoint
 from tinytorch.models.transformer import GPT
 from tinytorch.text.tokenization import CharTokenizer
 
@@ -45,6 +45,8 @@ THRESHOLD = 1.95       # the full run: mean validation loss over EVAL_BATCHES ba
 FAST_THRESHOLD = 2.70  # --fast: 200 iterations bring the loss from ln(65) = 4.17 to about 2.45
 EVAL_BATCHES = 200
 CHECKPOINT = "shakespeare_gpt.npz"  # the trained model, in --out: what milestones/quantize.py loads
+DEFAULT_OUT = Path(tempfile.gettempdir()) / "tinytorch-shakespeare"  # --out's default: where later milestones look
+ARCHITECTURE = ("embed_dim", "num_layers", "num_heads", "context")  # what a saved model must share with RECIPE
 
 RECIPE = dict(embed_dim=128, num_layers=4, num_heads=4, context=64, batch=12, lr=1e-3, min_lr=1e-4,
               betas=(0.9, 0.99), weight_decay=0.1, warmup=100, clip=1.0, iters=2000)
@@ -87,6 +89,30 @@ def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator) -> f
     return mean_of(losses)
 
 
+
+def saved_model_problem(path: Path, vocab_size: int, fast: bool) -> str | None:
+    """Why the checkpoint at `path` is not this milestone's trained model (None when it is): the recipe
+    saved in its `extra` must have RECIPE's architecture and the text's vocabulary and, unless `fast`,
+    the recipe's full number of iterations. Later milestones (quantize, compress) reuse the model
+    only after this check."""
+    try:
+        extra = read_checkpoint(path)["extra"] or {}
+    except ValueError as err:
+        return str(err)
+    recipe = extra.get("recipe")
+    if not isinstance(recipe, dict):
+        return f"{path} holds no recipe: it was not saved by the shakespeare milestone"
+    differs = [f"{key} {recipe.get(key)!r} (the recipe's is {RECIPE[key]!r})"
+               for key in ARCHITECTURE if recipe.get(key) != RECIPE[key]]
+    if extra.get("vocab_size") != vocab_size:
+        differs.append(f"vocabulary {extra.get('vocab_size')!r} (the text's is {vocab_size})")
+    if differs:
+        return f"{path} is a different model: " + ", ".join(differs)
+    if not fast and extra.get("iters") != RECIPE["iters"]:
+        return (f"{path} was trained for {extra.get('iters')} iterations, the recipe's is {RECIPE['iters']} "
+                "(a --fast or --iters run)")
+    return None
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
@@ -94,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=positive_int, default=None,
                         help=f"training iterations, more than the {RECIPE['warmup']} warm-up steps "
                              "(default 2000; 200 with --fast)")
-    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-shakespeare",
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"folder for the attention heat maps and the trained model ({CHECKPOINT})")
     add_device_argument(parser)
     args = parser.parse_args(argv)

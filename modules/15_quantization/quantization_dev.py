@@ -343,7 +343,7 @@ def test_unit_quantize_per_tensor():
     err = np.abs(dequantize(quantize_per_tensor(x, 0.01, 3), 0.01, 3).numpy() - x).max()
     assert err <= 0.005 + 1e-6, f"inside the range the error is at most scale/2 = 0.005, got {err}"
     print("✓ quantize_per_tensor / dequantize: worked example, ties to even, zero point before rounding, clamp, "
-          "uint8, int4, error <= scale/2")
+          "uint8, int4, float64 taken as float32, float32 result, error <= scale/2")
 
 
 test_unit_quantize_per_tensor()
@@ -652,7 +652,8 @@ def test_unit_per_channel():
     assert np.array_equal(observer.min_val, np.float32([-0.05, -2.0, -3.0])), f"running min per channel: got {observer.min_val}"
     ones = quantize_per_channel(np.ones((2, 3, 4), np.float32), [0.5, 0.25, 1.0], [0, 1, -1], axis=-2).numpy()
     assert np.array_equal(ones[0, :, 0], [2, 5, 0]), f"axis=-2 is the middle axis here: expected [2, 5, 0], got {ones[0, :, 0]}"
-    print("✓ per channel: ranges over the other axes, scales broadcast along the axis, running min/max, negative axis")
+    print("✓ per channel: ranges over the other axes, scales broadcast along the axis (0 and 1), inverse scale and two "
+          "roundings as PyTorch, running min/max, negative axis")
 
 
 test_unit_per_channel()
@@ -903,7 +904,8 @@ def test_unit_int4_packing():
     assert pack_int4(odd).shape == (1, 2) and np.array_equal(unpack_int4(pack_int4(odd), 3), odd), "odd length: pad one 0"
     unsigned = np.arange(16, dtype=np.uint8)
     assert np.array_equal(unpack_int4(pack_int4(unsigned), 16, signed=False), unsigned), "uint4 0..15 round trip"
-    print("✓ pack_int4 / unpack_int4: layout (low nibble first), every value -8..7 and 0..15, odd lengths")
+    print("✓ pack_int4 / unpack_int4: layout (low nibble first, each value masked to 4 bits), every value -8..7 and "
+          "0..15, odd lengths")
 
 
 test_unit_int4_packing()

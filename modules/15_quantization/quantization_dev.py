@@ -46,6 +46,11 @@
 # observers, per-channel, outliers), 6–10 in a second (4-bit packing, the layer, the
 # model, the measurements, speed).
 #
+# **Before you start:** this module runs on your modules 01–14 (the Tensor and its autograd,
+# `Linear` and `Module`, module 07's checkpoints, the embeddings and the GPT of 11–13, module
+# 14's `measure_latency`). If `tito test 15` stops at a `NotImplementedError` that names an
+# earlier module's notebook, that module still has a stub to write: `tito status` lists them.
+#
 # | section | you write | what it does |
 # |---|---|---|
 # | 2 | `quantize_per_tensor`, `dequantize` | float ↔ integers for one scale and zero point |
@@ -230,16 +235,18 @@ def _check_zero_point(zero_point: Any, qmin: int, qmax: int, where: str) -> np.n
 def quantize_per_tensor(x: Any, scale: float, zero_point: int, dtype: str = "int8") -> Tensor:
     """Integers q = clamp(round_half_even(x·inv_scale + zero_point), qmin, qmax), one scale for all of x.
 
-    x          -- floats, any shape (Tensor or array); taken as float32, as PyTorch does
-    scale      -- a number > 0; inv_scale = np.float32(1) / np.float32(scale)
+    x          -- floats, any shape (Tensor or array); taken as float32, as PyTorch does (it refuses
+                  float64): a float64 x is rounded to float32 FIRST, x.data.astype(np.float32)
+    scale      -- a number > 0 (a Python float here); inv_scale = np.float32(1) / np.float32(scale)
     zero_point -- an integer in qrange(dtype)
     dtype      -- "int8" (default), "uint8", or "intN" / "uintN" (section 1)
     Returns a Tensor of x's shape and dtype storage_dtype(dtype) (np.int8 or np.uint8).
 
     As PyTorch's per-tensor kernel: x·inv_scale + zero_point in ONE rounding to float32 (a
-    fused multiply-add): compute it in float64 (x and inv_scale converted to float64 first:
-    their product is exact there), convert the sum to float32, then round half to even
-    (xp.rint) and clamp to [qmin, qmax] (xp.clip).
+    fused multiply-add): compute it in float64 (the float32 x and inv_scale converted to float64:
+    their product is exact there; skipping the float32 step for a float64 x changes a few
+    integers), convert the sum to float32, then round half to even (xp.rint) and clamp to
+    [qmin, qmax] (xp.clip). Work with xp = array_module(x.data) (NumPy or CuPy).
     """
     x = _float_input(x, "quantize_per_tensor")
     qmin, qmax = qrange(dtype)
@@ -261,8 +268,12 @@ def dequantize(q: Any, scale: Any, zero_point: Any, axis: int | None = None) -> 
     axis None  -- per tensor: scale and zero_point are one number each (or arrays of one element)
     axis given -- per channel: scale and zero_point are 1-D, one per index of q's axis `axis`
                   (negative allowed), broadcast along that axis
-    Compute q − zero_point in int32 (never in q's own dtype: uint8 wraps around below 0), convert
-    it to float32 and multiply by the float32 scale.
+    Returns a float32 Tensor. The given checks leave scale (float32) and zero_point (int64) as NumPy
+    arrays: for axis given, reshape both to (1, …, C, …, 1) (C at `axis`) so they broadcast along
+    it (a plain (C,) array would broadcast along the LAST axis); move them to q's device with
+    xp.asarray (xp = array_module(q.data)). Compute q − zero_point in int32 (never in q's own
+    dtype: uint8 wraps around below 0), convert it to float32 and multiply by the float32 scale
+    (int32 times float32 would give float64 in NumPy: convert first).
     """
     q = as_tensor(q)
     if q.data.dtype.kind not in "iu":
@@ -318,14 +329,21 @@ def test_unit_quantize_per_tensor():
     four = quantize_per_tensor([-100.0, 3.0, 100.0], 1.0, 0, "int4").numpy()
     assert np.array_equal(four, [-8, 3, 7]), f"int4 holds -8..7: expected [-8, 3, 7], got {four}"
     back = dequantize(u, 1.0, 128).numpy()
-    assert back.dtype == np.float32 and np.array_equal(back, [-128.0, 0.0, 127.0]), (
-        f"dequantize uint8 with zero point 128: expected [-128, 0, 127] in float32, got {back} "
+    assert back.dtype == np.float32, (
+        f"dequantize must return float32, got {back.dtype} (convert the int32 difference to float32 BEFORE "
+        "multiplying by the scale: NumPy's int32 times float32 is float64)")
+    assert np.array_equal(back, [-128.0, 0.0, 127.0]), (
+        f"dequantize uint8 with zero point 128: expected [-128, 0, 127], got {back} "
         "(subtract the zero point in int32: uint8 wraps around below 0)")
+    wide = quantize_per_tensor(np.array([-21.45000171661377, -34.35000038146973, 12.749999523162842]), 0.3, 3).numpy()
+    assert np.array_equal(wide, [-68, -111, 46]), (
+        f"a float64 x is taken as float32 FIRST: expected [-68, -111, 46] (PyTorch's integers for the float32 x), "
+        f"got {wide} (x.data.astype(np.float32) before the float64 multiply-add)")
     x = np.random.default_rng(0).uniform(-1, 1, 1000).astype(np.float32)
     err = np.abs(dequantize(quantize_per_tensor(x, 0.01, 3), 0.01, 3).numpy() - x).max()
     assert err <= 0.005 + 1e-6, f"inside the range the error is at most scale/2 = 0.005, got {err}"
     print("✓ quantize_per_tensor / dequantize: worked example, ties to even, zero point before rounding, clamp, "
-          "uint8, int4, error <= scale/2")
+          "uint8, int4, float64 taken as float32, float32 result, error <= scale/2")
 
 
 test_unit_quantize_per_tensor()
@@ -411,7 +429,9 @@ class MinMaxObserver:
     symmetric -- False: per_tensor_affine; True: per_tensor_symmetric
     observe(x) widens [min_val, max_val] (float32 NumPy scalars, +inf / -inf before anything is
     observed) to include x's smallest and largest value and returns x unchanged; an empty x changes
-    nothing. qparams() -> (scale: float, zero_point: int).
+    nothing. The range is a RUNNING one: min(old min, this x's min), never just the last x's. On a
+    GPU, data.min() is a CuPy value: bring it to the host with to_host before np.float32.
+    qparams() -> (scale: float, zero_point: int).
     """
 
     def __init__(self, dtype: str = "int8", symmetric: bool = False):
@@ -526,14 +546,17 @@ for label, symmetric in (("affine", False), ("symmetric", True)):
 def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, dtype: str = "int8") -> Tensor:
     """Integers with one (scale, zero point) per slice of x along `axis`, as torch.quantize_per_channel.
 
-    x           -- floats, any shape with at least one dimension; taken as float32
+    x           -- floats, any shape with at least one dimension; taken as float32 (x.data.astype(np.float32))
     scales      -- 1-D, x.shape[axis] values > 0; zero_points -- 1-D, x.shape[axis] integers in qrange(dtype)
     axis        -- the channel axis (negative allowed); 1 for our Linear's output channels
     Returns a Tensor of x's shape and dtype storage_dtype(dtype).
 
-    As PyTorch's per-channel kernel: inv = np.float32(1) / scales (float32), both reshaped to
-    broadcast along axis; v = x·inv in float32, then + zero_points as float32 (two float32
-    roundings); then round half to even (xp.rint) and clamp to [qmin, qmax].
+    The given checks leave scales (float32) and zero_points (int64) as NumPy arrays of shape (C,).
+    As PyTorch's per-channel kernel: inv = np.float32(1) / scales (float32: multiply by the
+    inverse, never divide by the scale), inv and zero_points reshaped to (1, …, C, …, 1) to
+    broadcast along axis and moved to x's device (xp.asarray); v = x·inv in float32, then
+    + zero_points as float32 (two float32 roundings: NOT the per-tensor kernel's float64
+    multiply-add); then round half to even (xp.rint) and clamp to [qmin, qmax].
     """
     x = _float_input(x, "quantize_per_channel")
     if x.ndim == 0:
@@ -559,9 +582,10 @@ class PerChannelMinMaxObserver:
 
     axis      -- the channel axis (1 for our Linear's output channels; negative allowed)
     dtype, symmetric -- as MinMaxObserver (per_channel_affine / per_channel_symmetric)
-    observe(x): min_val and max_val become float32 arrays of shape (x.shape[axis],) holding, per
-    channel, the smallest and largest value over every OTHER axis of x (and of every earlier x:
-    the running elementwise min / max). Returns x. qparams() -> (scales float32 (C,), zero_points int64 (C,)).
+    observe(x): min_val and max_val become float32 NumPy arrays (on the host: to_host) of shape
+    (x.shape[axis],) holding, per channel, the smallest and largest value over every OTHER axis of x
+    (data.min(axis=<tuple of the other axes>)) and of every earlier x: the running elementwise
+    min / max (np.minimum / np.maximum). Returns x. qparams() -> (scales float32 (C,), zero_points int64 (C,)).
     """
 
     def __init__(self, axis: int = 0, dtype: str = "int8", symmetric: bool = False):
@@ -611,11 +635,25 @@ def test_unit_per_channel():
         "(scales[c] must broadcast along the channel axis: reshape to (1, C) for axis=1)")
     back = dequantize(q, scales, zero_points, axis=1).numpy()
     assert np.all(np.abs(back - w) <= scales / 2 + 1e-7), f"error per column at most scale/2, got {np.abs(back - w)}"
+    rows = dequantize(np.ones((2, 2), np.int8), [1.0, 2.0], [0, -1], axis=0).numpy()
+    assert np.array_equal(rows, [[1, 1], [4, 4]]), (
+        f"dequantize along axis 0: expected [[1, 1], [4, 4]], got {rows.tolist()} (reshape scale and zero_point "
+        "to (C, 1) for axis=0 so they broadcast along it: a (C,) array broadcasts along the LAST axis)")
+    product_first = quantize_per_channel(np.float32([[27.894709]]), np.float32([0.68875825]), [-11], axis=1).item()
+    assert product_first == 30, (
+        f"expected 30 (PyTorch's integer), got {product_first}: the per-channel kernel computes x·inv in float32, "
+        "then + zero point in float32 (two roundings), then rint; not the per-tensor kernel's float64 multiply-add")
+    inverse = quantize_per_channel(np.float32([[19.964939, 48.88528]]), np.float32([1.9014227, 1.6571282]), [0, 0],
+                                   axis=1).numpy()
+    assert inverse.tolist() == [[11, 30]], (
+        f"expected [[11, 30]] (PyTorch's integers), got {inverse.tolist()}: multiply x by inv = np.float32(1) / scales, "
+        "never divide by the scales (x / s and x·(1/s) differ in the last bit)")
     observer.observe(np.array([[0.0, 0.0, -3.0]], dtype=np.float32))
     assert np.array_equal(observer.min_val, np.float32([-0.05, -2.0, -3.0])), f"running min per channel: got {observer.min_val}"
     ones = quantize_per_channel(np.ones((2, 3, 4), np.float32), [0.5, 0.25, 1.0], [0, 1, -1], axis=-2).numpy()
     assert np.array_equal(ones[0, :, 0], [2, 5, 0]), f"axis=-2 is the middle axis here: expected [2, 5, 0], got {ones[0, :, 0]}"
-    print("✓ per channel: ranges over the other axes, scales broadcast along the axis, running min/max, negative axis")
+    print("✓ per channel: ranges over the other axes, scales broadcast along the axis (0 and 1), inverse scale and two "
+          "roundings as PyTorch, running min/max, negative axis")
 
 
 test_unit_per_channel()
@@ -848,6 +886,14 @@ def test_unit_int4_packing():
     packed = pack_int4(np.array([3, -2], dtype=np.int8))
     assert packed.dtype == np.uint8 and packed.tolist() == [0xE3], (
         f"[3, -2] packs to one byte 0xE3 (3 in the LOW nibble, -2 = 1110 in the high one), got {packed.tolist()}")
+    low_negative = pack_int4(np.array([-2, 3], dtype=np.int8))
+    assert low_negative.tolist() == [0x3E], (
+        f"[-2, 3] packs to 0x3E, got {[hex(b) for b in low_negative.tolist()]}: keep only the low four bits of EACH "
+        "value (v & 0x0F); -2 as uint8 is 1111 1110, and without the mask its high bits spill into the other nibble")
+    unpacked = unpack_int4(np.array([0xE3], dtype=np.uint8), 2, signed=False)
+    assert unpacked.tolist() == [3, 14], (
+        f"0xE3 unpacks to [3, 14] as uint4, got {unpacked.tolist()}: the LOW nibble (byte & 0x0F) is element 2i, the high one "
+        "(byte >> 4) element 2i + 1")
     every = np.arange(-8, 8, dtype=np.int8)
     both_orders = np.stack([every, every[::-1]])
     back = unpack_int4(pack_int4(both_orders), 16)
@@ -858,7 +904,8 @@ def test_unit_int4_packing():
     assert pack_int4(odd).shape == (1, 2) and np.array_equal(unpack_int4(pack_int4(odd), 3), odd), "odd length: pad one 0"
     unsigned = np.arange(16, dtype=np.uint8)
     assert np.array_equal(unpack_int4(pack_int4(unsigned), 16, signed=False), unsigned), "uint4 0..15 round trip"
-    print("✓ pack_int4 / unpack_int4: layout (low nibble first), every value -8..7 and 0..15, odd lengths")
+    print("✓ pack_int4 / unpack_int4: layout (low nibble first, each value masked to 4 bits), every value -8..7 and "
+          "0..15, odd lengths")
 
 
 test_unit_int4_packing()
@@ -1098,7 +1145,8 @@ class QuantizedLinear(Module):
         return self._forward_weight_only(x) if self.mode == "weight_only" else self._forward_dynamic(x)
 
     def _forward_weight_only(self, x: Tensor) -> Tensor:
-        """x @ dequantized_weight() (+ bias): float arithmetic, recorded like a Linear's."""
+        """x @ dequantized_weight() (+ self.bias): float arithmetic with Tensor operations, as module 03's
+        Linear.forward, so that the graph records them and a gradient reaches x."""
         ### BEGIN SOLUTION
         out = x @ self.dequantized_weight()
         return out if self.bias is None else out + self.bias
@@ -1141,8 +1189,9 @@ def test_unit_integer_matmul():
     assert acc.dtype == np.int32, f"integer_matmul accumulates in int32, got {acc.dtype}"
     assert np.array_equal(acc, exact), (
         "integer_matmul must equal the exact sum of (qa - zero_point)·qb; the largest difference is "
-        f"{np.abs(acc - exact).max()} (int8 accumulation overflows: convert both operands to int32 first; "
-        "fold the zero point out with the column sums of qb)")
+        f"{np.abs(acc - exact).max()} (int8 arithmetic wraps around: int8 accumulation overflows, and so does "
+        "qa - zero_point on the int8 array; convert both operands to int32 first; fold the zero point out with the "
+        "column sums of qb)")
     print("✓ integer_matmul: exact int32 accumulation with the zero point folded out")
 
 
@@ -1310,7 +1359,11 @@ class QuantizedEmbedding(Module):
 #| export
 def _replace_submodule(root: Module, name: str, new: Any) -> None:
     """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
-    a part that indexes a plain list of modules is replaced in the list."""
+    a part that indexes a plain list of modules is replaced in the list. The root itself (name "") cannot
+    be replaced inside itself: ValueError."""
+    if not name:
+        raise ValueError("quantize_model: the name '' is the model itself; return its replacement instead of "
+                         "replacing it inside itself.")
     *path, last = name.split(".")
     parent = root
     for part in path:
@@ -1329,15 +1382,19 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     QuantizedLinear.from_float(linear, mode, bits, per_channel, **options) (options: group_size,
     symmetric) and, when `embeddings` is True, every Embedding by
     QuantizedEmbedding.from_float(table, embedding_bits).
-    `model` itself is not changed. A model that is a Linear gives a QuantizedLinear.
-    Use copy.deepcopy, named_modules() and _replace_submodule(root, name, new)."""
+    `model` itself is not changed. A model that is itself a Linear (an Embedding) is returned as a
+    QuantizedLinear (a QuantizedEmbedding): named_modules() lists the root first, under the name "",
+    which _replace_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
+    named_children()) and _replace_submodule(root, name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
     ### BEGIN SOLUTION
     quantized = copy.deepcopy(model)
     if isinstance(quantized, Linear):
         return QuantizedLinear.from_float(quantized, mode, bits, per_channel, **options)
-    for name, module in quantized.named_modules():
+    if embeddings and isinstance(quantized, Embedding):
+        return QuantizedEmbedding.from_float(quantized, embedding_bits)
+    for name, module in quantized.named_modules()[1:]:  # [0] is ("", the root), handled above
         if isinstance(module, Linear):
             _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):

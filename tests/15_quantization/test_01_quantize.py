@@ -51,10 +51,23 @@ def test_inverse_scale_and_fused_multiply_add():
                          "and round x·inv_scale + zero_point once to float32 (compute it in float64)"
 
 
+def test_float64_input_is_taken_as_float32_first():
+    # Each value is halfway between two float32 numbers: rounded to float32 first (as PyTorch, which
+    # only quantizes float32) it gives PyTorch's integer; multiplied in float64 as it is, one less or more.
+    x = np.array([-21.45000171661377, -34.35000038146973, 12.749999523162842, -29.850001335144043])
+    got = quantize_per_tensor(x, 0.3, 3).numpy().tolist()
+    assert got == [-68, -111, 46, -97], (
+        f"a float64 x is taken as float32 FIRST: expected [-68, -111, 46, -97] (PyTorch's integers for the "
+        f"float32 x), got {got} (x.data.astype(np.float32) before converting to float64 for the multiply-add)")
+
+
 def test_dequantize_subtracts_in_int32():
     got = dequantize(np.array([0, 3, 128, 255], np.uint8), 0.5, 128).numpy()
-    assert got.dtype == np.float32 and got.tolist() == [-64.0, -62.5, 0.0, 63.5], (
-        f"expected float32 [-64, -62.5, 0, 63.5], got {got.dtype} {got.tolist()} "
+    assert got.dtype == np.float32, (
+        f"dequantize must return float32, got {got.dtype} (convert the int32 difference to float32 BEFORE "
+        "multiplying by the scale: NumPy's int32 times float32 is float64)")
+    assert got.tolist() == [-64.0, -62.5, 0.0, 63.5], (
+        f"expected [-64, -62.5, 0, 63.5], got {got.tolist()} "
         "(subtract the zero point in int32: uint8 wraps around below 0)")
     assert dequantize(np.array([-128, 127], np.int8), 2.0, -1).numpy().tolist() == [-254.0, 256.0]
 
@@ -73,6 +86,10 @@ def test_per_channel_scales_broadcast_along_the_axis():
     assert q0.tolist() == [[1, 1, 1], [1, 1, 1]], q0.tolist()
     back = dequantize(q, [1.0, 0.5, 0.25], [0, 0, 1], axis=1).numpy()
     assert back.tolist() == [[1.0, 1.0, 1.0]] * 2, f"dequantize along axis 1: got {back.tolist()}"
+    rows = dequantize(np.ones((2, 2), np.int8), [1.0, 2.0], [0, -1], axis=0).numpy()
+    assert rows.tolist() == [[1, 1], [4, 4]], (
+        f"dequantize along axis 0: expected [[1, 1], [4, 4]], got {rows.tolist()} (reshape scale and zero_point "
+        "to (C, 1) for axis=0 so they broadcast along it: a (C,) array broadcasts along the LAST axis)")
     q3 = quantize_per_channel(np.ones((2, 3, 4), np.float32), [0.5, 0.25, 1.0], [0, 1, -1], axis=-2).numpy()
     assert (q3[:, 0] == 2).all() and (q3[:, 1] == 5).all() and (q3[:, 2] == 0).all(), "axis=-2 is the middle axis"
 
@@ -83,6 +100,12 @@ def test_per_channel_rounds_the_product_first():
     got = quantize_per_channel(np.float32([[27.894709]]), np.float32([0.68875825]), [-11], axis=1).numpy().tolist()
     assert got == [[30]], (f"expected [[30]] (PyTorch's integer), got {got}: the per-channel kernel computes "
                            "x·inv in float32, then + zero point in float32 (two roundings), then rint")
+    # x / s rounds to [[10, 29]] here; PyTorch multiplies by the float32 inverse and gets [[11, 30]].
+    inverse = quantize_per_channel(np.float32([[19.964939, 48.88528]]), np.float32([1.9014227, 1.6571282]), [0, 0],
+                                   axis=1).numpy().tolist()
+    assert inverse == [[11, 30]], (
+        f"expected [[11, 30]] (PyTorch's integers), got {inverse}: multiply x by inv = np.float32(1) / scales, "
+        "never divide by the scales (x / s and x·(1/s) differ in the last bit)")
 
 
 def test_ties_per_channel_and_clamp():
@@ -123,5 +146,6 @@ def test_error_inside_the_range_is_at_most_half_a_step(values, scale, zero_point
     back = dequantize(q, s, zero_point).numpy()
     assert q.shape == x.shape and back.dtype == np.float32
     assert np.all(np.abs(back - x)[inside] <= s / 2 * (1 + 1e-5) + 1e-6), "inside the range |x - x̂| <= scale/2"
-    assert np.all(np.abs(back - x)[~inside] >= 0)  # outside: clamped, the error is whatever it is
+    above, below = x / s + zero_point > 127.5, x / s + zero_point < -128.5
+    assert np.all(q.numpy()[above] == 127) and np.all(q.numpy()[below] == -128), "outside the range: clamped to its ends"
     assert np.all((q.numpy() >= -128) & (q.numpy() <= 127))

@@ -10,6 +10,14 @@ def test_layout_low_nibble_first():
     assert packed.dtype == np.uint8 and packed.tolist() == [0xE3], (
         f"[3, -2] packs to the byte 0xE3 (3 in the LOW nibble, -2 = 1110 in the high one), got {packed.tolist()}")
     assert pack_int4(np.array([[1, 2, 3, 4]], np.int8)).tolist() == [[0x21, 0x43]]
+    low_negative = pack_int4(np.array([-2, 3, -8, -1], np.int8)).tolist()
+    assert low_negative == [0x3E, 0xF8], (
+        f"[-2, 3, -8, -1] packs to [0x3E, 0xF8], got {[hex(b) for b in low_negative]}: keep only the low four bits of "
+        "EACH value (v & 0x0F); -2 as uint8 is 1111 1110, and without the mask its high bits spill into the other nibble")
+    unpacked = unpack_int4(np.array([[0xE3, 0xF8]], np.uint8), 4, signed=False).tolist()
+    assert unpacked == [[3, 14, 8, 15]], (
+        f"[[0xE3, 0xF8]] unpacks to [[3, 14, 8, 15]] as uint4, got {unpacked}: the LOW nibble (byte & 0x0F) is element 2i, "
+        "the high one (byte >> 4) element 2i + 1")
 
 
 def test_every_int4_value_round_trips():

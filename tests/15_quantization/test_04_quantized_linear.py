@@ -45,8 +45,8 @@ def test_integer_matmul_folds_the_zero_point_out():
         got = integer_matmul(qa, zero_point, qb)
         assert np.array_equal(got, exact), (
             f"zero point {zero_point}: integer_matmul must equal the sum of (qa - zero_point)·qb exactly; largest "
-            f"difference {np.abs(got - exact).max()} (fold the zero point out: subtract zero_point times the "
-            "column sums of qb)")
+            f"difference {np.abs(got - exact).max()} (work in int32 from the start: qa - zero_point on the int8 "
+            "array wraps around; then fold the zero point out: subtract zero_point times the column sums of qb)")
     u = rng.integers(0, 256, (3, 50)).astype(np.uint8)
     assert np.array_equal(integer_matmul(u, 128, qb[:50]), (u.astype(np.float64) - 128) @ qb[:50].astype(np.float64))
 
@@ -81,7 +81,8 @@ def test_dynamic_matches_the_integer_arithmetic_exactly():
     assert out.shape == (3, 5, 8) and out.dtype == np.float32
     assert np.array_equal(out.reshape(-1, 8), ref), (
         "dynamic: quantize x per tensor (affine int8, its own min and max), integer product, then multiply by "
-        f"x_scale·scale and add the bias; largest difference {np.abs(out.reshape(-1, 8) - ref).max()}")
+        f"x_scale·scale and add the bias; largest difference {np.abs(out.reshape(-1, 8) - ref).max()} (a float "
+        "product of the dequantized x and weight differs in the last bits: multiply the integers with integer_matmul)")
     w_hat = layer.dequantized_weight().numpy()
     exact = x.reshape(-1, 48).astype(np.float64) @ linear.weight.numpy() + linear.bias.numpy()
     bound = (x_scale / 2 * np.abs(w_hat).sum(axis=0) + layer.scale.numpy() / 2 * np.abs(x.reshape(-1, 48)).sum(1, keepdims=True))

@@ -40,7 +40,14 @@ def test_every_linear_is_replaced_and_the_state_dict_holds_integers():
     assert np.allclose(quantized(Tensor(x)).numpy(), small_mlp()(Tensor(x)).numpy(), atol=0.05)
     four = quantize_model(small_mlp(), bits=4).state_dict()
     assert four["0.qweight"].dtype == np.uint8 and four["0.qweight"].shape == (4, 4), "int4 packed in the state_dict"
-    assert isinstance(quantize_model(Linear(3, 2, seed=0)), QuantizedLinear)
+    assert isinstance(quantize_model(Linear(3, 2, seed=0)), QuantizedLinear), "a Linear becomes a QuantizedLinear"
+    table = quantize_model(Embedding(10, 4, seed=0))
+    assert isinstance(table, QuantizedEmbedding), (
+        f"a model that is itself an Embedding becomes a QuantizedEmbedding, got {type(table).__name__} "
+        "(the root is named '' in named_modules(): return its replacement)")
+    kept = quantize_model(Embedding(10, 4, seed=0), embeddings=False)
+    assert type(kept) is Embedding and [name for name, _ in kept.named_modules()] == [""], (
+        "embeddings=False leaves an Embedding as it is, with no submodule added")
 
 
 def test_the_gpt_is_quantized_without_touching_module_13():
@@ -48,7 +55,10 @@ def test_the_gpt_is_quantized_without_touching_module_13():
     quantized = quantize_model(model)
     linears = [name for name, m in model.named_modules() if isinstance(m, Linear)]
     assert len(linears) == 12 and all(isinstance(dict(quantized.named_modules())[n], QuantizedLinear) for n in linears)
-    assert isinstance(quantized.token_embedding, QuantizedEmbedding) and isinstance(model.token_embedding, Embedding)
+    assert isinstance(quantized.token_embedding, QuantizedEmbedding), (
+        f"embeddings=True (the default): every Embedding becomes a QuantizedEmbedding, got "
+        f"{type(quantized.token_embedding).__name__} for the GPT's token_embedding")
+    assert isinstance(model.token_embedding, Embedding), "the original GPT keeps its float32 Embedding"
     assert type(quantized) is GPT and type(quantized.blocks[0]) is type(model.blocks[0]), "module 13's own classes"
     idx = np.random.default_rng(1).integers(0, 11, (2, 8))
     with no_grad():

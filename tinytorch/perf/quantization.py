@@ -69,20 +69,22 @@ def _check_zero_point(zero_point: Any, qmin: int, qmax: int, where: str) -> np.n
         raise ValueError(f"{where}: zero_point must lie in the dtype's range [{qmin}, {qmax}], got {z.tolist()}.")
     return z
 
-# %% ../../modules/15_quantization/quantization_dev.py #aed5d2b8
+# %% ../../modules/15_quantization/quantization_dev.py #1177db0d
 def quantize_per_tensor(x: Any, scale: float, zero_point: int, dtype: str = "int8") -> Tensor:
     """Integers q = clamp(round_half_even(x·inv_scale + zero_point), qmin, qmax), one scale for all of x.
 
-    x          -- floats, any shape (Tensor or array); taken as float32, as PyTorch does
-    scale      -- a number > 0; inv_scale = np.float32(1) / np.float32(scale)
+    x          -- floats, any shape (Tensor or array); taken as float32, as PyTorch does (it refuses
+                  float64): a float64 x is rounded to float32 FIRST, x.data.astype(np.float32)
+    scale      -- a number > 0 (a Python float here); inv_scale = np.float32(1) / np.float32(scale)
     zero_point -- an integer in qrange(dtype)
     dtype      -- "int8" (default), "uint8", or "intN" / "uintN" (section 1)
     Returns a Tensor of x's shape and dtype storage_dtype(dtype) (np.int8 or np.uint8).
 
     As PyTorch's per-tensor kernel: x·inv_scale + zero_point in ONE rounding to float32 (a
-    fused multiply-add): compute it in float64 (x and inv_scale converted to float64 first:
-    their product is exact there), convert the sum to float32, then round half to even
-    (xp.rint) and clamp to [qmin, qmax] (xp.clip).
+    fused multiply-add): compute it in float64 (the float32 x and inv_scale converted to float64:
+    their product is exact there; skipping the float32 step for a float64 x changes a few
+    integers), convert the sum to float32, then round half to even (xp.rint) and clamp to
+    [qmin, qmax] (xp.clip). Work with xp = array_module(x.data) (NumPy or CuPy).
     """
     x = _float_input(x, "quantize_per_tensor")
     qmin, qmax = qrange(dtype)
@@ -102,8 +104,12 @@ def dequantize(q: Any, scale: Any, zero_point: Any, axis: int | None = None) -> 
     axis None  -- per tensor: scale and zero_point are one number each (or arrays of one element)
     axis given -- per channel: scale and zero_point are 1-D, one per index of q's axis `axis`
                   (negative allowed), broadcast along that axis
-    Compute q − zero_point in int32 (never in q's own dtype: uint8 wraps around below 0), convert
-    it to float32 and multiply by the float32 scale.
+    Returns a float32 Tensor. The given checks leave scale (float32) and zero_point (int64) as NumPy
+    arrays: for axis given, reshape both to (1, …, C, …, 1) (C at `axis`) so they broadcast along
+    it (a plain (C,) array would broadcast along the LAST axis); move them to q's device with
+    xp.asarray (xp = array_module(q.data)). Compute q − zero_point in int32 (never in q's own
+    dtype: uint8 wraps around below 0), convert it to float32 and multiply by the float32 scale
+    (int32 times float32 would give float64 in NumPy: convert first).
     """
     q = as_tensor(q)
     if q.data.dtype.kind not in "iu":
@@ -139,7 +145,7 @@ def _check_channel_count(scales: np.ndarray, zero_points: np.ndarray, channels: 
         raise ValueError(f"{where}: axis {axis} has {channels} channels, so scales and zero_points must have shape "
                          f"({channels},); got {scales.shape} and {zero_points.shape}.")
 
-# %% ../../modules/15_quantization/quantization_dev.py #260f8f30
+# %% ../../modules/15_quantization/quantization_dev.py #f4db09e5
 def calculate_qparams(min_val: Any, max_val: Any, dtype: str = "int8",
                       symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(scale, zero_point) for observed ranges [min_val, max_val], as PyTorch's observers compute them.
@@ -181,7 +187,9 @@ class MinMaxObserver:
     symmetric -- False: per_tensor_affine; True: per_tensor_symmetric
     observe(x) widens [min_val, max_val] (float32 NumPy scalars, +inf / -inf before anything is
     observed) to include x's smallest and largest value and returns x unchanged; an empty x changes
-    nothing. qparams() -> (scale: float, zero_point: int).
+    nothing. The range is a RUNNING one: min(old min, this x's min), never just the last x's. On a
+    GPU, data.min() is a CuPy value: bring it to the host with to_host before np.float32.
+    qparams() -> (scale: float, zero_point: int).
     """
 
     def __init__(self, dtype: str = "int8", symmetric: bool = False):
@@ -207,18 +215,21 @@ class MinMaxObserver:
         return (f"{type(self).__name__}(dtype={self.dtype!r}, symmetric={self.symmetric}, "
                 f"min_val={self.min_val}, max_val={self.max_val})")
 
-# %% ../../modules/15_quantization/quantization_dev.py #20dd82e3
+# %% ../../modules/15_quantization/quantization_dev.py #625c8a1e
 def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, dtype: str = "int8") -> Tensor:
     """Integers with one (scale, zero point) per slice of x along `axis`, as torch.quantize_per_channel.
 
-    x           -- floats, any shape with at least one dimension; taken as float32
+    x           -- floats, any shape with at least one dimension; taken as float32 (x.data.astype(np.float32))
     scales      -- 1-D, x.shape[axis] values > 0; zero_points -- 1-D, x.shape[axis] integers in qrange(dtype)
     axis        -- the channel axis (negative allowed); 1 for our Linear's output channels
     Returns a Tensor of x's shape and dtype storage_dtype(dtype).
 
-    As PyTorch's per-channel kernel: inv = np.float32(1) / scales (float32), both reshaped to
-    broadcast along axis; v = x·inv in float32, then + zero_points as float32 (two float32
-    roundings); then round half to even (xp.rint) and clamp to [qmin, qmax].
+    The given checks leave scales (float32) and zero_points (int64) as NumPy arrays of shape (C,).
+    As PyTorch's per-channel kernel: inv = np.float32(1) / scales (float32: multiply by the
+    inverse, never divide by the scale), inv and zero_points reshaped to (1, …, C, …, 1) to
+    broadcast along axis and moved to x's device (xp.asarray); v = x·inv in float32, then
+    + zero_points as float32 (two float32 roundings: NOT the per-tensor kernel's float64
+    multiply-add); then round half to even (xp.rint) and clamp to [qmin, qmax].
     """
     x = _float_input(x, "quantize_per_channel")
     if x.ndim == 0:
@@ -242,9 +253,10 @@ class PerChannelMinMaxObserver:
 
     axis      -- the channel axis (1 for our Linear's output channels; negative allowed)
     dtype, symmetric -- as MinMaxObserver (per_channel_affine / per_channel_symmetric)
-    observe(x): min_val and max_val become float32 arrays of shape (x.shape[axis],) holding, per
-    channel, the smallest and largest value over every OTHER axis of x (and of every earlier x:
-    the running elementwise min / max). Returns x. qparams() -> (scales float32 (C,), zero_points int64 (C,)).
+    observe(x): min_val and max_val become float32 NumPy arrays (on the host: to_host) of shape
+    (x.shape[axis],) holding, per channel, the smallest and largest value over every OTHER axis of x
+    (data.min(axis=<tuple of the other axes>)) and of every earlier x: the running elementwise
+    min / max (np.minimum / np.maximum). Returns x. qparams() -> (scales float32 (C,), zero_points int64 (C,)).
     """
 
     def __init__(self, axis: int = 0, dtype: str = "int8", symmetric: bool = False):
@@ -343,7 +355,7 @@ def unpack_int4(packed: Any, n: int, signed: bool = True) -> Any:
         return nibbles.astype(np.uint8)
     return ((nibbles.astype(np.int8) ^ 8) - 8).astype(np.int8)
 
-# %% ../../modules/15_quantization/quantization_dev.py #b170da9e
+# %% ../../modules/15_quantization/quantization_dev.py #32fdede9
 def integer_matmul(qa: Any, a_zero_point: int, qb: Any) -> Any:
     """Σ_k (qa[m, k] − a_zero_point) · qb[k, n]: an int32 (M, N) array (NumPy or CuPy, like qa).
 
@@ -503,7 +515,8 @@ class QuantizedLinear(Module):
         return self._forward_weight_only(x) if self.mode == "weight_only" else self._forward_dynamic(x)
 
     def _forward_weight_only(self, x: Tensor) -> Tensor:
-        """x @ dequantized_weight() (+ bias): float arithmetic, recorded like a Linear's."""
+        """x @ dequantized_weight() (+ self.bias): float arithmetic with Tensor operations, as module 03's
+        Linear.forward, so that the graph records them and a gradient reaches x."""
         out = x @ self.dequantized_weight()
         return out if self.bias is None else out + self.bias
 
@@ -582,10 +595,14 @@ class QuantizedEmbedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, weight=int{self.bits} symmetric per row"
 
-# %% ../../modules/15_quantization/quantization_dev.py #f73d8117
+# %% ../../modules/15_quantization/quantization_dev.py #64bd7182
 def _replace_submodule(root: Module, name: str, new: Any) -> None:
     """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
-    a part that indexes a plain list of modules is replaced in the list."""
+    a part that indexes a plain list of modules is replaced in the list. The root itself (name "") cannot
+    be replaced inside itself: ValueError."""
+    if not name:
+        raise ValueError("quantize_model: the name '' is the model itself; return its replacement instead of "
+                         "replacing it inside itself.")
     *path, last = name.split(".")
     parent = root
     for part in path:
@@ -604,14 +621,18 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     QuantizedLinear.from_float(linear, mode, bits, per_channel, **options) (options: group_size,
     symmetric) and, when `embeddings` is True, every Embedding by
     QuantizedEmbedding.from_float(table, embedding_bits).
-    `model` itself is not changed. A model that is a Linear gives a QuantizedLinear.
-    Use copy.deepcopy, named_modules() and _replace_submodule(root, name, new)."""
+    `model` itself is not changed. A model that is itself a Linear (an Embedding) is returned as a
+    QuantizedLinear (a QuantizedEmbedding): named_modules() lists the root first, under the name "",
+    which _replace_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
+    named_children()) and _replace_submodule(root, name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
     quantized = copy.deepcopy(model)
     if isinstance(quantized, Linear):
         return QuantizedLinear.from_float(quantized, mode, bits, per_channel, **options)
-    for name, module in quantized.named_modules():
+    if embeddings and isinstance(quantized, Embedding):
+        return QuantizedEmbedding.from_float(quantized, embedding_bits)
+    for name, module in quantized.named_modules()[1:]:  # [0] is ("", the root), handled above
         if isinstance(module, Linear):
             _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):

@@ -487,7 +487,8 @@ def test_unit_observer():
         f"per element, int4: expected scales [4/15, 1/15] and zero points [-4, -8], got {s}, {z}")
     observer = MinMaxObserver()
     for batch in ([0.5, 2.0], [-1.0, 0.0], [1.0, 3.0]):
-        assert observer.observe(Tensor(batch)) is not None
+        returned = observer.observe(Tensor(batch))
+        assert returned is not None, "observe(x) returns x (so it can sit in a forward pass); it returned None"
     assert (observer.min_val, observer.max_val) == (-1.0, 3.0), (
         f"the observer keeps the running min and max of every batch: expected (-1, 3), got "
         f"({observer.min_val}, {observer.max_val})")
@@ -1211,7 +1212,9 @@ def test_unit_quantized_linear():
         f"expected integers [[64, -64], [-96, 32], [127, 127]], got {layer.qweight.numpy().tolist()}")
     x = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
     w_hat = layer.dequantized_weight().numpy()
-    assert np.allclose(layer(Tensor(x)).numpy(), x @ w_hat + linear.bias.numpy(), atol=1e-6)
+    got, expected = layer(Tensor(x)).numpy(), x @ w_hat + linear.bias.numpy()
+    assert np.allclose(got, expected, atol=1e-6), (
+        f"weight-only forward: expected x @ dequantized_weight() + bias = {expected.tolist()}, got {got.tolist()}")
     assert np.all(np.abs(w_hat - linear.weight.numpy()) <= layer.scale.numpy() / 2 + 1e-7), "|W - Ŵ| <= scale/2"
     four = QuantizedLinear.from_float(linear, bits=4)
     assert four.qweight.dtype == np.uint8 and four.qweight.shape == (3, 1), "int4: two values per byte"
@@ -1461,8 +1464,10 @@ def test_unit_checkpoint_round_trip():
             loaded = skeleton.state_dict()[name]
             assert loaded.dtype == value.dtype and np.array_equal(loaded, value), f"{name} did not round-trip"
         x = Tensor(np.ones((2, 16), np.float32))
-        assert np.array_equal(skeleton(x).numpy(), quantized(x).numpy())
-        assert size == os.path.getsize(folder / f"int{bits}.npz")
+        assert np.array_equal(skeleton(x).numpy(), quantized(x).numpy()), (
+            f"int{bits}: the model loaded from the checkpoint computes differently from the one saved")
+        on_disk = os.path.getsize(folder / f"int{bits}.npz")
+        assert size == on_disk, f"checkpoint_bytes returned {size:,}, the file on disk has {on_disk:,} bytes"
     fp32 = checkpoint_bytes(model, folder / "fp32.npz")
     print(f"✓ checkpoints: integer buffers round-trip bit for bit (fp32 file {fp32:,} bytes, "
           f"int8 {os.path.getsize(folder / 'int8.npz'):,}, int4 {os.path.getsize(folder / 'int4.npz'):,})")

@@ -311,6 +311,8 @@ class Profiler:
         `op_flops(node, out.shape)` with node = `out._node`, or, when no graph was recorded
         (gradients off, or no input requires a gradient: `out._node` is None),
         `Node(op, inputs, saved)`, which describes the same op: inference has FLOPs too.
+        `op_flops` returns 0 for an op without a FLOP formula (elementwise ops, `demo_sum`):
+        add what it returns, whatever the op.
         """
         elapsed = self._lap()
         self._after_rule = None
@@ -342,8 +344,9 @@ class Profiler:
         OpStats of node.op. Yours: add 1 to stats.backward_calls, `elapsed` to
         stats.backward_s, the backward's FLOPs, `op_flops(node, grad.shape, grads)` (grads
         tells the formula which products the rule ran), to stats.backward_flops, and the
-        bytes of the gradients it returned (the arrays in grads, skipping None) to
-        stats.backward_bytes.
+        bytes of the gradients it returned (the arrays in grads, skipping None: an input
+        that needs no gradient got none, so it produced no bytes) to stats.backward_bytes:
+        not the bytes of node.inputs.
         """
         elapsed = self._lap()
         self._after_rule = node.op
@@ -376,7 +379,9 @@ class Profiler:
     def total_flops(self, phase: str | None = None) -> int:
         """FLOPs of every op seen: phase None = forward + backward, "forward" or "backward" only.
 
-        Sum stats.forward_flops and/or stats.backward_flops over self.stats.values().
+        Sum stats.forward_flops and/or stats.backward_flops over self.stats.values():
+        total_flops("forward") is the sum of forward_flops alone, total_flops("backward") of
+        backward_flops alone, total_flops() both. Returns an int.
         """
         if phase not in (None, "forward", "backward"):
             raise ValueError(f"total_flops: phase must be None, 'forward' or 'backward', got {phase!r}.")
@@ -529,11 +534,17 @@ def test_unit_profiler():
             f"backward times {s.backward_s}, {d.backward_s}: expected 0.5 and 3.0 (elapsed, per rule)"
         assert (d.forward_flops, d.backward_flops) == (10, 20) and prof.total_flops() == 30, \
             f"FLOPs {d.forward_flops}/{d.backward_flops}, total {prof.total_flops()}: expected 10/20, 30"
-        assert (prof.total_flops("forward"), prof.total_flops("backward")) == (10, 20)
+        phases = (prof.total_flops("forward"), prof.total_flops("backward"))
+        assert phases == (10, 20), (f"total_flops('forward'), total_flops('backward') = {phases}, expected (10, 20): "
+                                    "a phase sums that phase's FLOPs only (forward_flops or backward_flops)")
         assert d.forward_bytes == 4 * 8 and s.forward_bytes == 8, \
             f"bytes {d.forward_bytes}, {s.forward_bytes}: the bytes of each op's OUTPUT (32 and 8)"
-        assert d.backward_bytes == 32 and s.backward_bytes == 32, "backward bytes: the gradients returned"
-        assert prof.regions["update"].forward_s == 4.0 and prof.outside_s == 0.125 + 0.0625
+        assert d.backward_bytes == 32 and s.backward_bytes == 32, (
+            f"backward bytes {d.backward_bytes}, {s.backward_bytes}: expected 32 each, the bytes of the gradients "
+            "each rule returned (4 float64)")
+        assert prof.regions["update"].forward_s == 4.0 and prof.outside_s == 0.125 + 0.0625, (
+            f"the 'update' label {prof.regions['update'].forward_s} s and (not in an op) {prof.outside_s} s: "
+            "expected 4.0 and 0.1875 (given code: check that op_recorded and rule_finished keep the given lines)")
         rows = d.total_s + s.total_s + prof.regions["update"].forward_s + prof.outside_s
         assert rows == prof.wall_s == fake.now, f"rows add up to {rows}, wall time {prof.wall_s}"
         with no_grad(), Profiler() as quiet:
@@ -780,6 +791,9 @@ def test_unit_measure_latency():
         fn = ScriptedCall(fake, durations)
         t = measure_latency(fn, warmup=3, repeats=8)
         assert fn.calls == 11, f"fn was called {fn.calls} times: warmup (3) + repeats (8) = 11"
+        assert set(t.samples) <= set(durations), (
+            f"samples {t.samples} are not times of the fake clock: read the module's `clock()` before and after "
+            "each call (the tests replace it with a FakeClock), never time.perf_counter() or time.time()")
         assert t.samples == durations[3:], f"samples {t.samples}: the 8 timed calls, warm-up excluded, in order"
         assert t.median_s == 1.5, f"median {t.median_s}: expected 1.5 (the median, not the mean {np.mean(durations[3:])})"
         assert t.iqr_s == 1.25, f"IQR {t.iqr_s}: expected np.percentile(samples, 75) - np.percentile(samples, 25) = 1.25"
@@ -961,7 +975,10 @@ test_unit_peak_memory()
 #   array that owns the memory. Count each owner once, by identity (`id`), with its `nbytes`;
 # * **leave out the leaves**: tensors made by no node (`t._node is None`: the parameters,
 #   your data) exist with or without the graph; skip every buffer that a leaf's array owns or
-#   views.
+#   views. Find them among the nodes' inputs (`inp._node is None`), not in the order:
+#   `topological_order` lists only `tensor` and the tensors that need a gradient, so your
+#   data (a Tensor without `requires_grad`) is met only as an input of a node;
+# * a `tensor` that is itself a leaf has no graph behind it: 0 bytes.
 
 # %%
 #| export
@@ -971,9 +988,13 @@ def graph_saved_bytes(tensor: Tensor) -> int:
     The arrays: tensor's own, and for every t in topological_order(tensor) with a node,
     each input's `.data` and each array in node.saved (use _is_array). Each memory buffer
     (_buffer_of) is counted once, by id, with its nbytes; buffers owned by leaves (inputs
-    whose _node is None: parameters, data) are left out. Returns an int.
+    whose _node is None: parameters, data) are left out. Take the leaves from node.inputs:
+    topological_order holds only the tensors that need a gradient, so data tensors are not
+    in it. A leaf `tensor` (tensor._node is None) returns 0. Returns an int.
     """
     ### BEGIN SOLUTION
+    if tensor._node is None:  # a leaf: no graph behind it
+        return 0
     arrays = [tensor.data]
     leaves: set[int] = set()
     for t in topological_order(tensor):
@@ -1002,6 +1023,14 @@ def test_unit_graph_saved_bytes():
     h = x @ w                                                 # (16, 4): 512 bytes, made by the graph
     r = h.reshape(64)                                         # a view of h: no new memory
     loss = (r * r).sum()                                      # r used twice; r*r: 512 bytes; loss: 8
+    got = graph_saved_bytes(h)
+    assert got == 512, f"graph_saved_bytes(x @ w) = {got}, expected 512 (h's own array): " + {
+        0: "count tensor's own array (tensor.data) too",
+        512 + 1024: "x (your data, 1024 bytes) is a leaf too: it needs no gradient, so it is not in "
+                    "topological_order; find the leaves among node.inputs (inp._node is None)",
+        512 + 256: "w (a parameter, 256 bytes) is a leaf: leave it out",
+        512 + 256 + 1024: "leaves (w, x) exist without the graph: leave them out"}.get(got, "leaves (w, x) are left out")
+    assert graph_saved_bytes(w) == 0, f"graph_saved_bytes(w) = {graph_saved_bytes(w)}: a leaf has no graph behind it, 0"
     assert graph_saved_bytes(loss) == 512 + 512 + 8, (
         f"graph_saved_bytes = {graph_saved_bytes(loss)}, expected 1032: h (512) once (r is a view of it and is "
         "used twice: count each array once), r*r (512), the loss (8); leaves (w, x) exist without the graph")
@@ -1112,7 +1141,9 @@ def _xp(device: str):
 def machine_peak(n: int = 1024, copy_mib: int = 64, repeats: int = 5, device: str = "cpu") -> tuple[float, float]:
     """(GFLOP/s, GB/s) measured on this machine: a float32 (n, n) @ (n, n) product and a copy of
     copy_mib MiB of float32, each timed with measure_latency(..., warmup=1, repeats=repeats,
-    device=device). A peak is the best the machine did: use the FASTEST sample of each
+    device=device): the product first, then the copy (the test's fake measure_latency answers
+    in that order). measure_latency passes only positional arguments to fn, so time a lambda:
+    measure_latency(lambda: xp.matmul(a, b, out=c), ...). A peak is the best the machine did: use the FASTEST sample of each
     (min(timing.samples)), not the median (an interruption only ever adds time).
 
     Given: `a`, `b`, `c` (n × n float32, c the product's output: xp.matmul(a, b, out=c)) and
@@ -1157,6 +1188,8 @@ def test_unit_machine_peak():
         measure_latency = real
     assert len(timed) == 2 and all(t == (1, 3, "cpu") for t in timed), \
         f"measure_latency was called as {timed}: twice, with warmup=1, repeats=repeats, device=device"
+    assert not (math.isclose(gflops, 2 * 64**3 / 0.002 / 1e9) and math.isclose(gbytes, 2 * 2**20 / 0.004 / 1e9)), \
+        "machine_peak timed the copy first (the second answer of measure_latency): time the product first, then the copy"
     assert not math.isclose(gflops, 2 * 64**3 / 0.010 / 1e9), \
         "machine_peak used the median: a peak is the FASTEST sample, min(timing.samples)"
     assert math.isclose(gflops, 2 * 64**3 / 0.004 / 1e9), (

@@ -75,6 +75,17 @@ def test_backward_flops_are_counted(fake, demo_ops):
         "pass the rule's grads to op_flops(node, grad.shape, grads) in rule_finished (without them it counts the forward)")
 
 
+def test_total_flops_of_each_phase(fake, demo_ops):
+    prof = profile_demo(fake, *demo_ops)
+    got = (prof.total_flops(), prof.total_flops("forward"), prof.total_flops("backward"))
+    if got[1:] == (30, 30):
+        pytest.fail(f"total_flops('forward') and total_flops('backward') are both 30, expected 10 and 20: a phase sums "
+                    "that phase's FLOPs only (forward_flops or backward_flops); phase None is forward + backward")
+    assert got == (30, 10, 20), f"total_flops(None/'forward'/'backward') = {got}: phase None is forward + backward"
+    with pytest.raises(ValueError, match="phase"):
+        prof.total_flops("both")
+
+
 def test_backward_flops_follow_the_gradients_the_rule_computed():
     w = Tensor(np.ones((3, 5)), requires_grad=True)
     for x_needs_grad, factor in ((True, 2), (False, 1)):
@@ -93,6 +104,14 @@ def test_backward_bytes_are_the_gradients_returned(fake, demo_ops):
     for op in ("demo_double", "demo_sum"):
         got = prof.by_op()[op].backward_bytes
         assert got == 32, f"{op}'s backward bytes {got}: the bytes of the gradients its rule returned (4 float64: 32)"
+    x = Tensor(np.ones((4, 3)))                       # data: its gradient is None, not computed
+    w = Tensor(np.ones((3, 5)), requires_grad=True)   # dW: 15 float64, 120 bytes
+    with Profiler() as prof:
+        (x @ w).sum().backward()
+    got = prof.by_op()["matmul"].backward_bytes
+    assert got == 120, (
+        f"matmul's backward bytes {got}, expected 120 (dW only: x needs no gradient, so the rule returned None for "
+        "it): the bytes of the gradients the rule RETURNED (the arrays in grads, skipping None), not of node.inputs")
 
 
 def test_calls_and_times_of_each_phase(fake, demo_ops):
@@ -105,14 +124,6 @@ def test_calls_and_times_of_each_phase(fake, demo_ops):
         "previous event) to stats.forward_s")
     assert (d.backward_s, s.backward_s) == (3.0, 0.5), (
         f"backward times {d.backward_s} and {s.backward_s}, expected 3.0 and 0.5: add `elapsed` to stats.backward_s")
-
-
-def test_total_flops_of_each_phase(fake, demo_ops):
-    prof = profile_demo(fake, *demo_ops)
-    got = (prof.total_flops(), prof.total_flops("forward"), prof.total_flops("backward"))
-    assert got == (30, 10, 20), f"total_flops(None/'forward'/'backward') = {got}: phase None is forward + backward"
-    with pytest.raises(ValueError, match="phase"):
-        prof.total_flops("both")
 
 
 def test_rows_add_up_to_the_wall_time(fake, demo_ops):
@@ -164,8 +175,17 @@ def test_count_flops_of_a_linear_layer_forward_and_backward():
     assert got == 2 * forward, (
         f"count_flops(..., backward=True) = {got}, expected {2 * forward} (forward + dW): run the loss's backward() "
         "inside the profiler")
-    with pytest.raises(ValueError, match="scalar loss"):
+    try:
         count_flops(lambda: layer(x), backward=True)
+    except ValueError as err:
+        assert "scalar loss" in str(err), f"the ValueError says {err}: let _loss_of (given) raise it"
+    except Exception as err:  # what backward() itself raises on a (4, 5) output
+        pytest.fail(f"count_flops(fn returning a (4, 5) Tensor, backward=True) raised {type(err).__name__}: {err}. "
+                    "Pass what fn returned through _loss_of (given) before calling .backward(): it raises the "
+                    "ValueError that says fn must return the scalar loss")
+    else:
+        pytest.fail("count_flops(fn returning a (4, 5) Tensor, backward=True) raised nothing: pass what fn returned "
+                    "through _loss_of (given), which raises ValueError unless it is the scalar loss")
 
 
 # ---- measure_latency --------------------------------------------------------------------------------------
@@ -189,6 +209,13 @@ class Scripted:
 
 
 COLD_THEN_STEADY = [9.0, 7.0, 5.0] + [1.0, 2.0, 1.0, 100.0, 1.0, 3.0, 1.0, 2.0]
+
+
+def test_measure_latency_reads_the_modules_clock(fake):
+    t = measure_latency(Scripted(fake, [1.0] * 4), warmup=1, repeats=3)
+    assert t.samples == [1.0, 1.0, 1.0], (
+        f"samples {t.samples}, expected [1, 1, 1] from a fake clock that moves 1 s per call: read the module's "
+        "`clock()` before and after each call (the tests replace it), never time.perf_counter() or time.time()")
 
 
 def test_measure_latency_warms_up_first(fake):
@@ -280,7 +307,18 @@ def small_graph():
 
 
 def test_graph_saved_bytes_leaves_out_the_leaves():
-    w = Tensor(np.ones((8, 4)), requires_grad=True)
+    w = Tensor(np.ones((8, 4)), requires_grad=True)    # a parameter: 256 bytes
+    x = Tensor(np.ones((16, 8)))                        # data, no gradient: 1024 bytes
+    got = graph_saved_bytes(x @ w)                      # h: 512 bytes
+    assert got == 512, f"graph_saved_bytes(x @ w) = {got}, expected 512 (h's own array): " + {
+        0: "count tensor's own array (tensor.data) too",
+        512 + 1024: "x (data, 1024 bytes) is a leaf too: it needs no gradient, so it is not in topological_order; "
+                    "find the leaves among node.inputs (inp._node is None)",
+        512 + 256: "w (a parameter, 256 bytes) is a leaf: leaves (parameters, data) and views of them exist "
+                   "without the graph",
+        512 + 256 + 1024: "leaves (parameters, data) and views of them exist without the graph"}.get(
+            got, "leaves (parameters, data) and views of them exist without the graph")
+    assert graph_saved_bytes(w) == 0, f"graph_saved_bytes(w) = {graph_saved_bytes(w)}: a leaf has no graph behind it, 0"
     got = graph_saved_bytes(w.transpose().sum())
     assert got == 8, (f"graph_saved_bytes of w.transpose().sum(): {got}, expected 8 (the loss): leaves (parameters, "
                       "data) and views of them exist without the graph (a view shares its base's memory: "
@@ -320,6 +358,9 @@ def test_machine_peak_counts_2n3_flops_and_2x_bytes_at_the_fastest_sample(monkey
     gflops, gbytes = machine_peak(n=64, copy_mib=1, repeats=3)
     assert calls == [(1, 3, "cpu")] * 2, f"measure_latency calls {calls}: the product, then the copy, warmup=1"
     right = 2 * 64**3 / 0.004 / 1e9
+    if math.isclose(gflops, 2 * 64**3 / 0.002 / 1e9) and math.isclose(gbytes, 2 * MIB / 0.004 / 1e9):
+        pytest.fail("machine_peak timed the copy first (its numbers are the second answer of measure_latency): "
+                    "time the product first, then the copy")
     if math.isclose(gflops, 2 * 64**3 / 0.010 / 1e9):
         pytest.fail(f"GFLOP/s {gflops} comes from the median time: a peak is the FASTEST sample, min(timing.samples)")
     assert math.isclose(gflops, right), (

@@ -22,7 +22,7 @@ __all__ = ['clock', 'NOT_IN_AN_OP', 'SORT_KEYS', 'FakeClock', 'OpStats', 'Profil
            'forget_demo_ops', 'count_flops', 'Timing', 'device_of_args', 'synchronize', 'measure_latency', 'CupyMemory',
            'peak_memory', 'graph_saved_bytes', 'machine_peak', 'roofline_rows', 'plot_roofline']
 
-# %% ../../modules/14_profiling/profiling_dev.py #3d053667
+# %% ../../modules/14_profiling/profiling_dev.py #880f5a5a
 clock: Callable[[], float] = time.perf_counter  # wall-clock seconds; tests swap in a FakeClock
 
 NOT_IN_AN_OP = "(not in an op)"
@@ -174,6 +174,8 @@ class Profiler:
         `op_flops(node, out.shape)` with node = `out._node`, or, when no graph was recorded
         (gradients off, or no input requires a gradient: `out._node` is None),
         `Node(op, inputs, saved)`, which describes the same op: inference has FLOPs too.
+        `op_flops` returns 0 for an op without a FLOP formula (elementwise ops, `demo_sum`):
+        add what it returns, whatever the op.
         """
         elapsed = self._lap()
         self._after_rule = None
@@ -203,8 +205,9 @@ class Profiler:
         OpStats of node.op. Yours: add 1 to stats.backward_calls, `elapsed` to
         stats.backward_s, the backward's FLOPs, `op_flops(node, grad.shape, grads)` (grads
         tells the formula which products the rule ran), to stats.backward_flops, and the
-        bytes of the gradients it returned (the arrays in grads, skipping None) to
-        stats.backward_bytes.
+        bytes of the gradients it returned (the arrays in grads, skipping None: an input
+        that needs no gradient got none, so it produced no bytes) to stats.backward_bytes:
+        not the bytes of node.inputs.
         """
         elapsed = self._lap()
         self._after_rule = node.op
@@ -235,7 +238,9 @@ class Profiler:
     def total_flops(self, phase: str | None = None) -> int:
         """FLOPs of every op seen: phase None = forward + backward, "forward" or "backward" only.
 
-        Sum stats.forward_flops and/or stats.backward_flops over self.stats.values().
+        Sum stats.forward_flops and/or stats.backward_flops over self.stats.values():
+        total_flops("forward") is the sum of forward_flops alone, total_flops("backward") of
+        backward_flops alone, total_flops() both. Returns an int.
         """
         if phase not in (None, "forward", "backward"):
             raise ValueError(f"total_flops: phase must be None, 'forward' or 'backward', got {phase!r}.")
@@ -510,15 +515,19 @@ def peak_memory(fn: Callable[..., Any], *args: Any, device: str | None = None) -
             tracemalloc.stop()
     return int(peak - baseline)
 
-# %% ../../modules/14_profiling/profiling_dev.py #c9d6b05e
+# %% ../../modules/14_profiling/profiling_dev.py #5e215c52
 def graph_saved_bytes(tensor: Tensor) -> int:
     """Bytes of the distinct arrays the graph behind `tensor` keeps alive for backward.
 
     The arrays: tensor's own, and for every t in topological_order(tensor) with a node,
     each input's `.data` and each array in node.saved (use _is_array). Each memory buffer
     (_buffer_of) is counted once, by id, with its nbytes; buffers owned by leaves (inputs
-    whose _node is None: parameters, data) are left out. Returns an int.
+    whose _node is None: parameters, data) are left out. Take the leaves from node.inputs:
+    topological_order holds only the tensors that need a gradient, so data tensors are not
+    in it. A leaf `tensor` (tensor._node is None) returns 0. Returns an int.
     """
+    if tensor._node is None:  # a leaf: no graph behind it
+        return 0
     arrays = [tensor.data]
     leaves: set[int] = set()
     for t in topological_order(tensor):
@@ -538,7 +547,7 @@ def graph_saved_bytes(tensor: Tensor) -> int:
             owners[id(owner)] = owner
     return int(sum(owner.nbytes for owner in owners.values()))
 
-# %% ../../modules/14_profiling/profiling_dev.py #84cb1631
+# %% ../../modules/14_profiling/profiling_dev.py #1a769320
 def _xp(device: str):
     """NumPy on "cpu", CuPy (checked) on "cuda"."""
     return cuda_module() if device == "cuda" else np
@@ -547,7 +556,9 @@ def _xp(device: str):
 def machine_peak(n: int = 1024, copy_mib: int = 64, repeats: int = 5, device: str = "cpu") -> tuple[float, float]:
     """(GFLOP/s, GB/s) measured on this machine: a float32 (n, n) @ (n, n) product and a copy of
     copy_mib MiB of float32, each timed with measure_latency(..., warmup=1, repeats=repeats,
-    device=device). A peak is the best the machine did: use the FASTEST sample of each
+    device=device): the product first, then the copy (the test's fake measure_latency answers
+    in that order). measure_latency passes only positional arguments to fn, so time a lambda:
+    measure_latency(lambda: xp.matmul(a, b, out=c), ...). A peak is the best the machine did: use the FASTEST sample of each
     (min(timing.samples)), not the median (an interruption only ever adds time).
 
     Given: `a`, `b`, `c` (n × n float32, c the product's output: xp.matmul(a, b, out=c)) and

@@ -65,6 +65,12 @@
 # | 8 | `low_rank`, `choose_rank` | a Linear as two thin Linears, the rank from the spectrum |
 # | 9 | `distillation_loss` | the teacher's softened outputs as a training target |
 #
+# **Before you start:** this module builds on your modules 01–13 through the `tinytorch`
+# package (tensors and autograd, Linear and Conv2d, the losses, AdamW and the Trainer, the
+# DataLoader, the GPT's MLP); `tito status` should show them passed. A stub left there
+# stops this module's first cell with that module's "not implemented yet" error. Modules 14
+# and 15 are not needed.
+#
 # The lesson works on small models that train in a second: the digits classifier of
 # milestone `digits_mlp` (module 08) and MLPs of the Shakespeare GPT's shape (module 13).
 # The milestone after this module, `tito milestone run compress`, puts the Shakespeare GPT
@@ -185,6 +191,8 @@ print(f"dense MLP: {count_parameters(dense):,} parameters, "
 # PyTorch rounds the count with Python's `round` (half to even: `round(2.5) = 2`), and so do
 # we, so the masks agree. When several weights tie at the threshold, any of them could go;
 # we prune the first in C order (a stable sort), PyTorch's `topk` picks one of them too.
+# Ask NumPy for the stable sort, `np.argsort(..., kind="stable")`: its default (quicksort)
+# puts equal values in no particular order, so the mask would depend on the sort's internals.
 #
 # Worked example: prune half of a 2 × 3 matrix.
 
@@ -251,6 +259,11 @@ def test_unit_magnitude_mask():
     assert magnitude_mask(example, 0.0).all() and not magnitude_mask(example, 1.0).any(), (
         "amount 0 prunes nothing, amount 1 prunes every entry")
     assert (~magnitude_mask(np.arange(8.0), 0.3125)).sum() == round(0.3125 * 8) == 2, "count with round(amount * size)"
+    ties = np.round(np.random.default_rng(0).standard_normal(200), 1)  # many equal magnitudes
+    first_in_c_order = np.argsort(np.abs(ties), kind="stable")[:round(0.37 * ties.size)]
+    assert np.array_equal(~magnitude_mask(ties, 0.37), np.isin(np.arange(ties.size), first_in_c_order)), (
+        "ties at the threshold: the entry first in C order is pruned first; sort with "
+        "np.argsort(..., kind=\"stable\") (the default quicksort puts equal values in no particular order)")
     first = magnitude_mask(example, 0.5)
     again = magnitude_mask(example * 0 + 1.0, 0.2, keep=first)  # all equal now: only the count decides
     assert np.array_equal(again, first), "a pruned weight stays pruned, even when amount is smaller than before"
@@ -462,7 +475,8 @@ def test_unit_prune_magnitude():
     assert isinstance(layer, Linear) and type(layer).__name__ == "PrunedLinear", type(layer)
     names = [n for n, _ in layer.named_parameters()]
     assert names == ["bias", "weight_orig"] and layer.weight_orig is original, (
-        f"the parameter moves to weight_orig (the same Tensor object), got parameters {names}")
+        f"the parameter moves to weight_orig (the SAME Tensor object, not a copy: an optimizer made before pruning "
+        f"still updates it), got parameters {names}")
     assert "weight_mask" in layer.state_dict(), (
         "register the mask with register_buffer: it must be in the state_dict (a saved pruned model "
         f"would come back unpruned); state_dict keys: {list(layer.state_dict())}")
@@ -612,7 +626,8 @@ def test_unit_prune_global():
     assert np.array_equal(together, magnitude_mask(everything, 0.5)), (
         "the masks together must equal magnitude_mask of all the weights concatenated")
     assert abs(sparsity([small, large]) - 21 / 42) < 1e-12, (
-        f"sparsity([small, large]) should be 21/42, got {sparsity([small, large])}")
+        f"sparsity([small, large]) should be 21/42, got {sparsity([small, large])}: the zeros of all the layers "
+        "together over all their entries, not the mean of the layers' sparsities")
     model = Sequential(Linear(10, 10, seed=2), ReLU(), Linear(10, 2, seed=3))
     prune_magnitude(model[2], 0.5)
     assert abs(sparsity(model) - 10 / 120) < 1e-12, (
@@ -1016,11 +1031,17 @@ def prune_mlp_units(mlp: MLP, amount: float) -> MLP:
     smallest `mlp_unit_importance` (at least one unit stays; ValueError otherwise).
 
     `dropped` (given) is that number and `w_in`, `w_out` the (E, H) and (H, E) weights as
-    NumPy arrays. Keep the other units in their original order (the indices sorted), build
-    `MLP(E, H - dropped, dropout=mlp.dropout.p, bias=<mlp has biases>, dtype, device)` (those
-    of `fc_weight`, given), and copy with `_copy_into`: fc.weight ← w_in[:, kept],
-    proj.weight ← w_out[kept, :], and with biases fc.bias ← fc's bias[kept], proj.bias ← proj's
-    bias. On any input the result equals `mlp` with the dropped units' outputs set to 0.
+    NumPy arrays. The dropped units are the first `dropped` of a stable argsort of the
+    importance (equal scores: the lower index goes first, as in `magnitude_mask`). Keep the
+    other units in their ORIGINAL order (`kept` = their indices, sorted: unit i of the new MLP
+    is the i-th kept unit of the old one; shuffled indices give the same outputs but weights
+    that no longer line up with the old MLP's), build
+    `MLP(E, H - dropped, dropout=mlp.dropout.p, bias=mlp.fc.bias is not None,
+    dtype=fc_weight.dtype, device=fc_weight.device)` (E = mlp.fc.in_features; dtype and device
+    are keyword-only), and copy with `_copy_into`: fc.weight ← w_in[:, kept],
+    proj.weight ← w_out[kept, :], and with biases fc.bias ← to_host(mlp.fc.bias)[kept],
+    proj.bias ← to_host(mlp.proj.bias) (proj's bias has E entries, one per output: all kept).
+    On any input the result equals `mlp` with the dropped units' outputs set to 0.
     `mlp` itself is not changed.
     """
     amount = _check_amount(amount, "prune_mlp_units")
@@ -1073,6 +1094,7 @@ def test_unit_prune_mlp_units():
     mlp.proj.weight.data[2] = 0.0      # unit 2 writes nothing: least important, however loudly it reads
     mlp.fc.weight.data[:, 2] *= 100.0
     mlp.fc.weight.data[:, 4] *= 0.01   # unit 4 reads almost nothing
+    mlp.fc.weight.data[:, 0] *= 3.0    # unit 0 the most important: by importance, the kept units are 1, 3, 5, 0
     importance = mlp_unit_importance(mlp)
     assert importance.shape == (6,), (
         f"one importance per hidden unit: norm of fc.weight's column j (axis 0) times norm of proj.weight's "
@@ -1081,7 +1103,11 @@ def test_unit_prune_mlp_units():
     assert np.allclose(importance, expected), (
         "importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||: a unit whose outgoing weights (proj.weight "
         f"row j) are 0 contributes nothing; expected {np.round(expected, 3)}, got {np.round(importance, 3)}")
-    small = prune_mlp_units(mlp, 1 / 3)
+    try:
+        small = prune_mlp_units(mlp, 1 / 3)
+    except IndexError as err:  # indexing (E, H) and (H, E) the same way runs off the shorter axis
+        raise AssertionError(f"prune_mlp_units: {err}. fc.weight keeps the COLUMNS of the kept units (E, H'), "
+                             "proj.weight their ROWS (H', E): w_in[:, kept] and w_out[kept, :]") from err
     assert isinstance(small, MLP) and small is not mlp and small.fc.out_features == 4, (
         "a NEW MLP (the MLP class) with 6 - 2 = 4 hidden units")
     assert small.fc.weight.shape == (4, 4) and small.proj.weight.shape == (4, 4) and small.fc.bias.shape == (4,), (
@@ -1094,6 +1120,9 @@ def test_unit_prune_mlp_units():
     assert np.allclose(small(Tensor(x)).numpy(), h @ mlp.proj.weight.numpy() + mlp.proj.bias.numpy(), atol=1e-12), (
         "the smaller MLP must equal the old one with the dropped units set to 0: keep fc.weight's columns, "
         "fc.bias's entries and proj.weight's rows of the kept units, in order")
+    assert np.array_equal(small.fc.weight.numpy(), mlp.fc.weight.numpy()[:, [0, 1, 3, 5]]), (
+        "keep the units in their original order (sort the kept indices): the new fc.weight must be the old one's "
+        "columns 0, 1, 3, 5, in that order")
     print("✓ prune_mlp_units: drops the units of smallest ||in||·||out||, equals the old MLP without them")
 
 
@@ -1201,8 +1230,13 @@ def choose_rank(singular_values: Any, energy: float) -> int:
     """The smallest rank r whose singular values keep at least the fraction `energy` of the
     squared Frobenius norm: Σ_{i<r} σ_i² >= energy · Σ σ_i² (σ in decreasing order, as
     np.linalg.svd returns them; `sigma` below, float64). energy in (0, 1]; returns a Python int
-    from 1 to len(σ). (Compare with a tolerance of 1e-12: energy 1.0 must give the full rank,
-    not fail on rounding.)"""
+    from 1 to len(σ).
+    Compare FRACTIONS, with a tolerance of 1e-12: kept = cumsum(σ²) / sum(σ²) (kept[r − 1] is
+    the fraction the first r values keep), r = the smallest with kept[r − 1] >= energy − 1e-12.
+    The tolerance is on the fraction, so the answer does not depend on the scale of σ (on the
+    raw sums, 1e-12 is far below their rounding error once ‖W‖² is large); and it makes
+    energy 1.0 give len(σ) when the last cumulative fraction rounds to just below 1.
+    """
     sigma = np.asarray(to_host(singular_values), dtype=np.float64)
     if not 0.0 < energy <= 1.0:
         raise ValueError(f"choose_rank: energy is a fraction in (0, 1], got {energy!r}.")
@@ -1241,6 +1275,14 @@ def test_unit_low_rank():
         "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2) (energies 9, 4, 1 of 14)")
     assert choose_rank([3.0, 2.0, 1.0], 1.0) == 3 and choose_rank([3.0, 2.0, 1.0], 13 / 14) == 2, (
         "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2)")
+    assert choose_rank([3e4, 2e4, 1e4], 9 / 14) == 1, (
+        f"choose_rank([3e4, 2e4, 1e4], 9/14) must be 1, as for [3, 2, 1], got {choose_rank([3e4, 2e4, 1e4], 9 / 14)}: "
+        "compare the fractions cumsum(sigma^2) / sum(sigma^2) with energy - 1e-12, not the raw sums "
+        "(a tolerance of 1e-12 is below their rounding error)")
+    twenty = np.linalg.svd(np.random.default_rng(0).standard_normal((20, 30)), compute_uv=False)
+    assert choose_rank(twenty, 1.0) == 20, (
+        f"energy 1.0 keeps every singular value: expected rank 20, got {choose_rank(twenty, 1.0)} (the last "
+        "cumulative fraction rounds to just below 1 here: compare with energy - 1e-12, and never return more than len(sigma))")
     print("✓ low_rank: two Linears whose product is the rank-r SVD truncation (Eckart-Young holds); choose_rank")
 
 
@@ -1308,7 +1350,10 @@ print(f"{held_out_accuracy(factored):.2%} after 5 epochs (dense {dense_accuracy:
 #   reduction="batchmean")`.
 # * **Logs from `log_softmax`**, never `log(softmax(z))`, which gives `-inf` once a
 #   probability rounds to 0 (module 02).
-# * **The teacher is fixed**: detach its logits. Only the student learns.
+# * **The teacher is fixed**: detach its logits. Only the student learns. We take the
+#   teacher's values as a new Tensor in the student's dtype and on its device: a new leaf
+#   has no graph (it is detached), and a float64 teacher then cannot turn a float32
+#   student's loss (and all its softmaxes) into float64.
 #
 # `distillation_loss` is built from recorded operations (`log_softmax`, `exp`, `mul`,
 # `sum`, `cross_entropy`): autograd differentiates it with the rules it already has, and
@@ -1329,7 +1374,10 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
         alpha · T² · KL(softmax(t/T) ‖ softmax(s/T))  +  (1 − alpha) · cross_entropy(s, targets)
 
     s: student logits (..., C), a Tensor (the one input that gets a gradient);
-    t: teacher logits of the same shape (Tensor or array), detached (`.detach()`): no gradient;
+    t: teacher logits of the same shape (Tensor or array), used as a new Tensor of its values
+       in s's dtype and on s's device, `Tensor(to_array(t, dtype=s.dtype, device=s.device))`:
+       a new leaf, so it is detached (no gradient reaches the teacher), and a float64 teacher
+       leaves a float32 student's loss float32;
     targets: integer labels (...), as for module 04's cross_entropy. T = temperature > 0,
     alpha in [0, 1] (checked by the given lines).
     KL(p ‖ q) = Σ_c p_c (log p_c − log q_c), the teacher's p first, with both logs from
@@ -1350,7 +1398,7 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
                          f"{tuple(teacher_shape)} must have the same shape.")
     T = float(temperature)
     ### BEGIN SOLUTION
-    teacher = as_tensor(teacher_logits).detach()
+    teacher = Tensor(to_array(teacher_logits, dtype=student.dtype, device=student.device))
     log_p_student = log_softmax(student / T, dim=-1)
     log_p_teacher = log_softmax(teacher / T, dim=-1)
     positions = student.size // student.shape[-1]
@@ -1372,11 +1420,14 @@ def distillation_parts(s: np.ndarray, t: np.ndarray, y: np.ndarray, T: float) ->
         z = z - z.max(-1, keepdims=True)
         return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
-    lt, ls = log_softmax_np(t / T), log_softmax_np(s / T)
+    lt, ls, lt1 = log_softmax_np(t / T), log_softmax_np(s / T), log_softmax_np(t)
     pt, ps = np.exp(lt), np.exp(ls)
+    rows = np.arange(len(s))
     return {"kl": np.sum(pt * (lt - ls)) / len(s), "kl_reversed": np.sum(ps * (ls - lt)) / len(s),
             "kl_of_probabilities": np.sum(pt * (pt - ps)) / len(s), "classes": s.shape[1],
-            "ce": -np.mean(log_softmax_np(s)[np.arange(len(s)), y])}
+            "kl_of_exp_probabilities": np.sum(np.exp(pt) * (pt - ps)) / len(s),
+            "kl_teacher_unsoftened": np.sum(np.exp(lt1) * (lt1 - ls)) / len(s),
+            "ce": -np.mean(log_softmax_np(s)[rows, y]), "ce_softened": -np.mean(ls[rows, y])}
 
 
 def expected_distillation(s, t, y, T: float, alpha: float) -> tuple[float, dict]:
@@ -1391,6 +1442,14 @@ def expected_distillation(s, t, y, T: float, alpha: float) -> tuple[float, dict]
             alpha * T * T * p["kl"] / p["classes"] + hard,
         "probabilities used where log-probabilities belong: both logs come from log_softmax":
             alpha * T * T * p["kl_of_probabilities"] + hard,
+        "probabilities used where log-probabilities belong: both logs come from log_softmax (softmax, not log_softmax)":
+            alpha * T * T * p["kl_of_exp_probabilities"] + hard,
+        "the hard term is softened: the cross-entropy with the labels takes the raw logits s, not s / T":
+            alpha * T * T * p["kl"] + (1 - alpha) * p["ce_softened"],
+        "the teacher's logits are not softened: divide both logits by T":
+            alpha * T * T * p["kl_teacher_unsoftened"] + hard,
+        "alpha and 1 − alpha swapped: alpha weighs the soft (KL) term, 1 − alpha the cross-entropy":
+            (1 - alpha) * T * T * p["kl"] + alpha * p["ce"],
     }
     return alpha * T * T * p["kl"] + hard, wrong
 
@@ -1412,6 +1471,10 @@ def test_unit_distillation_loss():
     teacher = Tensor(t, requires_grad=True)
     distillation_loss(Tensor(s, requires_grad=True), teacher, y).backward()
     assert teacher.grad is None, "detach the teacher's logits: only the student learns"
+    mixed = distillation_loss(Tensor(s.astype(np.float32)), t, y)  # t is float64
+    assert mixed.dtype == np.float32, (
+        f"a float32 student with float64 teacher logits must give a float32 loss, got {mixed.dtype}: take the "
+        "teacher's values in the student's dtype, Tensor(to_array(t, dtype=s.dtype, device=s.device))")
     assert gradcheck(lambda z: distillation_loss(z, t, y, temperature=2.5, alpha=0.3), [Tensor(s, requires_grad=True)]), (
         "the gradient of the student's logits must match central differences")
     print("✓ distillation_loss: the formula's value, batchmean over positions, teacher detached, gradcheck")

@@ -17,10 +17,11 @@ def expected_and_mistakes(s, t, y, T, alpha):
     """(the formula's value, {the mistake: the value it gives}), logits flattened to (N, C)."""
     s, t, y = s.reshape(-1, s.shape[-1]), t.reshape(-1, t.shape[-1]), y.reshape(-1)
     n, classes = s.shape
-    lt, ls = _log_softmax(t / T), _log_softmax(s / T)
+    lt, ls, lt1 = _log_softmax(t / T), _log_softmax(s / T), _log_softmax(t)
     pt, ps = np.exp(lt), np.exp(ls)
     kl = np.sum(pt * (lt - ls)) / n
-    hard = (1 - alpha) * -np.mean(_log_softmax(s)[np.arange(n), y])
+    ce = -np.mean(_log_softmax(s)[np.arange(n), y])
+    hard = (1 - alpha) * ce
     mistakes = {
         "the T² factor is missing (alpha·T²·KL)": alpha * kl + hard,
         "the KL is in the wrong direction: KL(teacher ‖ student) = Σ p_teacher (log p_teacher − log p_student)":
@@ -31,6 +32,12 @@ def expected_and_mistakes(s, t, y, T, alpha):
             alpha * T * T * np.sum(pt * (pt - ps)) / n + hard,
         "probabilities used where log-probabilities belong: both logs come from log_softmax (softmax, not log_softmax)":
             alpha * T * T * np.sum(np.exp(pt) * (pt - ps)) / n + hard,
+        "the hard term is softened: the cross-entropy with the labels takes the raw logits s, not s / T":
+            alpha * T * T * kl + (1 - alpha) * -np.mean(ls[np.arange(n), y]),
+        "the teacher's logits are not softened: divide both logits by T":
+            alpha * T * T * np.sum(np.exp(lt1) * (lt1 - ls)) / n + hard,
+        "alpha and 1 − alpha swapped: alpha weighs the soft (KL) term, 1 − alpha the cross-entropy":
+            (1 - alpha) * T * T * kl + alpha * ce,
     }
     return alpha * T * T * kl + hard, mistakes
 
@@ -66,6 +73,21 @@ def test_teacher_is_detached():
     assert teacher.grad is None, "detach the teacher's logits: only the student learns"
     assert student.grad is not None and student.grad.shape == (3, 4), (
         "the student's logits get a gradient of their shape")
+
+
+def test_teacher_in_another_dtype():
+    rng = np.random.default_rng(5)
+    s, t, y = rng.standard_normal((4, 6)), rng.standard_normal((4, 6)) * 2, rng.integers(0, 6, 4)
+    student = Tensor(s.astype(np.float32), requires_grad=True)
+    loss = distillation_loss(student, t, y, temperature=3.0, alpha=0.7)  # t is float64
+    assert loss.dtype == np.float32, (
+        f"a float32 student with float64 teacher logits must give a float32 loss, got {loss.dtype}: take the "
+        "teacher's values in the student's dtype, Tensor(to_array(t, dtype=s.dtype, device=s.device))")
+    expected, _ = expected_and_mistakes(s.astype(np.float32).astype(np.float64), t, y, 3.0, 0.7)
+    assert abs(loss.item() - expected) < 1e-5 * max(1.0, abs(expected)), (
+        f"float32 loss {loss.item():.6f}, the formula in float64 {expected:.6f}")
+    loss.backward()
+    assert student.grad.dtype == np.float32, "the student's gradient stays float32"
 
 
 def test_gradient_by_central_differences():

@@ -64,6 +64,16 @@ def test_choose_rank():
         f"choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2); for sigma = [3, 2, 1] and "
         f"energies 9/14, 0.65, 13/14, 1 expected [1, 2, 2, 3], got {got}")
     assert isinstance(choose_rank(np.array(sigma), 0.5), int), "choose_rank returns a Python int"
+    scaled = [choose_rank(np.array(sigma) * 1e4, e) for e in (9 / 14, 0.65, 13 / 14, 1.0)]
+    assert scaled == [1, 2, 2, 3], (
+        f"choose_rank does not depend on the scale of sigma: for 1e4 * [3, 2, 1] expected [1, 2, 2, 3], got {scaled}; "
+        "compare the fractions cumsum(sigma^2) / sum(sigma^2) with energy - 1e-12, not the raw sums "
+        "(a tolerance of 1e-12 is below their rounding error)")
+    twenty = np.linalg.svd(np.random.default_rng(0).standard_normal((20, 30)), compute_uv=False)
+    assert choose_rank(twenty, 1.0) == 20, (
+        f"energy 1.0 keeps every singular value: expected rank 20, got {choose_rank(twenty, 1.0)} (the last "
+        "cumulative fraction rounds to just below 1 here: compare with energy - 1e-12, and never return more than "
+        "len(sigma))")
     sigma = np.linalg.svd(np.random.default_rng(4).standard_normal((20, 30)), compute_uv=False)
     for energy in (0.3, 0.9, 0.99):
         r = choose_rank(sigma, energy)

@@ -54,6 +54,13 @@ def test_mask_keeps_earlier_pruning():
 
 def test_mask_ties_and_shapes():
     assert np.array_equal(magnitude_mask(np.ones(4), 0.5), [False, False, True, True]), "ties: first in C order goes"
+    ties = np.round(np.random.default_rng(0).standard_normal((10, 20)), 1)  # many equal magnitudes
+    for amount in (0.37, 0.5, 0.81):
+        first_in_c_order = np.argsort(np.abs(ties), axis=None, kind="stable")[:round(amount * ties.size)]
+        expected = ~np.isin(np.arange(ties.size), first_in_c_order).reshape(ties.shape)
+        assert np.array_equal(magnitude_mask(ties, amount), expected), (
+            f"ties at the threshold (amount {amount}): the entry first in C order is pruned first; sort with "
+            "np.argsort(..., kind=\"stable\") (the default quicksort puts equal values in no particular order)")
     w3 = np.random.default_rng(1).standard_normal((2, 3, 4))
     assert magnitude_mask(w3, 0.25).shape == (2, 3, 4) and (~magnitude_mask(w3, 0.25)).sum() == 6, (
         "a mask of any shape: 6 of 24 entries pruned at 0.25")

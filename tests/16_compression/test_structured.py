@@ -59,6 +59,11 @@ def test_pruned_mlp_equals_the_old_one_without_the_dropped_units():
     assert np.allclose(small(Tensor(x)).numpy(), expected, atol=1e-12), (
         "the smaller MLP must equal the old one with the dropped units set to 0: keep fc.weight's columns, fc.bias's "
         "entries and proj.weight's rows of the kept units, in their order")
+    kept = [0, 2, 3, 5]
+    assert np.array_equal(small.fc.weight.numpy(), mlp.fc.weight.numpy()[:, kept]) and np.array_equal(
+        small.proj.weight.numpy(), mlp.proj.weight.numpy()[kept]), (
+        "keep the units in their original order (sort the kept indices): the new fc.weight must be the old one's "
+        f"columns {kept} and proj.weight its rows {kept}, in that order")
     assert small.fc.weight.dtype == np.float64 and small.dropout.p == mlp.dropout.p, (
         "the new MLP keeps the dtype and the dropout probability")
 

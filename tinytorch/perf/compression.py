@@ -306,7 +306,7 @@ def storage_bytes(matrix: Any) -> dict[str, int]:
             "bitmask": np.packbits(matrix != 0).nbytes + values.nbytes,
             "csr": values.nbytes + col_indices.nbytes + row_ptr.nbytes}
 
-# %% ../../modules/16_compression/compression_dev.py #fbe70b5c
+# %% ../../modules/16_compression/compression_dev.py #a3dfeaa9
 def mlp_unit_importance(mlp: MLP) -> np.ndarray:
     """One score per hidden unit j of `mlp` (module 13's MLP: fc E → H, GELU, proj H → E):
 
@@ -331,11 +331,17 @@ def prune_mlp_units(mlp: MLP, amount: float) -> MLP:
     smallest `mlp_unit_importance` (at least one unit stays; ValueError otherwise).
 
     `dropped` (given) is that number and `w_in`, `w_out` the (E, H) and (H, E) weights as
-    NumPy arrays. Keep the other units in their original order (the indices sorted), build
-    `MLP(E, H - dropped, dropout=mlp.dropout.p, bias=<mlp has biases>, dtype, device)` (those
-    of `fc_weight`, given), and copy with `_copy_into`: fc.weight ← w_in[:, kept],
-    proj.weight ← w_out[kept, :], and with biases fc.bias ← fc's bias[kept], proj.bias ← proj's
-    bias. On any input the result equals `mlp` with the dropped units' outputs set to 0.
+    NumPy arrays. The dropped units are the first `dropped` of a stable argsort of the
+    importance (equal scores: the lower index goes first, as in `magnitude_mask`). Keep the
+    other units in their ORIGINAL order (`kept` = their indices, sorted: unit i of the new MLP
+    is the i-th kept unit of the old one; shuffled indices give the same outputs but weights
+    that no longer line up with the old MLP's), build
+    `MLP(E, H - dropped, dropout=mlp.dropout.p, bias=mlp.fc.bias is not None,
+    dtype=fc_weight.dtype, device=fc_weight.device)` (E = mlp.fc.in_features; dtype and device
+    are keyword-only), and copy with `_copy_into`: fc.weight ← w_in[:, kept],
+    proj.weight ← w_out[kept, :], and with biases fc.bias ← to_host(mlp.fc.bias)[kept],
+    proj.bias ← to_host(mlp.proj.bias) (proj's bias has E entries, one per output: all kept).
+    On any input the result equals `mlp` with the dropped units' outputs set to 0.
     `mlp` itself is not changed.
     """
     amount = _check_amount(amount, "prune_mlp_units")
@@ -379,7 +385,7 @@ def prune_mlps(model: Module, amount: float) -> Module:
         raise ValueError(f"prune_mlps: {type(model).__name__} holds no MLP.")
     return small
 
-# %% ../../modules/16_compression/compression_dev.py #0771c02f
+# %% ../../modules/16_compression/compression_dev.py #316e8030
 def low_rank(linear: Linear, rank: int) -> Sequential:
     """Replace a Linear by two, through the truncated SVD of its weight.
 
@@ -413,15 +419,20 @@ def choose_rank(singular_values: Any, energy: float) -> int:
     """The smallest rank r whose singular values keep at least the fraction `energy` of the
     squared Frobenius norm: Σ_{i<r} σ_i² >= energy · Σ σ_i² (σ in decreasing order, as
     np.linalg.svd returns them; `sigma` below, float64). energy in (0, 1]; returns a Python int
-    from 1 to len(σ). (Compare with a tolerance of 1e-12: energy 1.0 must give the full rank,
-    not fail on rounding.)"""
+    from 1 to len(σ).
+    Compare FRACTIONS, with a tolerance of 1e-12: kept = cumsum(σ²) / sum(σ²) (kept[r − 1] is
+    the fraction the first r values keep), r = the smallest with kept[r − 1] >= energy − 1e-12.
+    The tolerance is on the fraction, so the answer does not depend on the scale of σ (on the
+    raw sums, 1e-12 is far below their rounding error once ‖W‖² is large); and it makes
+    energy 1.0 give len(σ) when the last cumulative fraction rounds to just below 1.
+    """
     sigma = np.asarray(to_host(singular_values), dtype=np.float64)
     if not 0.0 < energy <= 1.0:
         raise ValueError(f"choose_rank: energy is a fraction in (0, 1], got {energy!r}.")
     kept = np.cumsum(sigma ** 2) / np.sum(sigma ** 2)
     return int(min(np.searchsorted(kept, energy - 1e-12) + 1, sigma.size))
 
-# %% ../../modules/16_compression/compression_dev.py #166cc6d3
+# %% ../../modules/16_compression/compression_dev.py #9cb01ef6
 def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
                       temperature: float = 2.0, alpha: float = 0.5) -> Tensor:
     """Knowledge distillation (Hinton, Vinyals & Dean, 2015):
@@ -429,7 +440,10 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
         alpha · T² · KL(softmax(t/T) ‖ softmax(s/T))  +  (1 − alpha) · cross_entropy(s, targets)
 
     s: student logits (..., C), a Tensor (the one input that gets a gradient);
-    t: teacher logits of the same shape (Tensor or array), detached (`.detach()`): no gradient;
+    t: teacher logits of the same shape (Tensor or array), used as a new Tensor of its values
+       in s's dtype and on s's device, `Tensor(to_array(t, dtype=s.dtype, device=s.device))`:
+       a new leaf, so it is detached (no gradient reaches the teacher), and a float64 teacher
+       leaves a float32 student's loss float32;
     targets: integer labels (...), as for module 04's cross_entropy. T = temperature > 0,
     alpha in [0, 1] (checked by the given lines).
     KL(p ‖ q) = Σ_c p_c (log p_c − log q_c), the teacher's p first, with both logs from
@@ -449,7 +463,7 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
         raise ValueError(f"distillation_loss: student logits {student.shape} and teacher logits "
                          f"{tuple(teacher_shape)} must have the same shape.")
     T = float(temperature)
-    teacher = as_tensor(teacher_logits).detach()
+    teacher = Tensor(to_array(teacher_logits, dtype=student.dtype, device=student.device))
     log_p_student = log_softmax(student / T, dim=-1)
     log_p_teacher = log_softmax(teacher / T, dim=-1)
     positions = student.size // student.shape[-1]

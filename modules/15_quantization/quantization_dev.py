@@ -1077,8 +1077,14 @@ class QuantizedLinear(Module):
         (reshaped to the buffers' shapes), on the layer's device."""
         xp = array_module(self.qweight.data)
         q = xp.asarray(q)
+        scale = np.asarray(to_host(scale), np.float32)
+        if scale.size != int(np.prod(self.scale.shape)):  # given: the classic wrong axis, named before any reshape
+            raise ValueError(
+                f"QuantizedLinear: got {scale.size} scales, the layer needs {int(np.prod(self.scale.shape))} "
+                f"(shape {tuple(self.scale.shape)}): per output channel = per COLUMN (axis 1) of our (in, out) "
+                "weight, one scale per output feature (PyTorch's weight is (out, in): its axis 0 is our axis 1)")
         self.qweight.data = pack_int4(q) if self.bits <= 4 else q.astype(np.int8)
-        self.scale.data = xp.asarray(np.asarray(to_host(scale), np.float32).reshape(self.scale.shape))
+        self.scale.data = xp.asarray(scale.reshape(self.scale.shape))
         self.zero_point.data = xp.asarray(np.asarray(to_host(zero_point)).astype(np.int8).reshape(self.scale.shape))
 
     def _weight_integers(self) -> Any:

@@ -1,0 +1,430 @@
+"""Running one untrusted command in a scratch folder, under limits, and saying what happened.
+
+`tito grade` runs each student's tests through `run_sandboxed`; the Olympics judge (module 20)
+runs a contestant's program the same way:
+
+    user = sandbox_user(slot=0)                  # None unless tito runs as root with setpriv
+    work = prepare_workdir(scratch / "work", user)
+    result = run_sandboxed([sys.executable, "-m", "pytest", ...], work, Limits(wall_s=60), user=user)
+    if not result.ok:
+        print(result.reason)                     # "ran past its 60 s wall-clock limit", ...
+
+What the command gets:
+
+* its own process group and session, `work` as its folder, HOME and TMPDIR, no standard
+  input, and an environment built from nothing (no proxy settings, no tokens, no PYTHONPATH
+  but the one the caller gives; one BLAS/OpenMP thread);
+* limits: wall-clock time (the group is killed), CPU time (`RLIMIT_CPU`), address space
+  (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size of any one file it
+  writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it runs), what it
+  prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* when it ends, every process it started is killed, also those that left its process group
+  (`setsid`, double forks): they are found by their user (below) or else by a mark in their
+  environment, and counted as a violation;
+* where tito runs as root and `setpriv` exists: its own unprivileged user (uid
+  `SANDBOX_UID_BASE + slot`, no groups, no capabilities, no new privileges, at most
+  `Limits.processes` processes), so it cannot write the grader's files or signal other
+  processes, plus (where `unshare` works) a network namespace of its own, so no network.
+  Files it leaves in /tmp, /var/tmp or /dev/shm are removed and counted as a violation.
+
+What it does not do: code inside the process can still do anything that process can do, e.g.
+forge the result files the command writes (pytest's report) or read files every user may
+read; without root, the command runs as the grader's own user and can write what the grader
+can. README ("For instructors") lists what was measured.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+SANDBOX_UID_BASE = 64000  # slot N runs as uid 64000 + N (no passwd entry needed; one per concurrent run)
+SANDBOX_MARK_ENV = "TITO_SANDBOX"  # every sandboxed process carries TITO_SANDBOX=<run id>
+_SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+_POLL_S = 0.05
+_DISK_CHECK_S = 0.5
+_MAX_FILES = 50_000
+
+# Runs before the command, as a tiny Python without site-packages: sets the limits, then
+# becomes the command (exec keeps the pid, so the command is the process tito waits for).
+_SHIM = """
+import json, os, resource, sys
+for name, (soft, hard) in json.loads(sys.argv[1]).items():
+    resource.setrlimit(getattr(resource, name), (soft, hard))
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed run may use. Sizes in bytes, times in seconds."""
+
+    wall_s: float = 300.0  # wall-clock time; the whole run is killed past it
+    cpu_s: float = 300.0  # CPU time of each process (RLIMIT_CPU)
+    memory_bytes: int = 3 * GiB  # address space of each process (RLIMIT_AS)
+    file_bytes: int = 64 * MiB  # the largest file it may write (RLIMIT_FSIZE)
+    disk_bytes: int = 512 * MiB  # everything in its work folder together
+    output_bytes: int = 1 * MiB  # what it prints, stdout and stderr together
+    processes: int = 128  # processes and threads of its user at once (RLIMIT_NPROC; own user only)
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    """The unprivileged user a sandboxed run becomes (tito must be root to switch to it)."""
+
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int | None  # the command's exit status, -N for signal N; None when the sandbox stopped it
+    reason: str  # "" when it ended by itself within every limit; else what went wrong, in words
+    output: str  # what it printed (at most the output limit)
+    seconds: float
+    cpu_seconds: float  # the command and the children it waited for
+    leftovers: int = 0  # processes still running when it ended (killed)
+    outside: tuple[str, ...] = field(default=())  # files it left in the shared temporary folders (removed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+
+# ---------------------------------------------------------------------------- who runs it
+
+
+@lru_cache(maxsize=None)
+def _setpriv() -> str | None:
+    return shutil.which("setpriv") if os.geteuid() == 0 and hasattr(os, "fork") else None
+
+
+@lru_cache(maxsize=None)
+def _unshare_net() -> list[str]:
+    """`unshare --net --` where creating a network namespace works here (root, not a locked-down container)."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        return []
+    try:
+        done = subprocess.run([unshare, "--net", "--", "true"], stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [unshare, "--net", "--"] if done.returncode == 0 else []
+
+
+def sandbox_user(slot: int = 0) -> SandboxUser | None:
+    """The user for concurrent run number `slot`, or None where runs cannot change user (not root, no setpriv).
+
+    Each slot has its own uid, so one run's processes can be told from another's (and killed
+    to the last), and one run's process limit cannot starve another. A uid that belongs to
+    a real account is skipped.
+    """
+    if _setpriv() is None:
+        return None
+    uid, skipped = SANDBOX_UID_BASE, 0
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            if skipped == slot:
+                return SandboxUser(uid, uid)
+            skipped += 1
+        uid += 1
+
+
+def describe_isolation(user: SandboxUser | None) -> list[str]:
+    """What protects the grader in this setting, in words (printed by `tito grade`)."""
+    if user is None:
+        why = "tito is not root" if os.geteuid() != 0 else "setpriv is not installed"
+        return [f"runs as your own user ({why}): it could write your files",
+                "own process group, limits on time, CPU, memory, file sizes and output"]
+    found = ["own unprivileged user (no groups, no capabilities, no new privileges)",
+             "own process group, limits on time, CPU, memory, file sizes, output and processes"]
+    found.append("no network (own network namespace)" if _unshare_net() else
+                 "network reachable (unshare --net does not work here)")
+    return found
+
+
+def prepare_workdir(path: Path, user: SandboxUser | None) -> Path:
+    """An empty folder (with `home/` and `tmp/`) that only `user` (or, without one, the grader) may write."""
+    path.mkdir(parents=True)
+    for sub in ("home", "tmp"):
+        (path / sub).mkdir()
+    if user is not None:
+        for folder in (path, path / "home", path / "tmp"):
+            os.chown(folder, user.uid, user.gid)
+            folder.chmod(0o700)
+    return path
+
+
+def scratch_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a sandboxed command: built from nothing, so nothing of the grader's leaks in."""
+    home, tmp = workdir / "home", workdir / "tmp"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home), "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp),
+        "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+        "MPLCONFIGDIR": str(home / ".config" / "matplotlib"), "MPLBACKEND": "Agg",
+        "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # One BLAS/OpenMP thread: repeatable sums, and no per-thread arenas eating the address space.
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
+        "NO_COLOR": "1", "COLUMNS": "200",
+    }
+    if extra:
+        env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------------------- finding its processes
+
+
+def _process_table() -> list[tuple[int, int, int, str]]:
+    """(pid, process group, real uid, state) of every process, zombies included."""
+    table = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read().decode("ascii", "replace")
+            with open(f"/proc/{entry.name}/status", "rb") as handle:  # its real uid (stat has none)
+                uid_line = next(l for l in handle if l.startswith(b"Uid:"))
+        except (OSError, StopIteration):
+            continue  # ended while we looked
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (name) ": state, ppid, pgrp, ...
+        try:
+            table.append((int(entry.name), int(fields[2]), int(uid_line.split()[1]), fields[0]))
+        except (ValueError, IndexError):
+            continue
+    return table
+
+
+def _carries_mark(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return mark in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _live_processes(pgid: int, user: SandboxUser | None, mark: bytes) -> list[int]:
+    """The live processes of one sandboxed run: its process group, and its user's processes (or, without a
+    user of its own, those carrying its mark: they may have left the group)."""
+    if not Path("/proc/self/stat").exists():
+        return []  # no /proc (macOS): only the process group can be found, and it is killed
+    me = os.getpid()
+    found = []
+    for pid, group, uid, state in _process_table():
+        if pid == me or state in ("Z", "X"):
+            continue  # a zombie has ended already; nothing can kill it again
+        if group == pgid or (uid == user.uid if user is not None else _carries_mark(pid, mark)):
+            found.append(pid)
+    return found
+
+
+def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> int:
+    """Kill every process of the run (see `_live_processes`); how many were alive."""
+    seen: set[int] = set()
+    for _ in range(200):  # a process that forks while we kill is caught on a later round
+        alive = _live_processes(pgid, user, mark)  # counted before they are killed
+        seen.update(alive)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    return len(seen)
+
+
+def _disk_usage(folder: Path) -> tuple[int, int]:
+    """(bytes on disk, entries) under `folder`, links not followed; stops counting past _MAX_FILES entries."""
+    total = count = 0
+    stack = [str(folder)]
+    while stack and count <= _MAX_FILES:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += getattr(info, "st_blocks", 0) * 512 or info.st_size
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total, count
+
+
+def _remove_strays(user: SandboxUser | None) -> tuple[str, ...]:
+    """Files the run's own user left in the shared temporary folders, removed; their paths."""
+    if user is None:
+        return ()  # they cannot be told from the grader's own files
+    found = []
+    for folder in _SHARED_TMP:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != user.uid:
+                    continue
+                found.append(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+    return tuple(sorted(found))
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def _rlimits(limits: Limits, user: SandboxUser | None) -> dict[str, tuple[int, int]]:
+    cpu = max(1, int(limits.cpu_s + 0.999))
+    chosen = {
+        "RLIMIT_CPU": (cpu, cpu + 5),  # SIGXCPU at the soft limit, SIGKILL 5 s later
+        "RLIMIT_AS": (limits.memory_bytes, limits.memory_bytes),
+        "RLIMIT_FSIZE": (limits.file_bytes, limits.file_bytes),
+        "RLIMIT_CORE": (0, 0),
+    }
+    if user is not None:  # counted per user: only meaningful for a user of its own
+        chosen["RLIMIT_NPROC"] = (limits.processes, limits.processes)
+    return chosen
+
+
+def _command_line(command: list[str], limits: Limits, user: SandboxUser | None) -> list[str]:
+    prefix: list[str] = [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(_rlimits(limits, user))]
+    if user is not None:
+        prefix += _unshare_net()
+        prefix += [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
+                   "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    return prefix + list(command)
+
+
+def _signal_reason(number: int, limits: Limits) -> str:
+    name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+    if number == signal.SIGXCPU:
+        return f"used more than its {limits.cpu_s:g} s of CPU time"
+    if number == signal.SIGXFSZ:
+        return f"wrote a file larger than the {limits.file_bytes / MiB:g} MiB limit"
+    if number == signal.SIGKILL:
+        return "was killed (SIGKILL), usually by the kernel when memory ran out"
+    return f"crashed ({name})"
+
+
+class _OutputReader(threading.Thread):
+    """Keeps the first `limit` bytes of a pipe and counts the rest; `flooded` is set past the limit."""
+
+    def __init__(self, pipe, limit: int):
+        super().__init__(daemon=True)
+        self.pipe, self.limit = pipe, limit
+        self.kept = bytearray()
+        self.total = 0
+        self.flooded = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            room = self.limit - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+            if self.total > self.limit:
+                self.flooded.set()
+
+
+def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
+                  env: dict[str, str] | None = None, user: SandboxUser | None = None) -> SandboxResult:
+    """Run `command` in `workdir` (made by `prepare_workdir`) under `limits`; never raises for what the command does.
+
+    `env` adds to the scratch environment (`scratch_env`), e.g. {"PYTHONPATH": course}.
+    `user` (from `sandbox_user`) is the user it runs as; None runs it as the grader itself.
+    The result's `reason` says which limit it broke (the first one noticed), or that it left
+    processes or files behind; "" means it ended by itself and within every limit.
+    """
+    run_id = uuid.uuid4().hex
+    mark = f"{SANDBOX_MARK_ENV}={run_id}".encode()
+    environment = scratch_env(workdir, {**(env or {}), SANDBOX_MARK_ENV: run_id})
+    start = time.monotonic()
+    process = subprocess.Popen(_command_line(command, limits, user), cwd=workdir, env=environment,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, close_fds=True)
+    reader = _OutputReader(process.stdout, limits.output_bytes)
+    reader.start()
+    reason = ""
+    status = rusage = None
+    next_disk_check = start + _DISK_CHECK_S
+    try:
+        while True:
+            pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            now = time.monotonic()
+            if reader.flooded.is_set():
+                reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
+            elif now - start > limits.wall_s:
+                reason = f"ran past its {limits.wall_s:g} s wall-clock limit"
+            elif now >= next_disk_check:
+                next_disk_check = now + _DISK_CHECK_S
+                used, entries = _disk_usage(workdir)
+                if used > limits.disk_bytes:
+                    reason = f"wrote more than its {limits.disk_bytes / MiB:g} MiB of files"
+                elif entries > _MAX_FILES:
+                    reason = f"created more than {_MAX_FILES:,} files"
+            if reason:
+                _kill_everything(process.pid, user, mark)
+                _, status, rusage = os.wait4(process.pid, 0)
+                break
+            reader.flooded.wait(_POLL_S)
+    finally:
+        if status is None:  # interrupted (Ctrl-C): nothing may outlive the grader
+            _kill_everything(process.pid, user, mark)
+            process.wait()
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
+    leftovers = _kill_everything(process.pid, user, mark)
+    reader.join(timeout=5)
+    process.stdout.close()
+    seconds = time.monotonic() - start
+    strays = _remove_strays(user)
+    returncode = None if reason else process.returncode
+    if not reason and reader.total > limits.output_bytes:
+        reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
+    if not reason and returncode is not None and returncode < 0:
+        reason = _signal_reason(-returncode, limits)
+    if not reason and leftovers:
+        reason = f"left {leftovers} process(es) running when it ended (they were killed)"
+    if not reason and strays:
+        reason = f"wrote outside its work folder: {', '.join(strays[:3])} (removed)"
+    cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
+    output = reader.kept.decode("utf-8", "replace")
+    return SandboxResult(returncode, reason, output, seconds, cpu, leftovers, strays)

@@ -464,7 +464,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
             colour = "green" if module.score == module.max_score else ("red" if module.reason else "yellow")
             cells.append(f"[{colour}]{fmt(module.score)}[/]")
         table.add_row(escape(student.name), *cells, f"[bold]{fmt(student.total)}[/]")
-    console.print(table)
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options, table).maximum
+    console.print(table, width=max(console.width, needed))  # every column whole, even on a narrow terminal
     zeroed = [(s.name, k, m.reason) for s in students for k, m in s.modules.items() if m.reason]
     for name, key, reason in zeroed[:20]:
         console.print(f"  {escape(name)} {key}: 0, {escape(reason)}", highlight=False)

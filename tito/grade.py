@@ -57,6 +57,9 @@ _REPORT = "report.json"
 _CURRENT = "current-test"
 _MAX_REPORT_BYTES = 64 * 1024 * 1024
 _EXPORT_LOCK = threading.Lock()  # nbdev was not written for threads: exports take turns (a fraction of a second each)
+# Run as the sandbox's user before grading: the same Python, its packages, and Python started again.
+_PROBE = ("import subprocess, sys, numpy, pytest, jupytext; "
+          "subprocess.run([sys.executable, '-c', 'import numpy'], check=True); print(sys.version)")
 _PYTEST_ARGS = ["-q", "-s", "--tb=short", "--color=no", "-o", "console_output_style=classic",
                 "-p", "tito.grade_plugin", "-p", "tito.pytest_plugin"]
 
@@ -64,7 +67,7 @@ Progress = Callable[[str, str, "ModuleResult | None"], None]  # (student, module
 
 
 @dataclass
-class TestResult:
+class GradedTest:
     nodeid: str
     hidden: bool  # from grading/, not from tests/
     outcome: str  # passed, failed, error, skipped, or "not run"
@@ -79,7 +82,7 @@ class ModuleResult:
     max_score: Fraction
     score: Fraction = Fraction(0)
     reason: str = ""  # why it scored 0 as a whole ("3 stubs left", a broken limit); "" when its tests decided
-    tests: list[TestResult] = field(default_factory=list)
+    tests: list[GradedTest] = field(default_factory=list)
     notebook: str = ""  # where the graded notebook was in the submission
     note: str = ""  # e.g. "read from an .ipynb with jupytext"
     seconds: float = 0.0  # not part of any grade: only Gradescope's execution_time
@@ -252,20 +255,23 @@ class GradingRun:
         self._check_sandbox_user()
 
     def _check_sandbox_user(self) -> None:
-        """The sandbox's own user must be able to run this Python with its packages: say how to fix it if not."""
+        """The sandbox's own user must run this very Python, with its packages, and start it again (tests
+        run programs with sys.executable): say how to fix it when it cannot."""
         user = sandbox_user(0)
         if user is None:
             return
         work = prepare_workdir(self.scratch / "probe", user)
-        probe = run_sandboxed([sys.executable, "-c", "import numpy, pytest, jupytext"], work, self.limits, user=user)
+        probe = run_sandboxed([sys.executable, "-c", _PROBE], work, self.limits, user=user)
         remove_tree(work)
-        if not probe.ok or probe.returncode != 0:
-            raise CourseError(
-                f"Student code runs as its own unprivileged user (uid {user.uid}), and that user cannot run "
-                f"{sys.executable} with its packages:\n{probe.reason or probe.output[-1500:]}\n"
-                "Make the Python installation and the virtual environment readable by other users "
-                "(chmod o+rX on each folder on the way), or run tito grade as an ordinary user (then student "
-                "code runs as you, without the protection of a user of its own).")
+        if probe.ok and probe.returncode == 0 and probe.output.strip() == sys.version:
+            return
+        found = probe.output.strip() or probe.reason
+        raise CourseError(
+            f"Student code runs as its own unprivileged user (uid {user.uid}), and that user cannot run "
+            f"{sys.executable} ({sys.version.split()[0]}) with its packages as you do. It got:\n{found[-1500:]}\n"
+            "Make the Python installation and its virtual environment readable by other users (chmod o+rX "
+            "on each folder on the way), or run tito grade as an ordinary user (student code then runs as "
+            "you, without a user of its own).")
 
     # -- one job
 
@@ -375,7 +381,7 @@ class GradingRun:
             result.tests = self._score(module.key, report)
             result.score = sum((t.points for t in result.tests), Fraction(0))
 
-    def _score(self, module: str, report: dict) -> list[TestResult]:
+    def _score(self, module: str, report: dict) -> list[GradedTest]:
         tests = []
         errors = report["collection_errors"]
         for nodeid, points in self.points[module].items():
@@ -391,7 +397,7 @@ class GradingRun:
                 if outcome == "skipped":
                     message = f"skipped: {message}"
             earned = points if outcome == "passed" else Fraction(0)
-            tests.append(TestResult(nodeid, nodeid.startswith(GRADING_DIR + "/"), outcome, message, earned, points))
+            tests.append(GradedTest(nodeid, nodeid.startswith(GRADING_DIR + "/"), outcome, message, earned, points))
         return tests
 
     # -- cumulative: the student's whole framework

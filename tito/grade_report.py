@@ -20,7 +20,7 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-from .grade import ModuleResult, StudentResult, TestResult
+from .grade import ModuleResult, StudentResult, GradedTest
 
 MAX_ROW = "(max points)"
 FAILURES_SHOWN = 25  # per module in the feedback; the rest are counted
@@ -77,7 +77,7 @@ def _fence(text: str) -> str:
     return f"{fence}\n{text.rstrip()}\n{fence}"
 
 
-def _failures(module: ModuleResult) -> list[TestResult]:
+def _failures(module: ModuleResult) -> list[GradedTest]:
     return [t for t in module.tests if t.outcome != "passed"]
 
 
@@ -131,10 +131,10 @@ def feedback_markdown(student: StudentResult) -> str:
 def _file_entries(key: str, module: ModuleResult, hidden_visibility: str) -> list[dict]:
     """Gradescope test entries for one module: one per test file (hidden files with their own visibility)."""
     if module.reason or not module.tests:
-        return [{"name": f"{key}", "score": float(round(module.score, 4)),
-                 "max_score": float(round(module.max_score, 4)),
+        return [{"name": f"{key}", "score": float(module.score),
+                 "max_score": float(module.max_score),
                  "output": module.reason or "no tests", "visibility": "visible"}]
-    files: dict[str, list[TestResult]] = {}
+    files: dict[str, list[GradedTest]] = {}
     for test in module.tests:
         files.setdefault(test.nodeid.split("::", 1)[0], []).append(test)
     entries = []
@@ -148,8 +148,8 @@ def _file_entries(key: str, module: ModuleResult, hidden_visibility: str) -> lis
         hidden = tests[0].hidden
         entries.append({
             "name": f"{key}: {'hidden tests ' if hidden else ''}{path}",
-            "score": float(round(sum((t.points for t in tests), Fraction(0)), 4)),
-            "max_score": float(round(sum((t.max_points for t in tests), Fraction(0)), 4)),
+            "score": float(sum((t.points for t in tests), Fraction(0))),
+            "max_score": float(sum((t.max_points for t in tests), Fraction(0))),
             "output": "\n".join(output),
             "visibility": hidden_visibility if hidden else "visible",
         })
@@ -168,7 +168,7 @@ def gradescope_results(student: StudentResult, hidden_visibility: str = "after_d
                        f"(the course's own tests and package are used): {', '.join(student.ignored[:IGNORED_SHOWN])}"
                        + (" ..." if len(student.ignored) > IGNORED_SHOWN else ""))
     return {
-        "score": float(round(student.total, 4)),
+        "score": float(student.total),
         "execution_time": int(round(sum(m.seconds for m in student.modules.values()))),
         "output": "\n".join(summary),
         "stdout_visibility": "hidden",

@@ -39,8 +39,10 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import uuid
@@ -57,11 +59,34 @@ _POLL_S = 0.05
 _DISK_CHECK_S = 0.5
 _MAX_FILES = 50_000
 
-# Runs before the command, as a tiny Python without site-packages: sets the limits, then
-# becomes the command (exec keeps the pid, so the command is the process tito waits for).
-_SHIM = """
-import json, os, resource, sys
-for name, (soft, hard) in json.loads(sys.argv[1]).items():
+# Runs before the command, as a tiny Python without site-packages (and as root when the run
+# has a user of its own): private network and mount namespaces where it can (with the folders
+# Python needs made reachable, below), the limits, then exec: the command keeps the pid tito waits for.
+_SHIM = r"""
+import ctypes, json, os, resource, sys
+setup = json.loads(sys.argv[1])
+if setup["namespaces"]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    def call(result, what):
+        if result != 0:
+            sys.stderr.write("tito sandbox: %s failed: %s\n" % (what, os.strerror(ctypes.get_errno())))
+            os._exit(125)
+    call(libc.unshare(0x00020000 | 0x40000000), "unshare (mount and network namespaces)")
+    call(libc.mount(None, b"/", None, 0x4000 | 0x40000, None), "making every mount private")  # MS_REC|MS_PRIVATE
+    for number, (hidden, exposed) in enumerate(setup["expose"]):
+        staged = []
+        for index, path in enumerate(exposed):
+            stage = os.path.join(os.getcwd(), ".tito-mount-%d-%d" % (number, index))
+            os.mkdir(stage, 0o700)
+            call(libc.mount(path.encode(), stage.encode(), None, 4096 | 0x4000, None), "bind " + path)  # MS_BIND|MS_REC
+            staged.append((stage, path))
+        call(libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", 0, b"mode=755,size=1m"), "tmpfs on " + hidden)
+        for stage, path in staged:
+            os.makedirs(path, 0o755, exist_ok=True)
+            call(libc.mount(stage.encode(), path.encode(), None, 8192, None), "move to " + path)  # MS_MOVE
+            os.rmdir(stage)
+for name, (soft, hard) in setup["rlimits"].items():
     resource.setrlimit(getattr(resource, name), (soft, hard))
 os.execvp(sys.argv[2], sys.argv[2:])
 """
@@ -111,18 +136,61 @@ def _setpriv() -> str | None:
     return shutil.which("setpriv") if os.geteuid() == 0 and hasattr(os, "fork") else None
 
 
+def _reachable(path: str) -> bool:
+    """Whether a user with no rights of its own may walk to `path`: every folder on the way has `x` for others."""
+    current = Path("/")
+    for part in Path(path).parts[1:]:
+        try:
+            if not current.stat().st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        current = current / part
+    return True
+
+
+def python_paths() -> list[str]:
+    """The folders this Python needs: its installation (binary, libpython, standard library) and its environment."""
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)}
+    found.add(os.path.dirname(os.path.realpath(sys.executable)))
+    found.update(os.path.realpath(p) for p in sysconfig.get_paths().values() if os.path.isdir(p))
+    # one entry per tree: a path inside another one is exposed with it
+    return sorted(p for p in found if not any(p != q and p.startswith(q + "/") for q in found))
+
+
+def exposures(paths: list[str]) -> list[tuple[str, list[str]]]:
+    """For the paths another user cannot reach: (the first private folder on the way, the paths below it).
+
+    In the sandbox's own mount namespace that folder is covered by an empty tmpfs holding only
+    those paths, so the sandbox user reaches Python, and nothing else of that folder.
+    """
+    plan: dict[str, list[str]] = {}
+    for path in paths:
+        if _reachable(path):
+            continue
+        current = Path("/")
+        for part in Path(path).parts[1:]:
+            if not current.stat().st_mode & stat.S_IXOTH:
+                break
+            current = current / part
+        plan.setdefault(str(current), []).append(path)
+    hidden = sorted(plan)
+    # a private folder inside another one's plan is covered by the outer tmpfs already
+    return [(h, sorted(plan[h])) for h in hidden if not any(h != o and h.startswith(o + "/") for o in hidden)]
+
+
 @lru_cache(maxsize=None)
-def _unshare_net() -> list[str]:
-    """`unshare --net --` where creating a network namespace works here (root, not a locked-down container)."""
-    unshare = shutil.which("unshare")
-    if os.geteuid() != 0 or unshare is None:
-        return []
+def _namespaces_work() -> bool:
+    """Whether this machine lets root make mount and network namespaces (a locked-down container may not)."""
+    if os.geteuid() != 0 or not Path("/proc/self/ns/mnt").exists():
+        return False
+    setup = {"namespaces": True, "expose": [], "rlimits": {}}
     try:
-        done = subprocess.run([unshare, "--net", "--", "true"], stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=30)
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), "true"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60, cwd="/")
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [unshare, "--net", "--"] if done.returncode == 0 else []
+        return False
+    return done.returncode == 0
 
 
 def sandbox_user(slot: int = 0) -> SandboxUser | None:
@@ -153,8 +221,8 @@ def describe_isolation(user: SandboxUser | None) -> list[str]:
                 "own process group, limits on time, CPU, memory, file sizes and output"]
     found = ["own unprivileged user (no groups, no capabilities, no new privileges)",
              "own process group, limits on time, CPU, memory, file sizes, output and processes"]
-    found.append("no network (own network namespace)" if _unshare_net() else
-                 "network reachable (unshare --net does not work here)")
+    found.append("no network, and of root's private folders only Python's (own namespaces)" if _namespaces_work()
+                 else "network reachable (this machine does not allow namespaces)")
     return found
 
 
@@ -321,12 +389,14 @@ def _rlimits(limits: Limits, user: SandboxUser | None) -> dict[str, tuple[int, i
 
 
 def _command_line(command: list[str], limits: Limits, user: SandboxUser | None) -> list[str]:
-    prefix: list[str] = [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(_rlimits(limits, user))]
+    setup = {"namespaces": False, "expose": [], "rlimits": _rlimits(limits, user)}
+    prefix: list[str] = []
     if user is not None:
-        prefix += _unshare_net()
-        prefix += [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
-                   "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-    return prefix + list(command)
+        if _namespaces_work():
+            setup.update(namespaces=True, expose=exposures(python_paths()))
+        prefix = [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
+                  "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    return [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), *prefix, *command]
 
 
 def _signal_reason(number: int, limits: Limits) -> str:

@@ -466,7 +466,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         table.add_row(escape(student.name), *cells, f"[bold]{fmt(student.total)}[/]")
     from rich.measure import Measurement
 
-    needed = Measurement.get(console, console.options, table).maximum
+    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
     console.print(table, width=max(console.width, needed))  # every column whole, even on a narrow terminal
     zeroed = [(s.name, k, m.reason) for s in students for k, m in s.modules.items() if m.reason]
     for name, key, reason in zeroed[:20]:

@@ -48,8 +48,8 @@ from .grade_plugin import COURSE_ENV, REPORT_ENV
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 from .pytest_plugin import CURRENT_TEST_ENV
 from .release import copy_course
-from .sandbox import (Limits, SandboxResult, SandboxUser, describe_isolation, prepare_workdir, run_sandboxed,
-                      sandbox_user)
+from .sandbox import (Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
+                      run_sandboxed)
 from .submissions import Submission, SubmittedNotebook
 
 NOT_RUN = "not run"
@@ -86,6 +86,7 @@ class ModuleResult:
     notebook: str = ""  # where the graded notebook was in the submission
     note: str = ""  # e.g. "read from an .ipynb with jupytext"
     seconds: float = 0.0  # not part of any grade: only Gradescope's execution_time
+    peak_bytes: int | None = None  # the largest address space pytest had (benchmarks/grading.py reports it)
 
 
 @dataclass
@@ -193,11 +194,12 @@ class GradingRun:
         self.cumulative = options.cumulative
         self.jobs = max(1, options.jobs)
         self.limits = options.limits or self.config.limits
-        self.scratch = Path(tempfile.mkdtemp(prefix="tito-grade-"))
+        self.claimed = SandboxUsers(self.jobs)  # a user of its own per job at once (where tito is root)
         self.users: queue.Queue[SandboxUser | None] = queue.Queue()
-        for slot in range(self.jobs):
-            self.users.put(sandbox_user(slot))
-        self.isolation = describe_isolation(sandbox_user(0))
+        for user in self.claimed.users:
+            self.users.put(user)
+        self.isolation = describe_isolation(self.claimed.users[0] is not None)
+        self.scratch = Path(tempfile.mkdtemp(prefix="tito-grade-"))
         self.expected: dict[str, dict[str, str]] = {}  # module -> {nodeid: skip reason, "" when it runs}
         self.points: dict[str, dict[str, Fraction]] = {}
         self.targets = {m.key: sorted(set(scan_targets(m))) for m in self.all_modules}
@@ -208,12 +210,13 @@ class GradingRun:
             self._build_base()
             self._collect_tests()
         except BaseException:
-            remove_tree(self.scratch)
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
         remove_tree(self.scratch)
+        self.claimed.close()
 
     # -- the base course
 
@@ -257,7 +260,7 @@ class GradingRun:
     def _check_sandbox_user(self) -> None:
         """The sandbox's own user must run this very Python, with its packages, and start it again (tests
         run programs with sys.executable): say how to fix it when it cannot."""
-        user = sandbox_user(0)
+        user = self.claimed.users[0]
         if user is None:
             return
         work = prepare_workdir(self.scratch / "probe", user)
@@ -377,6 +380,8 @@ class GradingRun:
         sandbox, report, running = self._pytest(course, self.test_folders(course, module), work, user, [])
         changed = _changed(before, _manifest(course))
         result.reason = _run_problem(sandbox, report, running, changed, course, self.limits)
+        if report is not None and isinstance(report.get("peak_kib"), int):
+            result.peak_bytes = report["peak_kib"] * 1024
         if not result.reason:
             result.tests = self._score(module.key, report)
             result.score = sum((t.points for t in result.tests), Fraction(0))

@@ -10,7 +10,7 @@ from the scratch course: an editable install of the instructor's course adds an 
 that would find the reference package for a module the scratch course lacks.
 
 The report (`TITO_GRADE_REPORT`, written whole or not at all):
-    {"exitstatus": 0, "tinytorch": "/scratch/course/tinytorch/__init__.py",
+    {"exitstatus": 0, "tinytorch": "/scratch/course/tinytorch/__init__.py", "peak_kib": 812345,
      "tests": {nodeid: {"outcome": "passed" | "failed" | "error" | "skipped", "message": "...",
                         "exception": "AssertionError", "seconds": 0.01}},
      "collection_errors": {path: message},
@@ -98,12 +98,22 @@ def pytest_collection_finish(session) -> None:
         _collected[item.nodeid] = skip
 
 
+def _address_space_peak_kib() -> int | None:
+    """The largest address space this process had (VmPeak): what the memory limit (RLIMIT_AS) is compared with."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            return next(int(line.split()[1]) for line in handle if line.startswith("VmPeak:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     path = os.environ.get(REPORT_ENV)
     if not path:
         return
     package = sys.modules.get("tinytorch")
     payload = {"exitstatus": int(exitstatus), "tinytorch": getattr(package, "__file__", None),
+               "peak_kib": _address_space_peak_kib(),
                "tests": _tests, "collection_errors": _collection_errors, "collected": _collected}
     target = Path(path)
     scratch = target.with_name(target.name + ".partial")

@@ -3,9 +3,10 @@
 `tito grade` runs each student's tests through `run_sandboxed`; the Olympics judge (module 20)
 runs a contestant's program the same way:
 
-    user = sandbox_user(slot=0)                  # None unless tito runs as root with setpriv
-    work = prepare_workdir(scratch / "work", user)
-    result = run_sandboxed([sys.executable, "-m", "pytest", ...], work, Limits(wall_s=60), user=user)
+    with SandboxUsers(1) as claimed:             # [None] unless tito runs as root with setpriv
+        user = claimed.users[0]
+        work = prepare_workdir(scratch / "work", user)
+        result = run_sandboxed([sys.executable, "-m", "pytest", ...], work, Limits(wall_s=60), user=user)
     if not result.ok:
         print(result.reason)                     # "ran past its 60 s wall-clock limit", ...
 
@@ -21,10 +22,12 @@ What the command gets:
 * when it ends, every process it started is killed, also those that left its process group
   (`setsid`, double forks): they are found by their user (below) or else by a mark in their
   environment, and counted as a violation;
-* where tito runs as root and `setpriv` exists: its own unprivileged user (uid
-  `SANDBOX_UID_BASE + slot`, no groups, no capabilities, no new privileges, at most
-  `Limits.processes` processes), so it cannot write the grader's files or signal other
-  processes, plus (where `unshare` works) a network namespace of its own, so no network.
+* where tito runs as root and `setpriv` exists: its own unprivileged user (a uid from
+  `SANDBOX_UID_BASE` up that no account or process has, claimed for the run: `SandboxUsers`;
+  no groups, no capabilities, no new privileges, at most `Limits.processes` processes), so it
+  cannot write the grader's files or signal other processes; and, where the machine allows
+  namespaces, a network namespace of its own (no network) and a mount namespace in which, of
+  the folders other users cannot enter (root's home), only Python's installation is visible.
   Files it leaves in /tmp, /var/tmp or /dev/shm are removed and counted as a violation.
 
 What it does not do: code inside the process can still do anything that process can do, e.g.
@@ -34,6 +37,7 @@ can. README ("For instructors") lists what was measured.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
@@ -43,6 +47,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import uuid
@@ -52,7 +57,7 @@ from pathlib import Path
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
-SANDBOX_UID_BASE = 64000  # slot N runs as uid 64000 + N (no passwd entry needed; one per concurrent run)
+SANDBOX_UID_BASE = 64000  # users of their own are uids from here up (no account needed; SandboxUsers)
 SANDBOX_MARK_ENV = "TITO_SANDBOX"  # every sandboxed process carries TITO_SANDBOX=<run id>
 _SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 _POLL_S = 0.05
@@ -193,29 +198,80 @@ def _namespaces_work() -> bool:
     return done.returncode == 0
 
 
-def sandbox_user(slot: int = 0) -> SandboxUser | None:
-    """The user for concurrent run number `slot`, or None where runs cannot change user (not root, no setpriv).
+def can_switch_user() -> bool:
+    """Whether runs here can have a user of their own: tito runs as root and setpriv exists."""
+    return _setpriv() is not None
 
-    Each slot has its own uid, so one run's processes can be told from another's (and killed
-    to the last), and one run's process limit cannot starve another. A uid that belongs to
-    a real account is skipped.
+
+def _uid_is_free(uid: int) -> bool:
+    """No account has it and no process runs as it (it may be some other program's spare uid)."""
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        pass
+    return not any(owner == uid for _, _, owner, _ in _process_table())
+
+
+class SandboxUsers:
+    """Users of their own for `count` runs at once, each claimed for as long as this object is open.
+
+        with SandboxUsers(2) as users:      # users.users: [SandboxUser(64000, 64000), SandboxUser(64001, ...)]
+            run_sandboxed(..., user=users.users[0])
+
+    A uid is claimed with a lock file (in a folder only root may write), so two tito processes
+    on one machine never share one: each kills every process of its uids when a run ends, and
+    would otherwise kill the other's. A uid that an account or a running process has is skipped.
+    Without root or setpriv every entry is None (runs use the grader's own user).
     """
-    if _setpriv() is None:
-        return None
-    uid, skipped = SANDBOX_UID_BASE, 0
-    while True:
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            if skipped == slot:
-                return SandboxUser(uid, uid)
-            skipped += 1
-        uid += 1
+
+    LOCKS = Path(tempfile.gettempdir()) / "tito-sandbox-uids"
+
+    def __init__(self, count: int):
+        self.users: list[SandboxUser | None] = [None] * count
+        self._locks: list[int] = []
+        if not can_switch_user():
+            return
+        self.LOCKS.mkdir(mode=0o700, exist_ok=True)
+        info = self.LOCKS.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+            raise RuntimeError(f"{self.LOCKS} must be a folder that only root may write; remove it and try again.")
+        uid = SANDBOX_UID_BASE
+        for slot in range(count):
+            while True:
+                fd = os.open(self.LOCKS / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    uid += 1
+                    continue
+                if _uid_is_free(uid):
+                    break
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                uid += 1
+            self._locks.append(fd)
+            self.users[slot] = SandboxUser(uid, uid)
+            uid += 1
+
+    def close(self) -> None:
+        for fd in self._locks:
+            os.close(fd)  # releases the lock
+        self._locks.clear()
+
+    def __enter__(self) -> SandboxUsers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def describe_isolation(user: SandboxUser | None) -> list[str]:
-    """What protects the grader in this setting, in words (printed by `tito grade`)."""
-    if user is None:
+def describe_isolation(switch_user: bool | None = None) -> list[str]:
+    """What protects the grader here, in words (printed by `tito grade`); `switch_user` defaults to whether it can."""
+    if switch_user is None:
+        switch_user = can_switch_user()
+    if not switch_user:
         why = "tito is not root" if os.geteuid() != 0 else "setpriv is not installed"
         return [f"runs as your own user ({why}): it could write your files",
                 "own process group, limits on time, CPU, memory, file sizes and output"]
@@ -306,12 +362,22 @@ def _live_processes(pgid: int, user: SandboxUser | None, mark: bytes) -> list[in
     return found
 
 
-def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> int:
-    """Kill every process of the run (see `_live_processes`); how many were alive."""
-    seen: set[int] = set()
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            words = handle.read().split(b"\0")
+        return " ".join(w.decode("utf-8", "replace") for w in words[:4] if w)[:80] or f"pid {pid}"
+    except OSError:
+        return f"pid {pid}"
+
+
+def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> list[str]:
+    """Kill every process of the run (see `_live_processes`); the commands of those that were alive."""
+    seen: dict[int, str] = {}
     for _ in range(200):  # a process that forks while we kill is caught on a later round
-        alive = _live_processes(pgid, user, mark)  # counted before they are killed
-        seen.update(alive)
+        alive = _live_processes(pgid, user, mark)  # counted (and named) before they are killed
+        for pid in alive:
+            seen.setdefault(pid, _command_name(pid))
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -324,7 +390,7 @@ def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> int:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)
-    return len(seen)
+    return list(seen.values())
 
 
 def _disk_usage(folder: Path) -> tuple[int, int]:
@@ -438,7 +504,7 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
     """Run `command` in `workdir` (made by `prepare_workdir`) under `limits`; never raises for what the command does.
 
     `env` adds to the scratch environment (`scratch_env`), e.g. {"PYTHONPATH": course}.
-    `user` (from `sandbox_user`) is the user it runs as; None runs it as the grader itself.
+    `user` (one of `SandboxUsers(n).users`) is the user it runs as; None runs it as the grader itself.
     The result's `reason` says which limit it broke (the first one noticed), or that it left
     processes or files behind; "" means it ended by itself and within every limit.
     """
@@ -481,7 +547,7 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
             _kill_everything(process.pid, user, mark)
             process.wait()
     process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
-    leftovers = _kill_everything(process.pid, user, mark)
+    left = _kill_everything(process.pid, user, mark)
     reader.join(timeout=5)
     process.stdout.close()
     seconds = time.monotonic() - start
@@ -491,10 +557,11 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
         reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
     if not reason and returncode is not None and returncode < 0:
         reason = _signal_reason(-returncode, limits)
-    if not reason and leftovers:
-        reason = f"left {leftovers} process(es) running when it ended (they were killed)"
+    if not reason and left:
+        names = "; ".join(sorted(set(left))[:2]) + ("; ..." if len(set(left)) > 2 else "")
+        reason = f"left {len(left)} process(es) running when it ended ({names}; they were killed)"
     if not reason and strays:
         reason = f"wrote outside its work folder: {', '.join(strays[:3])} (removed)"
     cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
     output = reader.kept.decode("utf-8", "replace")
-    return SandboxResult(returncode, reason, output, seconds, cpu, leftovers, strays)
+    return SandboxResult(returncode, reason, output, seconds, cpu, len(left), strays)

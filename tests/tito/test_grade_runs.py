@@ -20,7 +20,7 @@ from tito.grade import GradeOptions, GradingRun, grade_submissions
 from tito.grade_report import write_outputs
 from tito.mistakes import load_catalogue
 from tito.notebook import find_solution_blocks, stub_text
-from tito.sandbox import GiB, Limits, sandbox_user
+from tito.sandbox import GiB, Limits, can_switch_user
 from tito.submissions import collect_submissions
 
 pytestmark = pytest.mark.slow
@@ -184,7 +184,7 @@ def test_os_exit_in_a_solution_scores_nothing(hostile):
 
 def test_deleting_and_writing_outside_the_work_folder(hostile):
     module = _module(hostile, "vandal")
-    if sandbox_user(0) is None:  # the grader's own user: it could, and it is caught afterwards
+    if not can_switch_user():  # the grader's own user: it could, and it is caught afterwards
         assert module.score == 0 and module.reason.startswith("changed files of the course"), module.reason
         pytest.skip("not root: student code runs as the grader's user, so the instructor's grading/ is writable "
                     "(the damage to its scratch course is caught and scores 0, as checked above)")

@@ -445,6 +445,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
             students = grade_submissions(settings, submissions, options, progress, run=run)
         written = write_outputs(out, students, run.points, run.config.hidden_visibility)
+        changed = run.changed_outside()
     finally:
         run.__exit__(None, None, None)
     table = Table(title="Grades")
@@ -476,6 +477,13 @@ def cmd_grade(args: argparse.Namespace) -> int:
     console.print(f"[bold green]Wrote {len(written)} file(s) to {escape(_rel(out))}[/]: grades.csv, "
                   "grades_long.csv, feedback/<student>.md, results/<student>.json (Gradescope's format).",
                   highlight=False)
+    if changed:
+        console.print(f"[bold red]Warning:[/] {len(changed)} file(s) of the course changed while grading: "
+                      f"{escape(', '.join(changed[:5]))}{' ...' if len(changed) > 5 else ''}. Student code runs as "
+                      "you when tito is not root, and can write your files. Every job graded a copy made before "
+                      "any ran, so the grades stand; restore the course (git status, git checkout) before "
+                      "grading again.", highlight=False)
+        return 1
     return 0
 
 

@@ -47,7 +47,7 @@ from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_te
 from .grade_plugin import COURSE_ENV, REPORT_ENV
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 from .pytest_plugin import CURRENT_TEST_ENV
-from .release import copy_course
+from .release import EDITION_ITEMS, copy_course
 from .sandbox import (Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
                       run_sandboxed)
 from .submissions import Submission, SubmittedNotebook
@@ -224,7 +224,28 @@ class GradingRun:
     def base(self) -> Path:
         return self.scratch / "base"
 
+    def _instructor_files(self) -> dict[str, tuple[int, int]]:
+        """A manifest of the course's own files (what the base copies): to see whether a run changed them."""
+        found = {}
+        for name in [*EDITION_ITEMS, self.settings.lib_path.name, self.settings.nbs_path.name, GRADING_DIR]:
+            path = self.settings.root / name
+            if path.is_dir():
+                found.update({f"{name}/{k}": v for k, v in _manifest(path).items()})
+            elif path.is_file():
+                info = path.stat()
+                found[name] = (info.st_size, info.st_mtime_ns)
+        return found
+
+    def changed_outside(self) -> list[str]:
+        """The course's own files that changed since the run began (relative paths).
+
+        Where student code runs as the grader's own user (no root), it can write them; each job
+        used a copy made before any ran, so the grades stand, but the course must be restored.
+        """
+        return _changed(self._before, self._instructor_files())
+
     def _build_base(self) -> None:
+        self._before = self._instructor_files()
         copy_course(self.settings, self.base, {}, with_package=True)  # catalogues stay behind (copy_course)
         hidden = self.settings.root / GRADING_DIR
         if hidden.is_dir():

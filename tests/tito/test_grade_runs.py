@@ -51,8 +51,8 @@ def hostile_notebooks(reference: str, mistake: str, instructor_grading: Path) ->
         "allocates_50gb": with_code(reference, "Tensor.matmul", "np.ones(50 * 2**30, dtype=np.uint8)"),
         "starts_200_children": with_code(reference, "Tensor.matmul", f"""
 import subprocess
-for _ in range(200):
-    subprocess.Popen(["sleep", "120", "{MARK}"])
+if not hasattr(np, "_children"):  # once: 200 sleeping children, each gone by itself after 120 s
+    np._children = [subprocess.Popen(["sleep", "120", "{MARK}"]) for _ in range(200)]
 """),
         "prints_100mb": with_code(reference, "Tensor.matmul", """
 import sys
@@ -92,12 +92,14 @@ def write_submissions(folder: Path, notebooks: dict[str, str], mistake: str) -> 
 
 
 def _grade(course, submissions: Path, out: Path):
+    """Grade module 01 of every submission; (results by student, the course files that changed meanwhile)."""
     options = GradeOptions((course.module("01"),), jobs=2, limits=LIMITS)
     with GradingRun(course.settings, options) as run:
         found = collect_submissions(submissions, [course.module("01")])
         students = grade_submissions(course.settings, found, options, run=run)
         write_outputs(out, students, run.points)
-    return {s.name: s for s in students}
+        changed = run.changed_outside()
+    return {s.name: s for s in students}, changed
 
 
 @pytest.fixture(scope="module")
@@ -110,13 +112,23 @@ def hostile(tmp_path_factory, shared_grading_course):
     notebooks = hostile_notebooks(reference, mistake.apply(reference), course.root / "grading")
     hidden_before = _snapshot(course.root / "grading")
     write_submissions(tmp / "all", notebooks, mistake.apply(reference))
-    results = _grade(course, tmp / "all", tmp / "out-all")
+    results, changed = _grade(course, tmp / "all", tmp / "out-all")
+    hidden_after = _snapshot(course.root / "grading")
+    _restore(course.root / "grading", hidden_before)  # as the instructor must, where the vandal could write
     alone = {name: notebooks[name] for name in ("good", "mistake")}
     write_submissions(tmp / "alone", alone, mistake.apply(reference))
     (tmp / "alone" / "ships_its_own_tests.zip").unlink()
     _grade(course, tmp / "alone", tmp / "out-alone")
     _grade(course, tmp / "alone", tmp / "out-again")
-    return dict(tmp=tmp, course=course, results=results, mistake=mistake, hidden_before=hidden_before)
+    return dict(tmp=tmp, course=course, results=results, mistake=mistake, hidden_before=hidden_before,
+                hidden_after=hidden_after, changed=changed)
+
+
+def _restore(folder: Path, snapshot: dict[str, bytes]) -> None:
+    shutil.rmtree(folder)
+    for name, data in snapshot.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -186,9 +198,10 @@ def test_deleting_and_writing_outside_the_work_folder(hostile):
     module = _module(hostile, "vandal")
     if not can_switch_user():  # the grader's own user: it could, and it is caught afterwards
         assert module.score == 0 and module.reason.startswith("changed files of the course"), module.reason
-        pytest.skip("not root: student code runs as the grader's user, so the instructor's grading/ is writable "
-                    "(the damage to its scratch course is caught and scores 0, as checked above)")
-    assert _snapshot(hostile["course"].root / "grading") == hostile["hidden_before"]
+        assert "grading/01_tensor/test_hidden_tensor.py" in hostile["changed"]  # reported to the instructor
+        pytest.skip("not root: student code runs as the grader's user, so it wrote the instructor's grading/ "
+                    "(reported, and the damage to its scratch course scored 0, as checked above)")
+    assert hostile["hidden_after"] == hostile["hidden_before"] and hostile["changed"] == []
     good = _module(hostile, "good")
     assert module.score == good.score and not module.reason  # it could do neither, and earned what it earned
 

@@ -48,7 +48,7 @@ from .grade_plugin import COURSE_ENV, REPORT_ENV
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 from .pytest_plugin import CURRENT_TEST_ENV
 from .release import EDITION_ITEMS, copy_course
-from .sandbox import (Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
+from .sandbox import (STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
                       run_sandboxed)
 from .submissions import Submission, SubmittedNotebook
 
@@ -247,6 +247,9 @@ class GradingRun:
     def _build_base(self) -> None:
         self._before = self._instructor_files()
         copy_course(self.settings, self.base, {}, with_package=True)  # catalogues stay behind (copy_course)
+        base = load_settings(self.base)
+        with _EXPORT_LOCK:  # the reference package from the notebooks, whatever state the instructor's is in
+            export_modules(base, list_modules(base))
         hidden = self.settings.root / GRADING_DIR
         if hidden.is_dir():
             shutil.copytree(hidden, self.base / GRADING_DIR,
@@ -532,12 +535,21 @@ def grade_submissions(settings: Settings, submissions: list[Submission], options
 
         with ThreadPoolExecutor(max_workers=run.jobs) as pool:
             futures = []
-            for submission in submissions:
-                course, problems = (run.student_course(submission) if run.cumulative and not submission.error
-                                    else (None, {}))
-                futures += [pool.submit(one, submission, m, course, problems) for m in run.modules]
-            for future in futures:
-                future.result()
+            try:
+                for submission in submissions:
+                    course, problems = (run.student_course(submission) if run.cumulative and not submission.error
+                                        else (None, {}))
+                    futures += [pool.submit(one, submission, m, course, problems) for m in run.modules]
+                for future in futures:
+                    future.result()
+            except BaseException:  # Ctrl-C, or a bug: stop the runs in progress now, start no other
+                for future in futures:
+                    future.cancel()
+                STOP.set()
+                raise
+            finally:
+                pool.shutdown(wait=True)
+                STOP.clear()
         order = [m.key for m in run.modules]
         for student in results.values():
             student.modules = {k: student.modules[k] for k in order}

@@ -492,6 +492,9 @@ def _signal_reason(number: int, limits: Limits) -> str:
     return f"crashed ({name})"
 
 
+STOP = threading.Event()  # set (e.g. on Ctrl-C) to stop every run in progress at once; runs then end at once
+
+
 class _OutputReader(threading.Thread):
     """Keeps the first `limit` bytes of a pipe and counts the rest; `flooded` is set past the limit."""
 
@@ -542,7 +545,9 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
             if pid:
                 break
             now = time.monotonic()
-            if reader.flooded.is_set():
+            if STOP.is_set():
+                reason = "stopped: the grader was interrupted"
+            elif reader.flooded.is_set():
                 reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
             elif now - start > limits.wall_s:
                 reason = f"ran past its {limits.wall_s:g} s wall-clock limit"

@@ -215,3 +215,20 @@ print(len(values))
 """
     result, _ = run(scratch, user, code)
     assert int(result.output) > 100, result.output
+
+
+def test_stop_ends_every_run_at_once(scratch):
+    """What Ctrl-C in `tito grade` does: runs in progress are killed now, not at their time limit."""
+    import threading
+
+    from tito.sandbox import STOP
+
+    timer = threading.Timer(1.0, STOP.set)
+    timer.start()
+    start = time.monotonic()
+    try:
+        result, _ = run(scratch, None, "import time; time.sleep(120)")
+    finally:
+        timer.cancel()
+        STOP.clear()
+    assert result.reason == "stopped: the grader was interrupted" and time.monotonic() - start < 15

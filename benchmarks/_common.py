@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tinytorch.files import atomic_write
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -178,11 +180,13 @@ def write_section(heading: str, section: str, results: Path = RESULTS, after: st
         cut = len(text) if anchor is None else anchor[1]
         before, rest = text[:cut].rstrip("\n") + "\n\n", text[cut:]
     text = before + section + ("\n" + rest if rest else "")
-    results.write_text(text, encoding="utf-8")
+    with atomic_write(results, "w", encoding="utf-8") as handle:  # a run killed here keeps the old file whole
+        handle.write(text)
     return results
 
 
 # ---- the GPU: facts for RESULTS.md, and peak memory measured on the device ----------------------
+# (the memory itself is measured by tinytorch.perf.profiling.CupyMemory, module 14's given code)
 def gpu_facts(torch=None) -> dict:
     """The GPU's name and memory, CuPy's version, the CUDA runtime and driver, PyTorch and its CUDA."""
     import cupy
@@ -277,64 +281,12 @@ def gpu_facts_lines(info: dict, facts: dict, command: str) -> list[str]:
     ]
 
 
-class CupyMemory:
-    """GPU memory measured on the device by CuPy: the peak in use, and what the pool reserved.
-
-        with CupyMemory() as memory:  # every CuPy allocation inside comes from a fresh pool
-            inputs = ...              # made inside, and not counted once start() is called
-            memory.start()
-            out = forward(inputs)
-            memory.in_use()           # bytes in use now, above start()
-            out.backward()
-        memory.peak, memory.reserved  # above start(): the peak in use, and the pool's growth
-
-    How: a fresh `cupy.cuda.MemoryPool` serves every CuPy allocation made inside the block (a
-    thread-local allocator, `cupy.cuda.using_allocator`), through a small wrapper that reads the
-    pool's `used_bytes()` right after each allocation. Bytes in use only grow at an allocation,
-    and an array's memory goes back to the pool the moment the array is freed, so the largest
-    value read is exactly the peak in use (in CuPy's 512-byte rounding), like tracemalloc's peak
-    on the CPU. The pool's `total_bytes()` is what it had to ask the driver for: freed blocks stay
-    cached and are reused, so its growth is the peak plus what fragmentation cost. PyTorch's
-    allocator is not seen here (it has torch.cuda.max_memory_allocated).
-    """
-
-    def __init__(self):
-        import cupy
-
-        self.cupy = cupy
-        self.pool = cupy.cuda.MemoryPool()
-        self._peak = self._base = self._reserved_base = 0
-        self.peak = self.reserved = 0
-
-    def _malloc(self, size: int):
-        memory = self.pool.malloc(size)
-        self._peak = max(self._peak, self.pool.used_bytes())
-        return memory
-
-    def __enter__(self) -> "CupyMemory":
-        self._context = self.cupy.cuda.using_allocator(self._malloc)
-        self._context.__enter__()
-        return self
-
-    def start(self) -> None:
-        """Count from here: what is allocated now (the inputs) is the baseline."""
-        self.cupy.cuda.Device().synchronize()
-        self._base = self._peak = self.pool.used_bytes()
-        self._reserved_base = self.pool.total_bytes()
-
-    def in_use(self) -> int:
-        return self.pool.used_bytes() - self._base
-
-    def __exit__(self, *exc) -> None:
-        self.cupy.cuda.Device().synchronize()
-        self.peak = self._peak - self._base
-        self.reserved = self.pool.total_bytes() - self._reserved_base
-        self._context.__exit__(*exc)
-
-
 def cupy_peak_bytes(prepare: Callable[[], object], run: Callable[[object], object]) -> tuple[int, int, float]:
     """(peak bytes in use, bytes the pool reserved, wall seconds) of `run(prepare())` on the GPU,
-    measured by `CupyMemory`; what `prepare` allocates (the inputs) is not counted."""
+    measured by module 14's `CupyMemory` (tinytorch.perf.profiling: a fresh CuPy pool read after
+    every allocation); what `prepare` allocates (the inputs) is not counted."""
+    from tinytorch.perf.profiling import CupyMemory  # here, not at the top: NumPy must start after one_thread()
+
     with CupyMemory() as memory:
         inputs = prepare()
         memory.start()

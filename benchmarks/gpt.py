@@ -17,7 +17,7 @@ F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied
 2. generation: tokens per second after a prompt of 32 and of 256 tokens, with and without the
    cache (the same model with a context of 512), and PyTorch's cached loop, ONE thread;
 3. peak memory of our training step (tracemalloc: every NumPy allocation; on a GPU, CuPy's memory
-   pool on the device, see `_common.CupyMemory`);
+   pool on the device, see `tinytorch.perf.profiling.CupyMemory`);
 4. with --milestone: wall time of `milestones/shakespeare.py` and of the same recipe in PyTorch,
    each in a fresh process limited to 2 threads (--milestone-threads), run one after the other
    (with --device cuda, both on the GPU).
@@ -54,12 +54,13 @@ try:
 except ImportError:  # the benchmark still measures TinyTorch alone
     torch = None
 
-from _common import (CupyMemory, Device, device_ready, gpu_facts_lines, gpu_heading,  # noqa: E402
+from _common import (Device, device_ready, gpu_facts_lines, gpu_heading,  # noqa: E402
                      interleaved_medians, open_device, write_section)
 from tinytorch.core.autograd import topological_order  # noqa: E402
 from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
+from tinytorch.perf.profiling import CupyMemory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -463,7 +464,7 @@ def write_gpu_results(info: dict, facts: dict, step: dict, gen: list, memory: di
                      f"{row['cache'] / row['no cache']:.1f}× | {theirs} |")
     lines += ["", "Our `generate` samples each token on the host (one small copy of the last logits per token).", "",
               "### Peak memory of the training step on the device (above the model and the optimizer state)", "",
-              "Bytes in use, read from a fresh CuPy memory pool after every allocation (`_common.CupyMemory`).", "",
+              "Bytes in use, read from a fresh CuPy memory pool after every allocation (`tinytorch.perf.profiling.CupyMemory`).", "",
               "| forward holds | peak during backward | intermediate tensors keeping a `.grad` | parameters |",
               "|---:|---:|---:|---:|",
               f"| {memory['forward'] / 2**20:.1f} MiB | {memory['peak'] / 2**20:.1f} MiB | "

@@ -21,6 +21,7 @@ matplotlib.use("Agg")  # a script: never open a window
 import matplotlib.pyplot as plt  # noqa: E402
 
 from tinytorch.core.attention import plot_sentence_attention  # noqa: E402
+from tinytorch.files import atomic_write  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parent / "attention_heatmap.png"
 
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output.is_file() and args.output.read_bytes() == new:
         print(f"{args.output} is up to date")
         return 0
-    args.output.write_bytes(new)
+    with atomic_write(args.output) as handle:
+        handle.write(new)
     print(f"wrote {args.output} ({len(new):,} bytes)")
     return 0
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _args import check_output_file, natural_int  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict  # milestones/_verdict.py
 from tinytorch.core.attention import MultiHeadAttention, plot_attention_heads
@@ -95,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="shorter sequences, brief training, lower bound 90%%: for the test suite")
     parser.add_argument("--heatmap", type=Path, default=DEFAULT_HEATMAP, help=f"where to save the heat map (default {DEFAULT_HEATMAP})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data, the initialisation and the shuffling")
+    parser.add_argument("--seed", type=natural_int, default=0, help="seed of the data, the initialisation and the shuffling")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    check_output_file(parser, args.heatmap, "--heatmap")  # before training, not after it
     if not device_ready(args.device):
         return 2
     console = Console(highlight=False, soft_wrap=True)

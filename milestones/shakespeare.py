@@ -8,7 +8,9 @@ betas (0.9, 0.99) and weight decay 0.1 on the weight matrices only; 100 warm-up 
 cosine decay to 1e-4 (module 07); gradients clipped to norm 1.0; 2,000 iterations of 12
 random windows. The validation loss is the mean over 200 random validation batches
 (nanoGPT reports 1.88 for this recipe; PyTorch with it reaches 1.91 here). At the end it
-prints a sample and saves the attention heat maps of the last layer (module 12's plotting).
+prints a sample, saves the attention heat maps of the last layer (module 12's plotting) and
+the trained model as a module-07 checkpoint, `shakespeare_gpt.npz` in --out (the `quantize`
+milestone loads it).
 
     python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda]
 
@@ -27,13 +29,14 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from _args import check_output_folder, positive_int  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import verdict_at_most  # milestones/_verdict.py
 from tinytorch.core.attention import plot_attention_heads
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import AdamW, weight_decay_groups
 from tinytorch.core.tensor import Tensor, array_module, to_array, to_host
-from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
+from tinytorch.core.training import CosineWarmupLR, clip_grad_norm, save_checkpoint
 from tinytorch.models.transformer import GPT
 from tinytorch.text.tokenization import CharTokenizer
 
@@ -41,6 +44,7 @@ DATA = Path(__file__).resolve().parent.parent / "datasets" / "tinyshakespeare.tx
 THRESHOLD = 1.95       # the full run: mean validation loss over EVAL_BATCHES batches
 FAST_THRESHOLD = 2.70  # --fast: 200 iterations bring the loss from ln(65) = 4.17 to about 2.45
 EVAL_BATCHES = 200
+CHECKPOINT = "shakespeare_gpt.npz"  # the trained model, in --out: what milestones/quantize.py loads
 
 RECIPE = dict(embed_dim=128, num_layers=4, num_heads=4, context=64, batch=12, lr=1e-3, min_lr=1e-4,
               betas=(0.9, 0.99), weight_decay=0.1, warmup=100, clip=1.0, iters=2000)
@@ -87,15 +91,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
                         help=f"200 iterations, 20 validation batches, threshold {FAST_THRESHOLD} (for the test suite)")
-    parser.add_argument("--iters", type=int, default=None, help="training iterations (default 2000; 200 with --fast)")
+    parser.add_argument("--iters", type=positive_int, default=None,
+                        help=f"training iterations, more than the {RECIPE['warmup']} warm-up steps "
+                             "(default 2000; 200 with --fast)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-shakespeare",
-                        help="folder for the attention heat maps")
+                        help=f"folder for the attention heat maps and the trained model ({CHECKPOINT})")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    iters = args.iters if args.iters is not None else (200 if args.fast else RECIPE["iters"])
+    if iters <= RECIPE["warmup"]:  # the cosine schedule needs steps after its warm-up
+        parser.error(f"--iters {iters}: the learning rate warms up for {RECIPE['warmup']} steps, so train for "
+                     f"more than {RECIPE['warmup']}")
+    check_output_folder(parser, args.out)  # before the minutes of training, not after them
     if not device_ready(args.device):
         return 2
     console = Console(highlight=False, soft_wrap=True)
-    iters = args.iters or (200 if args.fast else RECIPE["iters"])
     threshold, eval_batches = (FAST_THRESHOLD, 20) if args.fast else (THRESHOLD, EVAL_BATCHES)
     start = time.perf_counter()
 
@@ -150,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
     plt.close(figure)
     console.print(f"attention heat maps of the last layer: {path}")
+    # Module 07's checkpoint (written to a scratch file, then renamed: never half a file), with the
+    # recipe beside the weights so that a program loading it can check it is this model.
+    saved = save_checkpoint(args.out / CHECKPOINT, model, step=iters, extra={
+        "recipe": RECIPE, "iters": iters, "vocab_size": vocab, "seed": 1337, "val_loss": val_loss})
+    console.print(f"trained model: {saved} ({saved.stat().st_size:,} bytes; `tito milestone run quantize` loads it)")
     console.print(f"validation loss: mean over {eval_batches} random batches of {RECIPE['batch']} x {RECIPE['context']}")
     return verdict_at_most(console, "validation loss", val_loss, threshold, start)
 

@@ -19,13 +19,13 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture(autouse=True)
 def _grad_mode_on():
-    """Every test starts and ends with recording on.
+    """Every test starts and ends with recording on and mixed precision off.
 
-    A `no_grad` that fails to restore the mode (a student's bug) then fails the tests
-    that check `no_grad`, instead of switching gradients off for every test after it.
+    A `no_grad` (or module 17's `autocast`) that fails to restore the mode (a student's bug)
+    then fails the tests that check it, instead of changing every test after it.
     """
-    from tinytorch.core.tensor import GradMode
+    from tinytorch.core.tensor import Autocast, GradMode
 
-    GradMode.enabled = True
+    GradMode.enabled, Autocast.dtype = True, None
     yield
-    GradMode.enabled = True
+    GradMode.enabled, Autocast.dtype = True, None

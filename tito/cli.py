@@ -178,10 +178,22 @@ def _summary_line(runs: list[RunRecord]) -> tuple[str, bool]:
     return text, all(run.passed for run in runs)
 
 
+def _keep_damaged_results(settings: Settings) -> None:
+    """A results file tito cannot read is renamed aside (and said so) before new results are written."""
+    from .testing import keep_damaged_results
+
+    kept = keep_damaged_results(settings)
+    if kept:
+        path, problem = kept
+        console.print(f"[yellow]Warning:[/] {escape(problem)}. It is kept as {escape(_rel(path))}; "
+                      "the results of this run start a new file.", highlight=False)
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     from .testing import TestOptions, results_path
 
     settings = _course()
+    _keep_damaged_results(settings)
     everything = args.all or not args.modules
     modules = list_modules(settings) if everything else resolve_modules(settings, args.modules)
     _warn_ipynb(settings, modules)
@@ -211,6 +223,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = _course()
     if args.run:
+        _keep_damaged_results(settings)
         runs = _run_tests_with_progress(settings, list_modules(settings), TestOptions(), include_extra=False,
                                         show_failures=False)
         console.print(_summary_line(runs)[0], highlight=False)
@@ -234,7 +247,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                           "tito exports the .py, so edits made in the .ipynb are not in the package.",
                           highlight=False)
     from .reset import orphaned_backups
+    from .testing import results_problem
 
+    problem = results_problem(settings)
+    if problem:
+        console.print(f"[yellow]Warning:[/] {escape(problem)}. The test column shows no results; the next "
+                      "`tito test` keeps the damaged file beside it (renamed) and starts a new one.", highlight=False)
     for key in orphaned_backups(settings):
         console.print(f"[yellow]Warning:[/] {key} has no notebook any more, but it has backups: "
                       f"`tito module reset {key} --restore` lists them.", highlight=False)
@@ -528,12 +546,12 @@ def _program_table(title: str, programs) -> Table:
 
 
 def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]) -> int:
-    from .programs import find_program, list_programs, run_program
+    from .programs import find_program, in_course_order, list_programs, run_program
 
     settings = _course()
     folder = settings.root / folder_name
     if name is None:
-        programs = list_programs(folder)
+        programs = in_course_order(list_programs(folder))
         if not programs:
             console.print(f"No {kind}s yet in {_rel(folder)}.")
         else:
@@ -558,11 +576,11 @@ def cmd_milestone_run(args: argparse.Namespace) -> int:
         raise CourseError("Name a milestone (`tito milestone list` shows them) or use --all.")
     if args.name is not None:
         return _list_or_run("milestones", "milestone", args.name, extra)
-    from .programs import list_programs
+    from .programs import in_course_order, list_programs
 
     settings = _course()
     results = {p.name: _list_or_run("milestones", "milestone", p.name, extra)
-               for p in list_programs(settings.root / "milestones")}
+               for p in in_course_order(list_programs(settings.root / "milestones"))}
     table = Table(title="milestones")
     table.add_column("milestone")
     table.add_column("verdict")

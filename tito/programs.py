@@ -8,6 +8,7 @@ status is the verdict (a milestone exits non-zero below its threshold).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,17 @@ def list_programs(folder: Path) -> list[Program]:
     if not folder.is_dir():
         return []
     return [Program(p.stem, p, _summary(p)) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def in_course_order(programs: list[Program]) -> list[Program]:
+    """Programs in the order of the course: by the module their summary says they come after
+    ("... (after module 13): ..."), then by name; programs that name no module come first. So
+    `tito milestone run --all` trains the shakespeare GPT (after 13) before quantizing it (after 15)."""
+    def module_number(program: Program) -> int:
+        found = re.search(r"\(after module (\d+)\)", program.summary)
+        return int(found.group(1)) if found else -1
+
+    return sorted(programs, key=lambda program: (module_number(program), program.name))
 
 
 def find_program(folder: Path, name: str, kind: str) -> Program:

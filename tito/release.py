@@ -13,6 +13,8 @@ catalogued mistake, made in a copy, fails a test whose output names the cause.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 import tempfile
@@ -22,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from tinytorch.files import atomic_write
 
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .export import export_modules
@@ -151,8 +155,89 @@ models with your framework.
 """
 
 
+MANIFEST_FILE = ".tito-release.json"  # at the edition's root: every file the release wrote, with its SHA-256
+MANIFEST_FORMAT = "tito-release-v1"
+# Made by Python, pytest and pip from the edition's own files: replacing them loses nothing.
+_CACHES = ("__pycache__", ".pytest_cache", ".hypothesis")
+
+
+def _is_cache(relative: Path) -> bool:
+    return any(part in _CACHES or part.endswith(".egg-info") for part in relative.parts)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def edition_files(folder: Path) -> dict[str, str]:
+    """{relative posix path: SHA-256} of every file under `folder` (links and caches left out)."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_file() and not path.is_symlink() and not _is_cache(relative) and relative.name != MANIFEST_FILE:
+            files[relative.as_posix()] = _sha256(path)
+    return files
+
+
+def write_manifest(folder: Path) -> None:
+    """Record every file of the edition in `folder`, so that only they are ever replaced by `--force`."""
+    payload = {"format": MANIFEST_FORMAT, "files": edition_files(folder)}
+    with atomic_write(folder / MANIFEST_FILE, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(payload, indent=1) + "\n")
+
+
+def _read_manifest(dest: Path) -> dict[str, str]:
+    path = dest / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CourseError(f"{path} cannot be read ({err}), so tito cannot tell its files from yours; it replaces "
+                          "nothing. Choose a new folder.") from None
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise CourseError(f"{path} is not a manifest tito wrote, so tito cannot tell its files from yours; it "
+                          "replaces nothing. Choose a new folder.")
+    return files
+
+
+def _not_ours(dest: Path, manifest: dict[str, str]) -> list[str]:
+    """What in `dest` the release did not write, or that changed since: "notes.txt (not written by the
+    release)", ".venv/ (not written by the release)", "modules/…/x_dev.py (changed since the release)"."""
+    folders = {parent.as_posix() for name in manifest for parent in Path(name).parents}
+    found = []
+
+    def walk(folder: Path) -> None:
+        for path in sorted(folder.iterdir()):
+            relative = path.relative_to(dest)
+            name = relative.as_posix()
+            if relative == Path(MANIFEST_FILE) or _is_cache(relative):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                if name in folders:
+                    walk(path)
+                elif any(path.iterdir()):
+                    found.append(f"{name}/ (not written by the release)")
+            elif name not in manifest:
+                found.append(f"{name} (not written by the release)")
+            elif path.is_symlink() or not path.is_file() or _sha256(path) != manifest[name]:
+                found.append(f"{name} (changed since the release wrote it)")
+
+    walk(dest)
+    return found
+
+
 def check_destination(settings: Settings, dest: Path, force: bool) -> None:
-    """Refuse a destination that would overwrite the source or someone's files."""
+    """Refuse a destination that would overwrite the source or anyone's files.
+
+    Without --force the folder must be new or empty. With --force it may also hold a previous
+    edition, exactly as the release wrote it (its manifest, `.tito-release.json`, lists every file
+    with its SHA-256): never a git repository, never a file the release did not write or that
+    changed since (a student's work, their test results, a virtual environment).
+    """
     root = settings.root
     sources = [settings.lib_path, settings.nbs_path, *(root / name for name in EDITION_ITEMS)]
     if root.is_relative_to(dest) or any(dest.is_relative_to(s) for s in sources):
@@ -162,14 +247,50 @@ def check_destination(settings: Settings, dest: Path, force: bool) -> None:
         )
     if dest.exists() and not dest.is_dir():
         raise CourseError(f"{dest} exists and is not a folder.")
-    if dest.is_dir() and any(dest.iterdir()):
-        if not force:
-            raise CourseError(f"{dest} is not empty; use --force to replace a previous student edition.")
-        if not (dest / "settings.ini").is_file() or not (dest / settings.nbs_path.name).is_dir():
-            raise CourseError(
-                f"{dest} is not empty and does not look like a student edition (no settings.ini and "
-                f"{settings.nbs_path.name}/); even with --force tito only replaces a previous edition."
-            )
+    if not dest.is_dir() or not any(dest.iterdir()):
+        return
+    if not force:
+        raise CourseError(f"{dest} is not empty; use --force to replace a previous student edition.")
+    if (dest / ".git").exists():
+        raise CourseError(
+            f"{dest} is a git repository (it has a .git): tito release never replaces one, even with --force. "
+            "Write the edition to a new folder and copy it in with git (`git status` will show what changed)."
+        )
+    if not (dest / MANIFEST_FILE).is_file():
+        raise CourseError(
+            f"{dest} is not empty and does not look like a student edition written by tito release (it has no "
+            f"{MANIFEST_FILE}, the list of the files a release wrote); even with --force tito only replaces "
+            "a previous edition. Choose a new folder."
+        )
+    found = _not_ours(dest, _read_manifest(dest))
+    if found:
+        shown = "; ".join(found[:10]) + (f"; and {len(found) - 10} more" if len(found) > 10 else "")
+        raise CourseError(
+            f"{dest} holds files that the previous release did not write, or that changed since: {shown}. "
+            "tito replaces only an edition exactly as it wrote it, so nothing was changed: move those files "
+            "away (or choose a new folder) and run this command again."
+        )
+
+
+def _replace_edition(settings: Settings, staging: Path, dest: Path, force: bool) -> None:
+    """Move the finished edition in `staging` to `dest`; the old edition (checked again, after it was
+    renamed aside, so nothing written meanwhile is lost) is deleted only once the new one is in place."""
+    if not dest.exists():
+        staging.rename(dest)
+        return
+    if not any(dest.iterdir()):
+        dest.rmdir()  # fails, and changes nothing, if a file appeared meanwhile
+        staging.rename(dest)
+        return
+    aside = dest.parent / f".{dest.name}.tito-old-{uuid.uuid4().hex[:8]}"
+    dest.rename(aside)
+    try:
+        check_destination(settings, aside, force)
+    except CourseError as err:
+        aside.rename(dest)
+        raise CourseError(str(err).replace(str(aside), str(dest))) from None
+    staging.rename(dest)
+    shutil.rmtree(aside)
 
 
 def verify_edition(edition: Settings) -> None:
@@ -208,9 +329,8 @@ def write_student_edition(settings: Settings, dest: Path, force: bool = False) -
         edition = load_settings(staging)
         results = export_modules(edition, list_modules(edition))
         verify_edition(edition)
-        if dest.exists():
-            shutil.rmtree(dest)  # empty, or a previous edition and --force (check_destination)
-        staging.rename(dest)
+        write_manifest(staging)
+        _replace_edition(settings, staging, dest, force)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

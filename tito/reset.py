@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
+
+from tinytorch.files import atomic_write
 
 from .course import MODULE_DIR_PATTERN, CourseError, CourseModule, Settings, list_modules, resolve_module
 from .export import ExportResult, export_modules, scan_targets
@@ -87,12 +90,24 @@ def newest_with_work(backups: list[Backup]) -> int | None:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tito-new")
-    with open(scratch, "wb") as handle:
+    with atomic_write(path) as handle:  # never a half-written file
         handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(scratch, path)  # never a half-written file
+
+
+def check_writable(path: Path) -> None:
+    """CourseError unless `path` can be replaced: its folder takes a new file, and the file itself
+    (if it exists) is not read-only. Checked before anything is exported or backed up."""
+    folder = path.parent
+    if path.exists() and not os.access(path, os.W_OK):
+        raise CourseError(f"{path} is read-only, so it cannot be replaced; nothing was changed. "
+                          f"Make it writable (`chmod u+w {path}`) and run this command again.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise CourseError(f"{folder} does not accept new files ({err.strerror or err}), so {path.name} cannot "
+                          "be replaced; nothing was changed. Make the folder writable and run this command "
+                          "again.") from None
 
 
 def save_backup(settings: Settings, module: CourseModule, data: bytes) -> Path | None:
@@ -142,6 +157,7 @@ def reset_module(settings: Settings, module: CourseModule, saved: Saved | None =
     relpath = module.notebook.relative_to(settings.root).as_posix()
     stubbed = stub_text(text, module.notebook, relpath, module.key)  # raises before anything is written
     check_syntax(stubbed, module.notebook)
+    check_writable(module.notebook)  # before the backup and the export: a reset that cannot finish changes nothing
     backup = _save_current(settings, module, saved)
     return ResetResult(backup, _export_then_write(settings, module, stubbed))
 
@@ -217,6 +233,8 @@ def restore_backup(settings: Settings, module: CourseModule, backup: Path, saved
     """
     check_backup_belongs(settings, module, backup)
     text = read_text(backup)
+    module.notebook.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(module.notebook)
     current = _save_current(settings, module, saved) if module.notebook.is_file() else None
     try:
         return ResetResult(current, _export_then_write(settings, module, text))

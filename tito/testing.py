@@ -30,6 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from tinytorch.files import atomic_write
+
 from .course import CourseModule, Settings, list_modules
 from .export import DOES_NOT_EXPORT, module_in_sync
 from .locks import course_lock
@@ -364,32 +366,81 @@ def _run_from_json(name: str, data) -> RunRecord | None:
         return None
 
 
-def load_results(settings: Settings) -> dict[str, RunRecord]:
-    """The last recorded run of every row; anything unreadable counts as no record at all."""
+class _Damaged(Exception):
+    """The results file exists but is not what tito writes; the message says what is wrong."""
+
+
+def _read_results(settings: Settings) -> dict[str, RunRecord]:
+    """Every recorded row; {} when there is no file; _Damaged when the file cannot be read whole."""
+    path = results_path(settings)
     try:
-        raw = json.loads(results_path(settings).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         return {}
+    except OSError as err:
+        raise _Damaged(f"it cannot be read ({err.strerror or err})") from None
+    except ValueError as err:  # not UTF-8, or not JSON (a truncated write by an old tito, a hand edit)
+        raise _Damaged(f"it is not JSON ({err})") from None
     rows = raw.get("runs") if isinstance(raw, dict) else None
     if not isinstance(rows, dict):
-        return {}
+        raise _Damaged('it has no "runs" table')
     runs = {}
     for name, data in rows.items():
         run = _run_from_json(str(name), data) if isinstance(data, dict) else None
-        if run is not None:
-            runs[str(name)] = run
+        if run is None:
+            raise _Damaged(f"its row {name!r} is not one tito writes")
+        runs[str(name)] = run
     return runs
+
+
+def results_problem(settings: Settings) -> str | None:
+    """What is wrong with the results file ("…/results.json is damaged: it is not JSON (…)"), or None."""
+    try:
+        _read_results(settings)
+    except _Damaged as err:
+        return f"{results_path(settings)} is damaged: {err}"
+    return None
+
+
+def load_results(settings: Settings) -> dict[str, RunRecord]:
+    """The last recorded run of every row; a damaged file counts as no record (`results_problem` says why)."""
+    try:
+        return _read_results(settings)
+    except _Damaged:
+        return {}
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename a damaged results file to `results.json.damaged-<UTC time>` beside it; returns the new path."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    kept = path.with_name(f"{path.name}.damaged-{stamp}")
+    os.replace(path, kept)
+    return kept
+
+
+def keep_damaged_results(settings: Settings) -> tuple[Path, str] | None:
+    """If the results file is damaged, rename it aside (never delete it): (where it is now, what was wrong)."""
+    with course_lock(settings, "results"):
+        problem = results_problem(settings)
+        if problem is None:
+            return None
+        return _set_aside(results_path(settings)), problem
 
 
 def record_results(settings: Settings, runs: list[RunRecord]) -> Path:
     """Merge `runs` into the results file (other rows keep their last result).
 
     Under the course's results lock, so concurrent `tito test` runs never lose each
-    other's rows; written to a scratch file of its own and renamed, so the file is always whole.
+    other's rows; written with `atomic_write`, so the file is always whole. A damaged file
+    is renamed aside first (`keep_damaged_results`; the CLI says so), never silently replaced.
     """
     path = results_path(settings)
     with course_lock(settings, "results"):
-        merged = load_results(settings)
+        try:
+            merged = _read_results(settings)
+        except _Damaged:
+            _set_aside(path)
+            merged = {}
         merged.update({run.name: run for run in runs})
         payload = {"runs": {}}
         for name, run in merged.items():
@@ -398,8 +449,6 @@ def record_results(settings: Settings, runs: list[RunRecord]) -> Path:
             for part in entry["parts"].values():
                 part.pop("output", None)
             payload["runs"][name] = entry
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=path.name + ".",
-                                         suffix=".tito-new", delete=False) as scratch:
-            scratch.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-        os.replace(scratch.name, path)
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     return path

@@ -48,7 +48,11 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 
 def _sync_folder(folder: Path) -> None:
-    """Make renames inside `folder` durable (not possible, nor needed, on every system)."""
+    """Make renames inside `folder` durable (not possible, nor needed, on every system).
+
+    The same few lines as in `tinytorch.files`, on purpose: the export regenerates the
+    package, so it must not import from it (a broken or missing package file is what an
+    export repairs)."""
     try:
         handle = os.open(folder, os.O_RDONLY)
     except OSError:

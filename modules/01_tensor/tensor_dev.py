@@ -177,6 +177,14 @@ def device_of(array: Any) -> str:
 #
 # A `Node` also notes each input's **version** (`versions`), a counter that goes up
 # whenever someone assigns a tensor's `.data`. Section 15 explains why module 05 checks it.
+#
+# Because every result passes through `record_op`, it is also the one place where a tool
+# can *watch* the engine. `OP_LISTENERS` is a list of such watchers (module 14's profiler
+# puts itself there while it runs): after `record_op` has made the result it tells each
+# listener `op_recorded(op, out, inputs, saved)`, also when gradients are off, so that
+# inference can be profiled too. Module 05's backward pass tells the same listeners about
+# every backward rule it runs. Nobody listens unless a profiler is running, and then the
+# only cost is one check of an empty list per operation (module 14 measures it).
 
 # %%
 #| export
@@ -184,6 +192,14 @@ class GradMode:
     """Global switch: when `enabled` is False, `record_op` builds no graph (see no_grad)."""
 
     enabled: bool = True
+
+
+# Who watches the engine (module 14's Profiler adds itself while it runs). Each listener has
+#   op_recorded(op, out, inputs, saved)  -- record_op made `out` (also with gradients off)
+#   rule_started(node, grad)             -- module 05's apply_rule is about to run node's rule
+#   rule_finished(node, grad, grads)     -- the rule returned `grads` (one array or None per input)
+# Empty, the engine pays one truthiness check per op and nothing else.
+OP_LISTENERS: list = []
 
 
 class Node:
@@ -214,6 +230,7 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
     data   -- the result array (NumPy or CuPy), already computed
     inputs -- the input Tensors, in the order the backward rule returns gradients
     saved  -- whatever the backward rule needs (axis, mask, the output, ...)
+    Then tells every listener in OP_LISTENERS (a profiler), if there is one.
     """
     out = Tensor.__new__(Tensor)
     out._data = data  # not `out.data = ...`: a new result starts at version 0
@@ -228,6 +245,9 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
                 out.requires_grad = True
                 out._node = Node(op, inputs, saved)
                 break
+    if OP_LISTENERS:  # a profiler is running (module 14); otherwise this check is the whole cost
+        for listener in OP_LISTENERS:
+            listener.op_recorded(op, out, inputs, saved)
     return out
 
 
@@ -531,13 +551,16 @@ def test_unit_to_array():
 test_unit_to_array()
 
 # %% [markdown]
-# ### Two helpers every later module uses
+# ### Three helpers every later module uses
 #
 # Functions in later modules accept "anything tensor-like": a Tensor, an array, a list.
 # `as_tensor(value)` gives a Tensor without copying one that already is. And wherever
 # numbers must leave TinyTorch (a plot, a file, a comparison in a test) they must be a
 # NumPy array in main memory; `to_host(value)` gives that for a Tensor or an array on
-# either device. Both are given; use them instead of writing your own.
+# either device. Where a count, an id or an index is wanted (how many tokens to generate,
+# the k of top-k, a start position), `as_int(value, name)` accepts an int or a float that is
+# a whole number and refuses anything else by name: `int(2.5)` would quietly give 2. All
+# three are given; use them instead of writing your own.
 
 # %%
 #| export
@@ -550,6 +573,21 @@ def to_host(value: Any) -> np.ndarray:
     """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
     array = value.data if isinstance(value, Tensor) else value
     return array.get() if array_module(array) is not np else np.asarray(array)
+
+
+def as_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """`value` as a Python int, for a count, an id or an index: an int (NumPy's too) or a float
+    that is a whole number (3.0, not 2.5). A fraction, infinity or NaN raises ValueError, a bool
+    or anything else TypeError, and so does a value below `minimum` (ValueError); each message
+    starts with `name`, e.g. "generate: max_new_tokens"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r}.")
+    if not isinstance(value, numbers.Integral) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {number}.")
+    return number
 
 
 # %%
@@ -836,6 +874,50 @@ test_unit_elementwise()
 # `xp.matmul` implements all of this; your job is the bookkeeping and errors a student
 # (or a colleague) can act on. NumPy's own message for `(2, 3) @ (4, 5)` speaks of
 # "core dimension 0" and "gufunc signature"; yours names both shapes.
+#
+# One line before your part is given: `autocast_matmul_operands`. It does nothing unless
+# mixed precision is switched on, which only module 17's `autocast()` does (matrix products
+# in float16, the rest in float32); the switch, `Autocast`, lives here because every matrix
+# product passes through this method. Until module 17 you can ignore it.
+
+# %%
+#| export
+class Autocast:
+    """Mixed precision's switch (given). Off by default; module 17's `autocast()` turns it on.
+
+    dtype -- None (off), or the low-precision dtype that matrix products compute in
+             (np.float16).
+    While it is on, `matmul` casts its floating-point operands to `dtype` and computes in it
+    (the result is in `dtype`), and the operations that need float32's range and precision
+    (softmax, log_softmax, the losses, layer_norm) compute a `dtype` input in float32 (their
+    result is float32). Each conversion is the recorded op "cast" (inputs (x,), nothing
+    saved; module 12 registers its backward rule, which returns the gradient in x's dtype), so
+    float32 parameters keep float32 values and get float32 gradients.
+    """
+
+    dtype: Any = None
+
+
+def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+    return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
+
+
+def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
+    """(a, b), each cast to `Autocast.dtype` when mixed precision is on and both are floating
+    point; (a, b) unchanged otherwise (integer operands are never cast)."""
+    if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
+        return a, b
+    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+
+
+def autocast_float32(x: "Tensor") -> "Tensor":
+    """x cast up to float32 when mixed precision is on and x is in its low dtype; else x itself.
+    The first line of every operation that must run in float32 under autocast."""
+    if Autocast.dtype is None or x.dtype != Autocast.dtype:
+        return x
+    return _autocast_to(x, np.float32)
+
 
 # %%
 #| export
@@ -854,8 +936,10 @@ def matmul(self: Tensor, other: Any) -> Tensor:
       * the inner sizes differ: `self.shape[-1]` against `other.shape[-2]`
         (`other.shape[0]` when `other` is 1-D);
       * the batch dimensions do not broadcast (`xp.matmul` raises ValueError then).
+    Under module 17's autocast the operands arrive cast (given line, below).
     """
     other = _operand(other, self)
+    self, other = autocast_matmul_operands(self, other)  # given: a no-op unless autocast is on
     ### BEGIN SOLUTION
     a, b = self.shape, other.shape
     if not a or not b:

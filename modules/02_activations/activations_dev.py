@@ -64,7 +64,7 @@ import math
 
 import numpy as np
 
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, autocast_float32, record_op, to_host
 
 # %% [markdown]
 # The lesson draws curves with matplotlib. Under a non-interactive backend (scripts run
@@ -503,13 +503,14 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     x: a Tensor (or list/array) with at least 1 dimension; dim: the axis to normalise
     (negative counts from the end). Returns the same shape and dtype as x; the slices
     along dim sum to 1; finite for any finite input. float16 is computed in float32 (the
-    sum of 70,000 ones overflows float16) and returned as float16.
+    sum of 70,000 ones overflows float16) and returned as float16 (as float32 inside module
+    17's autocast: the given first line casts x up).
     Raises (given code) TypeError for an integer x, ValueError for a 0-d x or an
     out-of-range dim.
     Records op "softmax" with inputs (x,) and saves `dim` (the non-negative int d) and
     `out` (the result array).
     """
-    x = as_tensor(x)
+    x = autocast_float32(as_tensor(x))  # given: float32 under module 17's autocast, else x itself
     _check_floating(x, "softmax")
     d = _normalize_dim(dim, x.ndim, "softmax")
     ### BEGIN SOLUTION
@@ -584,13 +585,14 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     x: a Tensor (or list/array) with at least 1 dimension; dim: the axis (negative counts
     from the end). Returns the same shape and dtype as x, values ≤ 0; finite for any
     finite input (never log of a rounded-off 0). float16 is computed in float32 and
-    returned as float16.
+    returned as float16 (as float32 inside module 17's autocast: the given first line
+    casts x up).
     Raises (given code) TypeError for an integer x, ValueError for a 0-d x or an
     out-of-range dim.
     Records op "log_softmax" with inputs (x,) and saves `dim` (the non-negative int d)
     and `out` (the result array).
     """
-    x = as_tensor(x)
+    x = autocast_float32(as_tensor(x))  # given: float32 under module 17's autocast, else x itself
     _check_floating(x, "log_softmax")
     d = _normalize_dim(dim, x.ndim, "log_softmax")
     ### BEGIN SOLUTION

@@ -56,7 +56,9 @@
 #| export
 from __future__ import annotations
 
+import inspect
 import math
+from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -93,6 +95,37 @@ def _is_child(value: Any) -> bool:
 
 def _is_child_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(_is_child(v) or _is_parameter(v) for v in value)
+
+
+_NOT_CONFIG = ("rng", "seed", "dtype", "device")  # how weights are drawn and where they live, not what is computed
+
+
+@lru_cache(maxsize=None)
+def _init_signature(cls: type) -> inspect.Signature:
+    return inspect.signature(cls.__init__)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON: numbers, strings, None, lists and dicts as they are; anything else by its class name."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return type(value).__name__
+
+
+def _constructor_args(cls: type, args: tuple, kwargs: dict) -> dict:
+    """{argument name: JSON value} of `cls(*args, **kwargs)`, defaults filled in, without _NOT_CONFIG."""
+    try:
+        bound = _init_signature(cls).bind(None, *args, **kwargs)  # None stands for self
+    except (TypeError, ValueError):
+        return {}  # arguments __init__ will refuse itself (or a signature Python cannot read)
+    bound.apply_defaults()
+    return {name: _plain(value) for name, value in list(bound.arguments.items())[1:] if name not in _NOT_CONFIG}
 
 
 # %%
@@ -145,9 +178,16 @@ print("after one step of size 0.5, w =", w.numpy(), "(the change is visible thro
 # | `load_state_dict(d)` ✎ | copy values back in; refuses missing or extra names and wrong shapes (given) |
 # | `register_buffer(name, t)`, `buffers()` | state that is saved and moved but not learned (section 3) |
 # | `to(device)` | move every parameter and buffer to `"cpu"` or `"cuda"`, in place (section 3) |
+# | `config()` | how the model was built: every module's class and constructor arguments (given) |
 #
 # A subclass defines `__init__` (calling `super().__init__()` first) and `forward`;
 # `module(x)` calls `forward(x)`.
+#
+# Weights alone do not describe a model: a GPT with 2 attention heads and one with 4 have
+# exactly the same weight shapes, and compute different things with them. So `Module`
+# also remembers the arguments each module was built with (given code: `__new__` runs
+# before `__init__` and sees the same arguments) and `config()` reports them for the whole
+# tree. Module 07's checkpoints store it and refuse to load into a model built otherwise.
 
 # %%
 #| export
@@ -159,6 +199,13 @@ class Module:
     """
 
     training: bool = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Module":
+        """Create the object and note the arguments it is being built with (`config()` reports
+        them), before `__init__` runs with the same arguments."""
+        module = super().__new__(cls)
+        object.__setattr__(module, "_init_args", _constructor_args(cls, args, kwargs))
+        return module
 
     def __init__(self) -> None:
         self._registry("_param_names")
@@ -370,6 +417,18 @@ class Module:
             own[name].data = array_module(array).array(array, dtype=own[name].dtype, copy=True)
         return missing, unexpected
         ### END SOLUTION
+
+    def config(self) -> dict[str, dict]:
+        """How this model was built: {dotted name: {"type": class name, "args": {name: value}}} for
+        this module (named "") and every descendant, in `named_modules()` order.
+
+        "args" are the constructor's arguments by name, defaults filled in, as JSON values (a
+        Module or any other object given as an argument appears as its class name); rng, seed,
+        dtype and device are left out: they say how the weights were drawn and where they
+        live, not what the model computes. Activations have no recorded arguments.
+        """
+        return {name: {"type": type(m).__name__, "args": dict(getattr(m, "_init_args", {}))}
+                for name, m in self.named_modules()}
 
     # ---- printing -----------------------------------------------------------------------------------
     def extra_repr(self) -> str:

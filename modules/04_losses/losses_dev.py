@@ -78,7 +78,7 @@ from typing import Any
 import numpy as np
 
 from tinytorch.core.layers import Module
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, autocast_float32, record_op, to_host
 
 # %% [markdown]
 # ## 1. Checking what comes in (given code)
@@ -206,11 +206,12 @@ def mse_loss(pred: Tensor, target: Any) -> Tensor:
     """Mean of (pred - target)² over all elements.
 
     pred: a Tensor of any shape (floating point); target: the same shape (Tensor, array or
-    list). Returns a 0-d Tensor in pred's dtype. Built from Tensor ops (sub, pow, mean), so
+    list). Returns a 0-d Tensor in pred's dtype (float32 for float16 inside module 17's
+    autocast: the given first line casts pred up). Built from Tensor ops (sub, pow, mean), so
     autograd needs no new rule: the recorded op of the result is "mean".
     Raises (given code) ValueError naming both shapes when they differ.
     """
-    pred = as_tensor(pred)
+    pred = autocast_float32(as_tensor(pred))  # given: float32 under module 17's autocast, else pred itself
     if not isinstance(target, Tensor):
         target = Tensor(_float_targets(target, pred, "MSELoss"))
     elif target.shape != pred.shape:
@@ -329,14 +330,15 @@ def cross_entropy(logits: Tensor, targets: Any, ignore_index: int | None = None)
     targets: Tensor, array or list of class indices in [0, C), shape logits.shape[:-1];
     positions equal to `ignore_index` are left out of the sum and of the count (all
     ignored -> loss 0). Computed with log-sum-exp, so any finite logits give a finite
-    loss; float16 is computed in float32. Returns a 0-d Tensor in the logits' dtype.
+    loss; float16 is computed in float32. Returns a 0-d Tensor in the logits' dtype
+    (float32 for float16 inside module 17's autocast: the given first line casts up).
     Raises (given code, `_class_targets`) ValueError for wrong target shapes or values.
     Records op "cross_entropy" with inputs (logits,) and saves `probs` (softmax of the
     logits, same shape and dtype), `targets` (int array, ignored positions replaced by
     0), `valid` (bool array, False where ignored), `count` (number of valid positions,
     a Python int, at least 1).
     """
-    logits = as_tensor(logits)
+    logits = autocast_float32(as_tensor(logits))  # given: float32 under module 17's autocast, else logits itself
     targets, valid = _class_targets(targets, logits, ignore_index)
     ### BEGIN SOLUTION
     xp = array_module(logits.data)
@@ -504,12 +506,12 @@ def binary_cross_entropy(probs: Tensor, targets: Any, eps: float = 1e-7) -> Tens
 
     probs: a floating-point Tensor of any shape, values in [0, 1]; targets: the same
     shape, values in [0, 1]. Computed in at least float32 (the clip is lost in float16).
-    Returns a 0-d Tensor in probs' dtype.
+    Returns a 0-d Tensor in probs' dtype (float32 inside module 17's autocast).
     Raises (given code) ValueError for values outside [0, 1] or a shape mismatch.
     Records op "binary_cross_entropy" with inputs (probs,) and saves `targets` (float
     array, probs' dtype) and `eps` (the clip).
     """
-    probs = as_tensor(probs)
+    probs = autocast_float32(as_tensor(probs))  # given: float32 under module 17's autocast, else probs itself
     targets = _float_targets(targets, probs, "BinaryCrossEntropyLoss")
     _check_probabilities(probs, "BinaryCrossEntropyLoss")
     ### BEGIN SOLUTION
@@ -527,12 +529,13 @@ def binary_cross_entropy_with_logits(logits: Tensor, targets: Any) -> Tensor:
     """Mean of max(x, 0) - x·t + log(1 + e^-|x|): BCE of sigmoid(x), stable for any x.
 
     logits: a floating-point Tensor of any shape; targets: the same shape, values in
-    [0, 1]. Returns a 0-d Tensor in the logits' dtype; no overflow for any finite logit.
+    [0, 1]. Returns a 0-d Tensor in the logits' dtype (float32 inside module 17's
+    autocast); no overflow for any finite logit.
     Raises (given code) ValueError for a shape mismatch.
     Records op "bce_with_logits" with inputs (logits,) and saves `targets` (float array,
     logits' dtype).
     """
-    logits = as_tensor(logits)
+    logits = autocast_float32(as_tensor(logits))  # given: float32 under module 17's autocast, else logits itself
     targets = _float_targets(targets, logits, "BCEWithLogitsLoss")
     ### BEGIN SOLUTION
     xp = array_module(logits.data)

@@ -64,11 +64,12 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tinytorch.core.tensor import GradMode, Node, Tensor, array_module, to_array, to_host
+from tinytorch.core.tensor import OP_LISTENERS, GradMode, Node, Tensor, array_module, to_array, to_host
 from tinytorch.testing import numeric_vjp
 
 # %% [markdown]
@@ -137,6 +138,15 @@ print("the second input of add is a itself:", _q._node.inputs[1] is _a, "; a and
 # The registry is a plain dictionary from op name to rule; later modules (attention,
 # embeddings) add their ops with the same decorator, never by patching earlier code.
 #
+# **FLOP formulas live beside the rules.** A second, smaller registry, `FLOP_RULES`, holds
+# for some ops a formula for the floating-point operations they cost (module 14's profiler
+# adds them up). Only matrix products count, in PyTorch's convention
+# (`torch.utils.flop_counter`): `2·m·k·n` for an `(m, k) @ (k, n)` product, one multiply and
+# one add per term; an op without a formula (every elementwise op, every reduction) counts
+# 0. A formula `flops(node, out_shape, grads=None)` returns the forward's FLOPs when `grads`
+# is None, else the backward's, given what the rule returned: an input whose gradient is
+# None cost no product. It is given code: you will meet `matmul`'s next to its rule.
+#
 # What each forward of modules 01–04 records (the rules of sections 5–9 read exactly
 # these; inputs are listed in `node.inputs` order):
 #
@@ -180,6 +190,33 @@ def register_backward(op: str) -> Callable[[BackwardRule], BackwardRule]:
         return rule
 
     return decorator
+
+
+FlopRule = Callable[[Node, tuple, Any], int]
+
+FLOP_RULES: dict[str, FlopRule] = {}
+
+
+def register_flops(op: str) -> Callable[[FlopRule], FlopRule]:
+    """Decorator: `@register_flops("matmul")` makes the function op "matmul"'s FLOP formula.
+
+    A formula is `flops(node, out_shape, grads=None) -> int`: the forward's floating-point
+    operations when `grads` is None, else the backward rule's, where `grads` is what the rule
+    returned (one array or None per input; None cost nothing). PyTorch's convention
+    (torch.utils.flop_counter): 2·m·k·n per (m, k) @ (k, n) product, elementwise work 0.
+    """
+
+    def decorator(formula: FlopRule) -> FlopRule:
+        FLOP_RULES[op] = formula
+        return formula
+
+    return decorator
+
+
+def op_flops(node: Node, out_shape: Sequence[int], grads: Any = None) -> int:
+    """FLOPs of `node`'s op (forward when grads is None, else backward); 0 for an op without a formula."""
+    formula = FLOP_RULES.get(node.op)
+    return 0 if formula is None else int(formula(node, tuple(out_shape), grads))
 
 
 # %% [markdown]
@@ -339,14 +376,17 @@ test_unit_topological_order()
 #    float16 data times a float32 weight gives a float32 product, yet a float16 tensor's
 #    gradient must be float16 (module 12 trains in float16; an optimizer must not change
 #    a weight's dtype).
-# 5. **A missing rule is an error**: if `node.op` has no entry in `BACKWARD_RULES`,
-#    raise `RuntimeError` with a message that contains the op name.
-# 6. **Given checks, called by you:** `_check_versions(node, t)` right before running the
-#    rule of `t`'s node (the next paragraph); `_check_rule_output(node, grads)` on what the
-#    rule returned, before you use it (one array or None per input, never a Tensor or a
-#    number: `unbroadcast` and `.astype` only work on arrays); and
-#    `_check_input_gradient(node, i, ig)` after the unbroadcast and the cast of input `i`'s
-#    gradient (its shape must now be the input's). Each raises RuntimeError naming the op.
+# 5. **A missing rule is an error**: if `node.op` has no entry in `BACKWARD_RULES`, the
+#    engine raises `RuntimeError` with a message that contains the op name.
+# 6. **Every rule runs through `apply_rule(t, g)`** (given, below): it looks the rule up
+#    (promise 5), calls `_check_versions(node, t)` (the next paragraph), runs the rule,
+#    passes what it returned to `_check_rule_output(node, grads)` (one array or None per
+#    input, never a Tensor or a number: `unbroadcast` and `.astype` only work on arrays),
+#    tells the listeners of module 01's `OP_LISTENERS` (module 14's profiler times each rule
+#    there, so your engine is profiled too) and returns the rule's gradients. After the
+#    unbroadcast and the cast of input `i`'s gradient you call the given
+#    `_check_input_gradient(node, i, ig)` (its shape must now be the input's). Each check
+#    raises RuntimeError naming the op.
 # 7. **Intermediate gradients are released once used**: `grads.pop(id(t))`, so only the
 #    gradients still waiting for their rule are alive at any moment.
 # 8. Inputs whose rule returned `None`, and inputs without `requires_grad`, are skipped.
@@ -431,6 +471,34 @@ def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
         )
 
 
+def apply_rule(tensor: Tensor, grad: Any) -> Sequence[Any]:
+    """Run the backward rule of the node that made `tensor`, given `grad` (tensor's complete gradient).
+
+    Looks the rule up (RuntimeError naming the op when there is none), checks that no input and
+    not the output changed since the forward pass (`_check_versions`), runs `rule(grad, node)`,
+    checks what it returned (`_check_rule_output`) and returns it: one array or None per
+    `node.inputs`, in the broadcast shape the rule chose. Listeners in OP_LISTENERS (a profiler)
+    hear `rule_started(node, grad)` before the rule and `rule_finished(node, grad, grads)` after.
+    """
+    node = tensor._node
+    rule = BACKWARD_RULES.get(node.op)
+    if rule is None:
+        raise RuntimeError(
+            f"No backward rule for op {node.op!r}. Register one with "
+            f"@register_backward({node.op!r}) (tinytorch.core.autograd)."
+        )
+    _check_versions(node, tensor)
+    if OP_LISTENERS:
+        for listener in OP_LISTENERS:
+            listener.rule_started(node, grad)
+    grads = rule(grad, node)
+    _check_rule_output(node, grads)
+    if OP_LISTENERS:
+        for listener in OP_LISTENERS:
+            listener.rule_finished(node, grad, grads)
+    return grads
+
+
 # %% [markdown]
 # **Your turn: `backward(tensor, grad)`.** The given lines before the solution block
 # refuse a tensor that needs no gradient and compute the seed. Then write the walk with
@@ -439,9 +507,8 @@ def _check_input_gradient(node: Node, index: int, grad: Any) -> None:
 #
 # 1. `g = grads.pop(id(t), None)`; skip `t` when it is `None` (every path to it was cut);
 # 2. store `g` into `t.grad` when `t` is a leaf or retains its gradient (promises 1–3);
-# 3. stop here for a leaf; otherwise look up the rule (promise 5), call
-#    `_check_versions(node, t)`, run `rule(g, node)` and pass what it returned to
-#    `_check_rule_output(node, ...)`;
+# 3. stop here for a leaf; otherwise `apply_rule(t, g)` runs the node's rule, with every
+#    check of promises 5 and 6, and returns one gradient (or None) per `node.inputs`;
 # 4. for each input `i` with a gradient: `unbroadcast`, cast, `_check_input_gradient`,
 #    then add it into `grads[id(inp)]` (or put it there if it is the first).
 
@@ -453,9 +520,10 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
     grad -- the gradient of some scalar with respect to `tensor` (same shape); may be
             omitted for a one-element tensor, where it is 1.
     Writes `.grad` (a new Tensor with its own array, in t's dtype and shape) only on leaves
-    with requires_grad and on tensors that called `retain_grad()`; raises RuntimeError for
-    an op without a rule, for `.data` reassigned since the forward pass, and for a rule
-    whose gradient does not fit its input (each message names the op).
+    with requires_grad and on tensors that called `retain_grad()`; runs every rule through
+    `apply_rule(t, g)` (which raises RuntimeError for an op without a rule and for `.data`
+    reassigned since the forward pass), and raises RuntimeError for a rule whose gradient
+    does not fit its input (`_check_input_gradient`; each message names the op).
     """
     if not tensor.requires_grad:
         raise RuntimeError(
@@ -474,15 +542,7 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
             t.grad = Tensor(g.copy()) if t.grad is None else Tensor(t.grad.data + g)
         if node is None:  # a leaf: nothing further back
             continue
-        rule = BACKWARD_RULES.get(node.op)
-        if rule is None:
-            raise RuntimeError(
-                f"No backward rule for op {node.op!r}. Register one with "
-                f"@register_backward({node.op!r}) (tinytorch.core.autograd)."
-            )
-        _check_versions(node, t)
-        input_grads = rule(g, node)
-        _check_rule_output(node, input_grads)
+        input_grads = apply_rule(t, g)  # finds, checks and runs the rule; the profiler listens here
         for i, (inp, ig) in enumerate(zip(node.inputs, input_grads)):
             if ig is None or not inp.requires_grad:
                 continue
@@ -540,6 +600,27 @@ def test_unit_backward():
         r.retain_grad()
         backward(plus(r, r), np.ones(3))
         assert r.grad.numpy().tolist() == [2.0, 2.0, 2.0], "retain_grad keeps an intermediate's .grad"
+
+        class RuleCounter:  # a listener, as module 14's profiler is one
+            finished = 0
+
+            def op_recorded(self, op, out, inputs, saved):
+                pass
+
+            def rule_started(self, node, grad):
+                pass
+
+            def rule_finished(self, node, grad, grads):
+                RuleCounter.finished += 1
+
+        counter = RuleCounter()
+        OP_LISTENERS.append(counter)
+        try:
+            backward(plus(double(x), x), np.ones(3))
+        finally:
+            OP_LISTENERS.remove(counter)
+        assert RuleCounter.finished == 2, (
+            f"the listeners heard {RuleCounter.finished} rules, expected 2: run every rule through apply_rule(t, g)")
 
         try:
             backward(record_op("unknown_demo", x.data, (x,)), np.ones(3))
@@ -745,6 +826,28 @@ def matmul_backward(grad, node: Node) -> tuple:
     return grad_a, grad_b
     ### END SOLUTION
 
+
+@register_flops("matmul")
+def matmul_flops(node: Node, out_shape: tuple, grads: Any = None) -> int:
+    """2·k FLOPs per output element, k = A's last dim: 2·m·k·n for (m, k) @ (k, n), times the batch.
+
+    Backward: dA = G @ Bᵀ and dB = Aᵀ @ G are products of the same size as the forward's, and
+    only those the rule computed count (an input that needs no gradient gets None, no product).
+    """
+    forward = 2 * math.prod(out_shape) * node.inputs[0].shape[-1]
+    if grads is None:
+        return forward
+    return forward * sum(g is not None for g in grads)
+
+
+# %% [markdown]
+# **What a product costs.** Each of the `m·n` outputs of `(m, k) @ (k, n)` is a sum of `k`
+# products: `k` multiplications and `k` additions (counting `k − 1` would be exact; the
+# convention of PyTorch's `torch.utils.flop_counter`, which we follow, counts `2·k`), so
+# the forward costs `2·m·k·n` FLOPs and the backward two products of the same size, `dA`
+# and `dB`: training costs three times the forward, less when an input needs no gradient
+# (the rule then skips its product). `matmul_flops` above, given code registered with
+# `register_flops`, says exactly that; module 14's profiler adds such numbers up.
 
 # %%
 def test_unit_matmul_rule():
@@ -1747,6 +1850,9 @@ print(f"peak during backward: leaves only {_leaves:.1f} MB, every activation's .
 # * `.grad` lands only on leaves (and on tensors that asked with `retain_grad()`), as a new
 #   array of its own; a missing rule, a rule returning a wrong shape, and `.data` changed
 #   between forward and backward are errors that name the op.
+# * Every rule runs through the given `apply_rule`, which checks it and tells the listeners
+#   of `OP_LISTENERS` (module 14's profiler); each op that multiplies matrices registers its
+#   FLOP formula beside its rule (`register_flops`).
 # * `unbroadcast` is broadcasting's backward: sum over the leading and the stretched
 #   size-1 dimensions.
 # * `no_grad` stops recording and restores the previous mode on exit, always.

@@ -71,7 +71,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 import time
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -81,7 +83,8 @@ import numpy as np
 
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.optimizers import Optimizer
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_int, as_tensor, to_host
+from tinytorch.files import atomic_write
 
 # %% [markdown]
 # ## 1. Gradient clipping
@@ -808,6 +811,7 @@ print(f"forward with the graph {_with:.3f} ms, under no_grad {_without:.3f} ms (
 # | step and epoch counters, history | for the schedule, the logs and the data order |
 # | data order (the loader's epoch) | the resumed run must see the same batches |
 # | random generators (dropout's) | the same dropout masks |
+# | how the model was built (`model.config()`, module 03) | a GPT with 2 heads and one with 4 have the same weight shapes; loading one's weights into the other would run without an error and compute nonsense |
 #
 # `model.state_dict()` (module 03), `optimizer.state_dict()` (module 06) and
 # `scheduler.state_dict()` each return plain values and NumPy arrays. A checkpoint is
@@ -821,14 +825,17 @@ print(f"forward with the graph {_with:.3f} ms, under no_grad {_without:.3f} ms (
 # * `_pack(value, key, arrays)` returns a JSON-able copy of `value` (a dict, list,
 #   tuple, number, string, None, array or Tensor, nested as deep as you like) in which
 #   every array is replaced by `{"__array__": name}` and stored in the dict `arrays`
-#   under a name that starts with `key`;
+#   under a name that starts with `key`. It refuses what would not load back as saved
+#   (an array of Python objects, a dict key that is not a string, two entries stored under
+#   one name), so a checkpoint that saves always loads;
+# * `_model_config(model)`: `model.config()`, every module's class and constructor arguments;
 # * `_generator_states(model)`: `{module name: bit-generator state}` for every module of
 #   the model with a NumPy random generator `rng` (dropout);
-# * `_write_npz(path, arrays)` writes the file atomically: to a scratch file first, then
-#   renamed over `path`, so a crash mid-write never leaves half a checkpoint;
+# * `_write_npz(path, arrays)` writes the file with `atomic_write` (see below), so a crash,
+#   a full disk or a second process saving at the same time never leaves half a checkpoint;
 # * `read_checkpoint(path)` opens a checkpoint and returns
-#   `{"format", "step", "model", "rng", "optimizer", "scheduler", "extra"}`, with the
-#   arrays back in place of their names;
+#   `{"format", "step", "model", "rng", "optimizer", "scheduler", "extra", "config"}`, with
+#   the arrays back in place of their names (a damaged file: `ValueError` naming it);
 # * `check_checkpoint(path, checkpoint, model, optimizer, scheduler)` checks that every
 #   part fits the objects it is about to be loaded into.
 #
@@ -838,14 +845,16 @@ print(f"forward with the graph {_with:.3f} ms, under no_grad {_without:.3f} ms (
 # arrive with the model already overwritten: neither the old run nor the saved one, and
 # nothing in the error says so. So `read_checkpoint` and `check_checkpoint` run first and
 # raise `ValueError` naming the file and everything that is wrong (a truncated file, a
-# file that is not a checkpoint, a missing or unexpected weight, a shape, the optimizer's
-# type or groups, the scheduler's type); only when both pass does your code assign, and
-# then nothing can fail half-way.
+# file that is not a checkpoint, a model built with other arguments, a missing or
+# unexpected weight, a shape, the optimizer's type, groups or settings, the scheduler's
+# type); only when both pass does your code assign, and then nothing can fail half-way.
+# (A checkpoint saved before checkpoints recorded `config` still loads, with a warning that
+# only the weights' names and shapes were checked.)
 #
 # **`save_checkpoint(path, model, optimizer=None, scheduler=None, step=0, extra=None)`**
 # (you write): `path = _checkpoint_path(path)` (adds `.npz` when missing); an empty dict
-# `arrays`; `meta = {"format": CHECKPOINT_FORMAT, "step": int(step), "model":
-# _pack(model.state_dict(), "model", arrays), "rng": _pack(_generator_states(model),
+# `arrays`; `meta = {"format": CHECKPOINT_FORMAT, "step": int(step), "config":
+# _model_config(model), "model": _pack(model.state_dict(), "model", arrays), "rng": _pack(_generator_states(model),
 # "rng", arrays), "optimizer": ..., "scheduler": ..., "extra": ...}`, where the last three
 # are `_pack(<the optimizer's / scheduler's state_dict(), or extra>, "<its key>", arrays)`,
 # or `None` when not given; then `arrays["meta"] = np.array(json.dumps(meta))`,
@@ -858,22 +867,125 @@ print(f"forward with the graph {_with:.3f} ms, under no_grad {_without:.3f} ms (
 # `scheduler.load_state_dict(...)` for those given; return `{"step": checkpoint["step"],
 # "extra": checkpoint["extra"]}`.
 
+# %% [markdown]
+# ### Saving a file without ever losing the old one
+#
+# A checkpoint is written over the previous one, every few hundred steps. If the disk fills
+# up half-way, or the program dies half-way, or two processes save to the same path at
+# once, the file must still hold one whole checkpoint: the old one or the new one, never a
+# mixture, never a truncated file. The recipe, used by every program that cares (editors,
+# databases, git):
+#
+# 1. write the new content to a **new** file in the same folder, under a name no other
+#    process uses;
+# 2. flush Python's buffer and `os.fsync` the file, so the bytes are on the disk and not only
+#    in the operating system's cache;
+# 3. `os.replace` it over the old name. A rename within one folder is atomic: anyone who
+#    opens the path sees the old file or the new one, whole;
+# 4. on any error before that, delete the new file: the old one was never touched.
+#
+# `atomic_write(path)` (given) does exactly this, as a context manager that hands you the
+# open file. Everything in TinyTorch that writes a file goes through it (checkpoints here,
+# tokenizers in module 10, plots in module 12), and so does `tito` (test results, backups,
+# the student edition's manifest). It lives in a small module of its own,
+# `tinytorch.files`, that imports nothing but the standard library.
+
+# %%
+#| export files
+# Writing a file so that it is always whole: the one place TinyTorch and tito replace a file.
+# Given code, not a student exercise.
+import os
+import secrets
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None,
+                 durable: bool = True) -> Iterator[IO]:
+    """Write `path` all or nothing: `with atomic_write(p, "w", encoding="utf-8") as f: f.write(text)`.
+
+    The content goes to a new file in the same folder, named `.<name>.<random>.tmp` (unique,
+    so two processes saving the same path never share one), which is flushed, fsynced
+    (`durable=False` skips the fsync, for files that need not survive a power cut) and
+    renamed over `path` when the `with` block ends. An exception inside the block (a full
+    disk, an error half-way through serialising) removes the new file and leaves `path` as
+    it was. The file keeps the permissions of the one it replaces (a new one gets the usual
+    ones, after the umask). mode: "wb" (bytes) or "w" (text, with `encoding`).
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write: mode must be 'wb' or 'w', got {mode!r}.")
+    path = Path(path)
+    scratch = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        with os.fdopen(handle, mode, encoding=encoding) as stream:
+            yield stream
+            stream.flush()
+            if durable:
+                os.fsync(stream.fileno())
+        try:
+            os.chmod(scratch, os.stat(path).st_mode & 0o7777)  # keep the old file's permissions
+        except FileNotFoundError:
+            pass
+        os.replace(scratch, path)
+    except BaseException:
+        try:
+            os.unlink(scratch)
+        except FileNotFoundError:
+            pass
+        raise
+    if durable:
+        _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync a folder so that a rename inside it survives a power cut (where the system allows it)."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
 # %%
 #| export
 CHECKPOINT_FORMAT = "tinytorch-checkpoint-v1"
 
 
 def _pack(value: Any, key: str, arrays: dict) -> Any:
-    """A JSON-able skeleton of `value`; every array goes into `arrays` under a name starting with `key`."""
+    """A JSON-able skeleton of `value`; every array goes into `arrays` under a name starting with `key`.
+
+    Refuses, before anything is written, what would not load back as it was saved: an array
+    of Python objects (it would need pickle), a dict key that is not a string (JSON would
+    turn 1 into "1"), and two entries that flatten to the same name ({"a/b": x, "a": {"b": y}}).
+    """
     if isinstance(value, Tensor):
         value = value.data
-    if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0) > 0:
-        arrays[key] = to_host(value)
-        return {"__array__": key}
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        if getattr(value.dtype, "hasobject", False):
+            raise TypeError(f"save_checkpoint: {key!r} is an array of Python objects (dtype object); a checkpoint "
+                            "stores numbers, booleans and strings only (loading it would need pickle).")
+        if getattr(value, "ndim", 0) > 0:
+            if key in arrays:
+                raise ValueError(f"save_checkpoint: two entries are both stored as {key!r} (a key containing '/' "
+                                 "collides with a nested one); rename one of them.")
+            arrays[key] = to_host(value)
+            return {"__array__": key}
     if isinstance(value, np.generic) or (hasattr(value, "shape") and hasattr(value, "item")):
         return value.item()
     if isinstance(value, dict):
-        return {"__dict__": [[str(k), _pack(v, f"{key}/{k}", arrays)] for k, v in value.items()]}
+        strange = [k for k in value if not isinstance(k, str)]
+        if strange:
+            raise TypeError(f"save_checkpoint: the dict at {key!r} has the key {strange[0]!r} "
+                            f"({type(strange[0]).__name__}); checkpoints keep string keys only.")
+        return {"__dict__": [[k, _pack(v, f"{key}/{k}", arrays)] for k, v in value.items()]}
     if isinstance(value, tuple):
         return {"__tuple__": [_pack(v, f"{key}/{i}", arrays) for i, v in enumerate(value)]}
     if isinstance(value, list):
@@ -884,7 +996,7 @@ def _pack(value: Any, key: str, arrays: dict) -> Any:
 
 
 def _unpack(value: Any, arrays: dict) -> Any:
-    """The inverse of `_pack`; KeyError names an array the file lacks."""
+    """The inverse of `_pack`; KeyError names an array the file lacks, TypeError/ValueError a broken skeleton."""
     if isinstance(value, list):
         return [_unpack(v, arrays) for v in value]
     if isinstance(value, dict):
@@ -908,29 +1020,70 @@ def _generator_states(model: Any) -> dict:
     return {name: m.rng.bit_generator.state for name, m in _generator_modules(model).items()}
 
 
+def _model_config(model: Any) -> dict | None:
+    """How the model was built (module 03's `Module.config()`), or None for a model without one."""
+    return model.config() if callable(getattr(model, "config", None)) else None
+
+
 def _checkpoint_path(path: str | os.PathLike) -> Path:
     path = Path(path)
     return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
 def _write_npz(path: Path, arrays: dict) -> None:
-    """Write `arrays` to `path` atomically: a scratch file beside it, then one rename."""
+    """Write `arrays` to `path` with `atomic_write`: the old file survives any failure half-way."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    try:
-        with open(scratch, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(scratch, path)
-    finally:
-        scratch.unlink(missing_ok=True)
+    with atomic_write(path) as handle:
+        np.savez(handle, **arrays)
 
 
 _PARTS = ("model", "rng", "optimizer", "scheduler", "extra")
+_NUMBERS = "biuf"  # the array kinds a model or an optimizer can hold: bool, int, unsigned, float
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _shape_problems(checkpoint: dict) -> list[str]:
+    """What in the parts read from a file is not shaped as save_checkpoint writes it (a damaged or hand-made file)."""
+    problems = []
+    model, rng, config = checkpoint["model"], checkpoint["rng"], checkpoint["config"]
+    if not isinstance(model, dict) or not all(isinstance(k, str) for k in model):
+        problems.append("'model' is not a table of named weights")
+    else:
+        bad = [name for name, v in model.items()
+               if not (isinstance(v, np.ndarray) and v.dtype.kind in _NUMBERS or isinstance(v, (bool, int, float)))]
+        if bad:
+            problems.append(f"the weights {bad[:5]} are not arrays of numbers")
+    if not isinstance(rng, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in rng.items()):
+        problems.append("'rng' is not a table of generator states")
+    optimizer = checkpoint["optimizer"]
+    if optimizer is not None:
+        groups = optimizer.get("param_groups") if isinstance(optimizer, dict) else None
+        state = optimizer.get("state") if isinstance(optimizer, dict) else None
+        if (not isinstance(optimizer, dict) or not isinstance(optimizer.get("type"), str)
+                or not isinstance(groups, list) or not isinstance(state, list)
+                or not all(isinstance(g, dict) and all(isinstance(k, str) for k in g)
+                           and isinstance(g.get("params"), list) for g in groups)
+                or not all(isinstance(e, dict) and all(isinstance(k, str) for k in e) for e in state)):
+            problems.append("'optimizer' is not an optimizer's state (type, param_groups, state)")
+    scheduler = checkpoint["scheduler"]
+    if scheduler is not None and (not isinstance(scheduler, dict) or not all(isinstance(k, str) for k in scheduler)
+                                  or not isinstance(scheduler.get("type"), str)):
+        problems.append("'scheduler' is not a scheduler's state")
+    if config is not None and (not isinstance(config, dict) or not all(
+            isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("type"), str)
+            and isinstance(v.get("args"), dict) and all(isinstance(a, str) for a in v["args"])
+            for k, v in config.items())):
+        problems.append("'config' is not a model's configuration")
+    return problems
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict:
     """The saved parts of a checkpoint: {"format", "step", "model", "rng", "optimizer",
-    "scheduler", "extra"}, arrays in place. ValueError names the path and what is wrong."""
+    "scheduler", "extra", "config"}, arrays in place ("config" is None in a file saved before
+    checkpoints recorded it). ValueError names the path and what is wrong."""
     path = _checkpoint_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No checkpoint at {path}.")
@@ -940,7 +1093,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
             raise ValueError("it holds a single array, not an .npz archive")
         with loaded:
             arrays = {key: loaded[key] for key in loaded.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError,
+            struct.error, OverflowError, KeyError, UnicodeDecodeError) as err:  # whatever zipfile makes of damage
         raise ValueError(f"{path} cannot be read as a checkpoint: the file is truncated, damaged or "
                          f"not an .npz archive ({err}).") from None
     if "meta" not in arrays:
@@ -948,7 +1102,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
                          f"(its arrays: {sorted(arrays)[:5]}).")
     try:
         meta = json.loads(str(arrays.pop("meta")))
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:
         raise ValueError(f"{path} is not a TinyTorch checkpoint: its 'meta' entry is not JSON ({err}).") from None
     if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
@@ -956,18 +1110,107 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     missing = [part for part in ("step", *_PARTS) if part not in meta]
     if missing:
         raise ValueError(f"{path} is incomplete: its 'meta' lacks {missing}.")
+    if type(meta["step"]) is not int or meta["step"] < 0:
+        raise ValueError(f"{path} is damaged: its step {meta['step']!r} is not a whole number >= 0.")
     try:
         parts = {part: _unpack(meta[part], arrays) for part in _PARTS}
+        parts["config"] = _unpack(meta.get("config"), arrays)
     except KeyError as err:
         raise ValueError(f"{path} is incomplete: the array {err.args[0]!r} that its 'meta' names is missing.") from None
-    return {"format": meta["format"], "step": int(meta["step"]), **parts}
+    except (TypeError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path} is damaged: its 'meta' is not shaped as save_checkpoint writes it ({err}).") from None
+    problems = _shape_problems(parts)
+    if problems:
+        raise ValueError(f"{path} is damaged: " + "; ".join(problems) + ".")
+    return {"format": meta["format"], "step": meta["step"], **parts}
+
+
+def _config_problems(saved: dict, own: dict) -> list[str]:
+    """How the model described by `saved` (a `Module.config()` from a file) differs from `own`."""
+    problems = []
+    missing = [name or "(the model)" for name in own if name not in saved]
+    extra = [name or "(the model)" for name in saved if name not in own]
+    if missing or extra:
+        problems.append(f"modules in this model only {missing[:5]}, in the file only {extra[:5]}")
+    for name, mine in own.items():
+        theirs = saved.get(name)
+        if theirs is None:
+            continue
+        label = name or "the model"
+        if theirs["type"] != mine["type"]:
+            problems.append(f"{label} is a {theirs['type']} in the file, a {mine['type']} here")
+            continue
+        plain = json.loads(json.dumps(mine["args"]))  # compared as the file holds them (tuples as lists)
+        differs = [f"{arg}={theirs['args'].get(arg)!r} in the file, {plain.get(arg)!r} here"
+                   for arg in sorted(set(plain) | set(theirs["args"])) if theirs["args"].get(arg) != plain.get(arg)]
+        if differs:
+            problems.append(f"{label} ({mine['type']}) was built with " + ", ".join(differs))
+    return problems
+
+
+def _optimizer_problems(state: dict, optimizer: Optimizer) -> list[str]:
+    """How a saved optimizer state does not fit `optimizer` (type, groups, settings, per-parameter state)."""
+    kind = type(optimizer).__name__
+    if state["type"] != kind:
+        return [f"its optimizer state is a {state['type']}'s, the optimizer is a {kind}"]
+    saved_sizes = [len(g["params"]) for g in state["param_groups"]]
+    own_sizes = [len(g["params"]) for g in optimizer.param_groups]
+    if saved_sizes != own_sizes or len(state["state"]) != len(optimizer.params):
+        return [f"the optimizer's parameter groups differ: groups of {saved_sizes} parameters "
+                f"in the file, {own_sizes} in this {kind}"]
+    problems = []
+    for number, (saved, own) in enumerate(zip(state["param_groups"], optimizer.param_groups)):
+        settings = {k: v for k, v in saved.items() if k != "params"}
+        wanted = {k for k in own if k != "params"}
+        if set(settings) != wanted:
+            problems.append(f"parameter group {number} has the settings {sorted(settings)}, this {kind} uses "
+                            f"{sorted(wanted)}")
+            continue
+        try:
+            optimizer._check_settings(dict(settings), f" in parameter group {number}")
+        except (TypeError, ValueError) as err:
+            problems.append(f"parameter group {number}: {err}")
+    own_keys = {frozenset(entry) for entry in optimizer.state if entry}
+    saved_keys = {frozenset(entry) for entry in state["state"] if entry}
+    if len(saved_keys) > 1 or (own_keys and saved_keys and saved_keys != own_keys):
+        problems.append(f"the per-parameter optimizer states hold different entries "
+                        f"({sorted(sorted(k) for k in saved_keys)})")
+    for i, (param, entry) in enumerate(zip(optimizer.params, state["state"])):
+        bad = [f"{key} {tuple(np.shape(v))}" for key, v in entry.items()
+               if hasattr(v, "shape") and tuple(np.shape(v)) != param.shape]
+        if bad:
+            problems.append(f"optimizer state of parameter {i} has shapes {bad}, the parameter {param.shape}")
+        if any(hasattr(v, "dtype") and v.dtype.kind not in _NUMBERS for v in entry.values()):
+            problems.append(f"optimizer state of parameter {i} holds arrays that are not numbers")
+        if "step" in entry and (type(entry["step"]) is not int or entry["step"] < 0):
+            problems.append(f"optimizer state of parameter {i} has step {entry['step']!r}, not a whole number >= 0")
+        others = [key for key, v in entry.items() if key != "step" and not hasattr(v, "shape")]
+        if others:
+            problems.append(f"optimizer state of parameter {i} has {others} that should be arrays")
+    return problems
+
+
+def _scheduler_problems(state: dict, scheduler: LRScheduler) -> list[str]:
+    kind = type(scheduler).__name__
+    if state["type"] != kind:
+        return [f"its scheduler state is a {state['type']}'s, the scheduler is a {kind}"]
+    own = scheduler.state_dict()
+    if set(state) != set(own):
+        return [f"its scheduler state has {sorted(state)}, a {kind}'s has {sorted(own)}"]
+    wrong = [key for key, value in own.items() if key != "type" and not (
+        type(state[key]) is int and state[key] >= 0 if isinstance(value, int) else _is_number(state[key]))]
+    return [f"its scheduler state has values of the wrong kind for {wrong}"] if wrong else []
 
 
 def check_checkpoint(path: str | os.PathLike, checkpoint: dict, model: Any, optimizer: Optimizer | None = None,
                      scheduler: LRScheduler | None = None) -> None:
-    """Raise ValueError naming `path` and every part of `checkpoint` that does not fit
-    `model`, `optimizer` or `scheduler` (names, shapes, types, parameter groups); changes nothing."""
+    """Raise ValueError naming `path` and every part of `checkpoint` that does not fit `model`,
+    `optimizer` or `scheduler` (how the model was built, names, shapes, random generators,
+    types, parameter groups, settings, per-parameter state); changes nothing."""
     problems = []
+    own_config = _model_config(model)
+    if checkpoint.get("config") is not None and own_config is not None:
+        problems += _config_problems(checkpoint["config"], own_config)
     saved, own = checkpoint["model"], model.state_dict()
     missing = [name for name in own if name not in saved]
     unexpected = [name for name in saved if name not in own]
@@ -982,33 +1225,22 @@ def check_checkpoint(path: str | os.PathLike, checkpoint: dict, model: Any, opti
     strays = [name for name in checkpoint["rng"] if name not in generators]
     if strays:
         problems.append(f"random generator states for modules this model lacks: {strays}")
+    for name, state in checkpoint["rng"].items():
+        if name in generators:
+            try:  # on a scratch generator of the same kind: the model's own stays untouched
+                type(generators[name].rng.bit_generator)().state = state
+            except (TypeError, ValueError, KeyError, OverflowError) as err:
+                problems.append(f"the random generator state of {name!r} is damaged ({err})")
     if optimizer is not None:
-        state = checkpoint["optimizer"]
-        kind = type(optimizer).__name__
-        if state is None:
+        if checkpoint["optimizer"] is None:
             problems.append("it holds no optimizer state (it was saved without an optimizer)")
-        elif state.get("type") != kind:
-            problems.append(f"its optimizer state is a {state.get('type')}'s, the optimizer is a {kind}")
         else:
-            saved_sizes = [len(g["params"]) for g in state["param_groups"]]
-            own_sizes = [len(g["params"]) for g in optimizer.param_groups]
-            if saved_sizes != own_sizes or len(state["state"]) != len(optimizer.params):
-                problems.append(f"the optimizer's parameter groups differ: groups of {saved_sizes} parameters "
-                                f"in the file, {own_sizes} in this {kind}")
-            else:
-                for i, (param, entry) in enumerate(zip(optimizer.params, state["state"])):
-                    bad = [f"{key} {tuple(np.shape(v))}" for key, v in entry.items()
-                           if hasattr(v, "shape") and tuple(np.shape(v)) != param.shape]
-                    if bad:
-                        problems.append(f"optimizer state of parameter {i} has shapes {bad}, "
-                                        f"the parameter {param.shape}")
+            problems += _optimizer_problems(checkpoint["optimizer"], optimizer)
     if scheduler is not None:
-        state = checkpoint["scheduler"]
-        kind = type(scheduler).__name__
-        if state is None:
+        if checkpoint["scheduler"] is None:
             problems.append("it holds no scheduler state (it was saved without a scheduler)")
-        elif state.get("type") != kind:
-            problems.append(f"its scheduler state is a {state.get('type')}'s, the scheduler is a {kind}")
+        else:
+            problems += _scheduler_problems(checkpoint["scheduler"], scheduler)
     if problems:
         raise ValueError(f"{path} does not fit; nothing was loaded: " + "; ".join(problems) + ".")
 
@@ -1019,15 +1251,19 @@ def save_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | 
 
     The file holds the arrays packed by `_pack` under the keys "model", "rng", "optimizer",
     "scheduler", "extra", and `meta`: the JSON of {"format": CHECKPOINT_FORMAT, "step":
-    int(step), "model", "rng", "optimizer", "scheduler", "extra"} (None for a part not
-    given). Written with `_write_npz`. Returns the path written (".npz" appended when missing).
+    int(step), "config": _model_config(model), "model", "rng", "optimizer", "scheduler",
+    "extra"} (None for a part not given). Written with `_write_npz`, after everything is
+    packed (so a value `_pack` refuses stops the save before a byte is written). Returns
+    the path written (".npz" appended when missing).
     """
+    step = as_int(step, "save_checkpoint: step", minimum=0)  # given: 2.5 steps is not a position to resume from
     ### BEGIN SOLUTION
     path = _checkpoint_path(path)
     arrays: dict[str, np.ndarray] = {}
     meta = {
         "format": CHECKPOINT_FORMAT,
         "step": int(step),
+        "config": _model_config(model),
         "model": _pack(model.state_dict(), "model", arrays),
         "rng": _pack(_generator_states(model), "rng", arrays),
         "optimizer": None if optimizer is None else _pack(optimizer.state_dict(), "optimizer", arrays),
@@ -1051,6 +1287,10 @@ def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: Optimizer | 
     path = _checkpoint_path(path)
     checkpoint = read_checkpoint(path)
     check_checkpoint(path, checkpoint, model, optimizer, scheduler)
+    if checkpoint["config"] is None and _model_config(model) is not None:
+        warnings.warn(f"{path} does not record how its model was built (it was saved before checkpoints "
+                      "did): only the names and shapes of its weights were checked against this model.",
+                      stacklevel=2)
     ### BEGIN SOLUTION
     model.load_state_dict(checkpoint["model"])
     modules = dict(model.named_modules()) if checkpoint["rng"] else {}

@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from tinytorch.core.autograd import register_backward
+from tinytorch.core.autograd import register_backward, register_flops
 from tinytorch.core.layers import Module, make_rng
 from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op
 
@@ -693,15 +693,22 @@ def conv2d_backward(grad: Any, node) -> tuple:
 
     grad: (N, O, OH, OW). dweight = Σ_n g[n] @ cols[n]ᵀ reshaped to (O, C, kh, kw); dbias = grad
     summed over axes (0, 2, 3); dx = col2im(Wᵀ @ g) with the padding cut away (Wᵀ @ g built whole, or one
-    kernel offset's block at a time), or None when x does not require a gradient.
+    kernel offset's block at a time). dx and dweight are None when x or the weight does not require
+    a gradient (their products are skipped). An empty batch (N = 0) gets zero gradients from the
+    given lines (reshape cannot infer the -1 of `grad.reshape(n, O, -1)` from an empty array).
     """
+    if grad.size == 0:  # given: nothing flowed back, so every gradient is zero
+        xp = array_module(grad)
+        return tuple(xp.zeros(t.shape, dtype=grad.dtype) if t.requires_grad else None for t in node.inputs)
     ### BEGIN SOLUTION
     x, weight = node.inputs[0], node.inputs[1]
     cols, stride, (ph, pw) = node.saved["cols"], node.saved["stride"], node.saved["padding"]
     xp = array_module(grad)
     n, out_channels = grad.shape[:2]
     g = grad.reshape(n, out_channels, -1)                                       # (N, O, OH·OW)
-    d_weight = xp.matmul(g, cols.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
+    d_weight = None
+    if weight.requires_grad:  # a frozen kernel costs no product
+        d_weight = xp.matmul(g, cols.transpose(0, 2, 1)).sum(axis=0).reshape(weight.shape)
     d_bias = grad.sum(axis=(0, 2, 3)) if len(node.inputs) == 3 else None
     d_x = None
     if x.requires_grad:  # col2im(Wᵀ @ g), one kernel offset's block of Wᵀ @ g at a time
@@ -715,6 +722,18 @@ def conv2d_backward(grad: Any, node) -> tuple:
         d_x = d_padded[:, :, ph:ph + height, pw:pw + width]
     return (d_x, d_weight, d_bias)[:len(node.inputs)]
     ### END SOLUTION
+
+
+@register_flops("conv2d")
+def conv2d_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """A convolution is the product (O, C·kh·kw) @ (C·kh·kw, OH·OW) per image: 2·C·kh·kw FLOPs per
+    output element (PyTorch's count: the bias is free). Backward: dx and dweight are products of
+    the same size each, counted when the rule computed them; dbias is a sum (0)."""
+    weight = node.inputs[1]
+    forward = 2 * math.prod(out_shape) * math.prod(weight.shape[1:])
+    if grads is None:
+        return forward
+    return forward * sum(g is not None for g in grads[:2])
 
 
 # %% [markdown]

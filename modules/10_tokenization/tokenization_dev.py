@@ -54,6 +54,58 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tinytorch.core.tensor import as_int, to_host
+from tinytorch.files import atomic_write
+
+# %% [markdown]
+# Two given helpers keep the tokenizers honest with what they are handed. `whole_ids`
+# turns what `decode` receives into a list of Python ints and refuses a fraction or a
+# boolean (`int(2.7)` would quietly decode token 2); `read_tokenizer_json` reads a saved
+# tokenizer and refuses, naming the file, anything that is not one: a hand-edited or
+# truncated file must never load as a different tokenizer.
+
+# %%
+#| export
+def whole_ids(ids: Any, owner: str) -> list[int]:
+    """`ids` (a list, an array or a Tensor of token ids) as a list of Python ints, for decode.
+
+    Whole-number floats are fine (a Tensor made from a list is float32); a fraction, a
+    boolean, a string or a nested sequence raises (ValueError or TypeError naming `owner`):
+    `int(2.7)` would quietly decode token 2. The range is checked by decode itself.
+    """
+    try:
+        values = to_host(ids) if hasattr(ids, "shape") else np.asarray(list(ids))
+    except (TypeError, ValueError):  # not iterable, or ragged
+        raise TypeError(f"{owner}: ids must be a flat sequence of token ids, got {ids!r:.60}.") from None
+    if values.size == 0:
+        return []
+    if values.ndim != 1:
+        raise ValueError(f"{owner}: ids must be a flat sequence of token ids, got shape {values.shape}.")
+    if values.dtype.kind == "f":
+        bad = values[~(np.isfinite(values) & (values == np.round(values)))]
+        if bad.size:
+            raise ValueError(f"{owner}: token ids must be whole numbers, got {bad[0].item()!r}.")
+    elif values.dtype.kind not in "iu":
+        raise TypeError(f"{owner}: token ids must be integers, got {values.dtype} values ({values[0].item()!r}).")
+    return values.astype(np.int64).tolist()
+
+
+def read_tokenizer_json(path: Any, kind: str) -> dict:
+    """The JSON object of a tokenizer file of type `kind` ("char" or "bpe"); ValueError naming the
+    file (and the field) for anything else: bytes that are not UTF-8, text that is not JSON, JSON
+    that is not an object, or another tokenizer's file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not a tokenizer file: it is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{path} is not a tokenizer file: it is not JSON ({err}).") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a tokenizer file: it holds a JSON {type(data).__name__}, not an object.")
+    if data.get("type") != kind:
+        raise ValueError(f"{path}: field 'type' is {data.get('type')!r}; this loader reads {kind!r} tokenizers.")
+    return data
+
 # %% [markdown]
 # ## 1. Why integers, and which ones
 #
@@ -144,6 +196,7 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """The characters of `ids`, joined; IndexError naming an id outside [0, vocab_size)."""
+        ids = whole_ids(ids, "CharTokenizer.decode")  # given: a list of ints (2.5 and True are refused)
         ### BEGIN SOLUTION
         out = []
         for i in ids:
@@ -155,15 +208,25 @@ class CharTokenizer:
         ### END SOLUTION
 
     def save(self, path: Any) -> None:
-        """Write the vocabulary as JSON: {"type": "char", "chars": [...]}."""
-        Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}, ensure_ascii=False), encoding="utf-8")
+        """Write the vocabulary as JSON: {"type": "char", "chars": [...]} (with `atomic_write`: an
+        older file at `path` stays whole until the new one is)."""
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"type": "char", "chars": self.chars}, ensure_ascii=False))
 
     @classmethod
     def load(cls, path: Any) -> "CharTokenizer":
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("type") != "char":
-            raise ValueError(f"CharTokenizer.load: {path} holds a {data.get('type')!r} tokenizer, not 'char'.")
-        return cls(data["chars"])
+        """The tokenizer `save` wrote; ValueError naming the file and the field for anything else."""
+        data = read_tokenizer_json(path, "char")
+        chars = data.get("chars")
+        if not isinstance(chars, list):
+            raise ValueError(f"{path}: field 'chars' must be a list of single characters, got {type(chars).__name__}.")
+        for i, c in enumerate(chars):
+            if not isinstance(c, str) or len(c) != 1:
+                raise ValueError(f"{path}: field 'chars' item {i} is {c!r}, not a single character.")
+        if len(set(chars)) != len(chars):
+            repeated = next(c for i, c in enumerate(chars) if c in chars[:i])
+            raise ValueError(f"{path}: field 'chars' lists {repeated!r} twice; each character has one id.")
+        return cls(chars)
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
@@ -485,11 +548,23 @@ class BPETokenizer:
         self._set_merges([tuple(pair) for pair in merges])
 
     def _set_merges(self, merges: list[tuple[int, int]]) -> None:
-        """Check the merges and rebuild self.vocab (the bytes of every id)."""
+        """Check the merges and rebuild self.vocab (the bytes of every id).
+
+        Each merge is a pair of ints (not booleans) naming ids that exist before it, and no
+        pair is merged twice (the second would never apply, and shift every later id)."""
         vocab = [bytes([i]) for i in range(256)]
-        for k, (a, b) in enumerate(merges):
+        seen: set[tuple[int, int]] = set()
+        for k, pair in enumerate(merges):
+            if len(pair) != 2 or not all(isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_))
+                                         for i in pair):
+                raise ValueError(f"BPETokenizer: merge {k} {pair!r} is not a pair of integer ids.")
+            a, b = pair
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
                 raise ValueError(f"BPETokenizer: merge {k} ({a}, {b}) uses an id that does not exist yet.")
+            if (a, b) in seen:
+                raise ValueError(f"BPETokenizer: merge {k} ({a}, {b}) repeats an earlier merge (once merged, a "
+                                 "pair never occurs again: if train learned it twice, a pair count was not updated).")
+            seen.add((a, b))
             vocab.append(vocab[a] + vocab[b])
         self.merges = [(int(a), int(b)) for a, b in merges]
         self.vocab = vocab
@@ -500,7 +575,8 @@ class BPETokenizer:
 
     def train(self, text: str, vocab_size: int, verbose: bool = False) -> "BPETokenizer":
         """Learn vocab_size - 256 merges from `text`, pair counts updated incrementally; returns self."""
-        if int(vocab_size) < 256:
+        vocab_size = as_int(vocab_size, "BPETokenizer.train: vocab_size")
+        if vocab_size < 256:
             raise ValueError(f"BPETokenizer.train: vocab_size must be at least 256 (the bytes), got {vocab_size}.")
         ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         ### BEGIN SOLUTION
@@ -543,6 +619,7 @@ class BPETokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """The joined bytes of `ids` decoded as UTF-8 (errors="replace"); IndexError for an unknown id."""
+        ids = whole_ids(ids, "BPETokenizer.decode")  # given: a list of ints (2.5 and True are refused)
         ### BEGIN SOLUTION
         pieces = []
         for i in ids:
@@ -558,15 +635,25 @@ class BPETokenizer:
         return self.vocab[i].decode("utf-8", errors="backslashreplace")
 
     def save(self, path: Any) -> None:
-        """Write the merges as JSON: {"type": "bpe", "merges": [[a, b], ...]} (the vocabulary follows from them)."""
-        Path(path).write_text(json.dumps({"type": "bpe", "merges": [list(p) for p in self.merges]}), encoding="utf-8")
+        """Write the merges as JSON: {"type": "bpe", "merges": [[a, b], ...]} (the vocabulary follows
+        from them), with `atomic_write`: an older file at `path` stays whole until the new one is."""
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({"type": "bpe", "merges": [list(p) for p in self.merges]}))
 
     @classmethod
     def load(cls, path: Any) -> "BPETokenizer":
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("type") != "bpe":
-            raise ValueError(f"BPETokenizer.load: {path} holds a {data.get('type')!r} tokenizer, not 'bpe'.")
-        return cls(tuple(pair) for pair in data["merges"])
+        """The tokenizer `save` wrote; ValueError naming the file and the field for anything else."""
+        data = read_tokenizer_json(path, "bpe")
+        merges = data.get("merges")
+        if not isinstance(merges, list):
+            raise ValueError(f"{path}: field 'merges' must be a list of [a, b] pairs, got {type(merges).__name__}.")
+        for k, pair in enumerate(merges):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(type(i) is int for i in pair)):
+                raise ValueError(f"{path}: field 'merges' item {k} is {pair!r}, not a pair [a, b] of integer ids.")
+        try:
+            return cls(tuple(pair) for pair in merges)
+        except ValueError as err:
+            raise ValueError(f"{path}: field 'merges': {err}") from None
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size})"

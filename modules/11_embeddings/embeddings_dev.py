@@ -57,7 +57,7 @@ import numpy as np
 
 from tinytorch.core.autograd import register_backward
 from tinytorch.core.layers import Module, make_rng
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array
+from tinytorch.core.tensor import Tensor, array_module, as_int, as_tensor, device_of, is_floating, record_op, to_array
 
 # %% [markdown]
 # ## 1. A lookup is a matrix product with a one-hot vector
@@ -552,6 +552,12 @@ def _sequence_length(layer: str, x: Tensor, embed_dim: int) -> int:
     return x.shape[-2]
 
 
+def _in_table_dtype(x: Tensor, table: Tensor) -> Tensor:
+    """x itself, or an integer (or boolean) x as a Tensor in the table's dtype: positions added to
+    integers are fractions, and casting them to x's dtype would round the table to integers."""
+    return x if is_floating(x.data) else Tensor(x.data.astype(table.dtype))
+
+
 def check_positions_fit(layer: str, length: int, start: int, max_len: int) -> None:
     """ValueError unless start >= 0 and positions start ... start + length - 1 all lie in [0, max_len)."""
     ### BEGIN SOLUTION
@@ -582,8 +588,10 @@ class PositionalEmbedding(Module):
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
+        x = _in_table_dtype(x, self.weight)
+        start = as_int(start, "PositionalEmbedding: start")
         length = _sequence_length("PositionalEmbedding", x, self.embed_dim)
-        check_positions_fit("PositionalEmbedding", length, int(start), self.max_len)
+        check_positions_fit("PositionalEmbedding", length, start, self.max_len)
         ### BEGIN SOLUTION
         positions = array_module(self.weight.data).arange(int(start), int(start) + length)
         return x + embedding(self.weight, positions)
@@ -704,7 +712,9 @@ print("saved", heatmap_path)
 #
 # **Write `SinusoidalPositionalEncoding.forward`**: after the given checks, add rows
 # `start ... start + T - 1` of `self.pe` to `x`. Cast those rows to `x`'s dtype first (a
-# float16 model must stay float16). The buffer takes no gradient; `x` does, through the
+# float16 model must stay float16). The given lines have already turned an integer `x`
+# into the table's dtype (cast to integers, the table would be rounded to -1, 0 and 1) and
+# checked that `start` is a whole number. The buffer takes no gradient; `x` does, through the
 # addition. `self.pe` is a buffer, so `module.to(device)` moved it with the model: `x` and
 # the rows are on the same device.
 
@@ -729,8 +739,10 @@ class SinusoidalPositionalEncoding(Module):
 
     def forward(self, x: Any, start: int = 0) -> Tensor:
         x = as_tensor(x)
+        x = _in_table_dtype(x, self.pe)
+        start = as_int(start, "SinusoidalPositionalEncoding: start")
         length = _sequence_length("SinusoidalPositionalEncoding", x, self.embed_dim)
-        check_positions_fit("SinusoidalPositionalEncoding", length, int(start), self.max_len)
+        check_positions_fit("SinusoidalPositionalEncoding", length, start, self.max_len)
         ### BEGIN SOLUTION
         rows = self.pe.data[int(start): int(start) + length]
         return x + Tensor(rows.astype(x.dtype, copy=False))

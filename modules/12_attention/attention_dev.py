@@ -82,14 +82,16 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tinytorch.core.activations import softmax
-from tinytorch.core.autograd import register_backward
+from tinytorch.core.autograd import register_backward, register_flops
 from tinytorch.core.layers import Linear, Module, make_rng
 from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from tinytorch.files import atomic_write
 
 # %% [markdown]
 # ## 1. Queries, keys and values: a soft dictionary
@@ -1299,6 +1301,32 @@ def sdpa_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 
+def _attention_sizes(node) -> tuple[int, int, int, int, int]:
+    """(batch, Tq, Tk, dk, dv) of an attention node (Q, K[, V]): batch is the product of the
+    broadcast leading dims (batch × heads), dv is 0 without a V."""
+    q, k = node.inputs[0].shape, node.inputs[1].shape
+    dv = node.inputs[2].shape[-1] if len(node.inputs) == 3 else 0
+    batch = math.prod(np.broadcast_shapes(*(t.shape[:-2] for t in node.inputs)))
+    return batch, q[-2], k[-2], q[-1], dv
+
+
+@register_flops("sdpa")
+def sdpa_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """Attention's two products, as PyTorch counts them: Q Kᵀ (2·Tq·Tk·dk) and W V (2·Tq·Tk·dv)
+    per batch item and head, the whole Tq × Tk square even when a mask blocks part of it.
+    Backward (the rule above keeps the weights, so nothing is recomputed): dV = Wᵀ dO and
+    dW = dO Vᵀ (2·Tq·Tk·dv each), dQ = dS K and dK = dSᵀ Q (2·Tq·Tk·dk each), each counted
+    when the rule computed it (dW when Q or K needs a gradient). The scale, the softmax and
+    rowsum(dO ⊙ O) are elementwise work and reductions: 0."""
+    batch, tq, tk, dk, dv = _attention_sizes(node)
+    qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
+    if grads is None:
+        return qk + wv
+    d_q, d_k, d_v = grads
+    return ((d_v is not None) + (d_q is not None or d_k is not None)) * wv + \
+        ((d_q is not None) + (d_k is not None)) * qk
+
+
 # %% [markdown]
 # ### Test: the fused rule against central differences, and against the composed version
 #
@@ -1368,6 +1396,16 @@ def sdpa_weights_backward(grad: Any, node) -> tuple:
     d_k = xp.matmul(xp.swapaxes(g, -1, -2), Q.data.astype(work, copy=False)) * scale if K.requires_grad else None
     return d_q, d_k
     ### END SOLUTION
+
+
+@register_flops("sdpa_weights")
+def sdpa_weights_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """0 forward (the "sdpa" op that made these weights counted Q Kᵀ); backward dQ = dS K and
+    dK = dSᵀ Q, 2·Tq·Tk·dk each when computed."""
+    if grads is None:
+        return 0
+    batch, tq, tk, dk, _ = _attention_sizes(node)
+    return sum(g is not None for g in grads) * 2 * batch * tq * tk * dk
 
 
 # %%
@@ -2078,6 +2116,17 @@ def flash_attention_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 
+@register_flops("flash_attention")
+def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """PyTorch's formula for its fused attention kernels: forward Q Kᵀ and P V (as "sdpa");
+    backward five products, the scores recomputed (Q Kᵀ), dP = dO Vᵀ, dV = Pᵀ dO, dQ = dS K,
+    dK = dSᵀ Q. Like PyTorch it counts the whole Tq × Tk square: with is_causal the tiles
+    wholly in the future are skipped, so the work done is less than the count."""
+    batch, tq, tk, dk, dv = _attention_sizes(node)
+    qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
+    return qk + wv if grads is None else 3 * qk + 2 * wv
+
+
 # %%
 def test_unit_flash_attention_backward():
     for block in (2, 64):
@@ -2187,8 +2236,12 @@ def _pyplot():
 
 
 def _save(fig, path: Any, dpi: int) -> None:
-    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
-        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """Save `fig` to `path` (its suffix picks the format; png without one) with module 07's
+    `atomic_write`, so an older image at `path` stays whole until the new one is."""
+    if path is not None:
+        path = Path(path)
+        with atomic_write(path) as handle:  # no "Software" entry: the same figure always gives the same bytes
+            fig.savefig(handle, format=path.suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):

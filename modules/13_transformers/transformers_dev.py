@@ -66,8 +66,9 @@ from tinytorch.core.attention import MultiHeadAttention, scaled_dot_product_atte
 from tinytorch.core.autograd import no_grad, register_backward
 from tinytorch.core.layers import Dropout, Linear, Module, ModuleList, make_rng
 from tinytorch.core.losses import cross_entropy
-from tinytorch.core.tensor import GradMode, Tensor, array_module, as_tensor, record_op, to_array, to_host
-from tinytorch.text.embeddings import Embedding
+from tinytorch.core.tensor import (GradMode, Tensor, array_module, as_int, as_tensor, autocast_float32, record_op,
+                                   to_array, to_host)
+from tinytorch.text.embeddings import Embedding, token_ids
 
 # %% [markdown]
 # ## 1. LayerNorm: every token rescaled on its own
@@ -93,6 +94,13 @@ from tinytorch.text.embeddings import Embedding
 # * **ε goes inside the square root.** It keeps the division finite for a token whose
 #   features are (nearly) all equal. `(x − μ) / (σ + ε)` is a different function: for a
 #   token with σ = 10⁻³ it divides by 1.01·10⁻³ instead of `√(10⁻⁶ + 10⁻⁵) = 3.3·10⁻³`.
+#   And ε must be positive: with ε = 0 a token whose features are all equal divides 0 by 0
+#   (the given checks refuse `eps <= 0`).
+# * **Square in float64.** The largest float32 is about 3.4·10³⁸, so squaring a float32
+#   above about 1.8·10¹⁹ overflows to infinity: the variance becomes `inf`, `1/√inf = 0`,
+#   and a row of values near ±10²⁰ comes out as zeros instead of ±1. Squaring in float64
+#   (`xp.square(centred, dtype=np.float64)`, largest value 1.8·10³⁰⁸) and casting `rstd`
+#   back to `x`'s dtype keeps the result right and the output in float32.
 #
 # Worked example, `x = [1, 2, 3, 4]`, `γ = 1`, `β = 0`:
 
@@ -138,6 +146,13 @@ print("normalised:", ((x_example - mu) / np.sqrt(var + 1e-5)).round(5))
 
 # %%
 #| export
+def _check_eps(owner: str, eps: Any) -> None:
+    """ValueError unless eps is a number > 0 (with eps = 0 a constant row is 0/0; NaN poisons every row)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
+        raise ValueError(f"{owner}: eps must be a number > 0, got {eps!r} (with eps = 0 a token whose features "
+                         "are all equal divides 0 by 0).")
+
+
 def _normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
     """(-len(S), ..., -1) for S = normalized_shape, after checking that x ends with S."""
     n = len(normalized_shape)
@@ -153,21 +168,25 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
     """LayerNorm over the trailing dims given by `weight`'s shape S: (x − mean)/sqrt(var + eps)·weight + bias.
 
     x (..., *S); weight S; bias S or None. `var` is the biased variance (divide by the number
-    of normalised elements), eps sits inside the square root. Same shape and dtype as x.
+    of normalised elements), eps sits inside the square root. Same shape and dtype as x
+    (inside module 17's autocast a float16 x is cast up to float32 first, by the given line).
     Records one op, "layer_norm", with inputs (x, weight, bias), or (x, weight) when bias is
     None, and saved:
         xhat -- the normalised input (x − mean)·rstd, x's shape
-        rstd -- 1/sqrt(var + eps), x's shape with the normalised axes kept as size 1
+        rstd -- 1/sqrt(var + eps) in x's dtype, x's shape with the normalised axes kept as size 1
         axes -- the normalised axes, negative ints: (-1,) for a weight of shape (D,)
+    The centred values are squared in float64 (a float32 square overflows above about
+    1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
     """
-    x, weight = as_tensor(x), as_tensor(weight)
+    x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
     axes = _normalized_axes(weight.shape, x.shape)
+    _check_eps("layer_norm", eps)
     ### BEGIN SOLUTION
     xp = array_module(x.data)
     centred = x.data - x.data.mean(axis=axes, keepdims=True)
-    var = (centred * centred).mean(axis=axes, keepdims=True)
-    rstd = 1.0 / xp.sqrt(var + eps)
+    var = xp.square(centred, dtype=np.float64).mean(axis=axes, keepdims=True)  # float32 squares overflow
+    rstd = (1.0 / xp.sqrt(var + eps)).astype(x.dtype)
     xhat = centred
     xhat *= rstd  # in place: `centred` is not needed any more
     out = xhat * weight.data
@@ -213,6 +232,7 @@ class LayerNorm(Module):
         if not shape or min(shape) < 1:
             raise ValueError(f"LayerNorm: normalized_shape must be positive sizes, got {normalized_shape!r}.")
         self.normalized_shape = shape
+        _check_eps("LayerNorm", eps)
         self.eps = float(eps)
         self.weight = Tensor(np.ones(shape), requires_grad=True, dtype=dtype, device=device)
         self.bias = Tensor(np.zeros(shape), requires_grad=True, dtype=dtype, device=device) if bias else None
@@ -240,6 +260,10 @@ def test_unit_layer_norm():
     tiny = rng.standard_normal((2, 5)) * 1e-3  # σ ≈ 1e-3: where eps matters
     ref_tiny = (tiny - tiny.mean(-1, keepdims=True)) / np.sqrt(tiny.var(-1, keepdims=True) + 1e-5)
     assert np.allclose(layer_norm(tiny, np.ones(5)).numpy(), ref_tiny)
+    huge = layer_norm(Tensor(np.array([[1e20, -1e20, 1e20, -1e20]], np.float32)), Tensor(np.ones(4, np.float32)))
+    assert huge.dtype == np.float32 and np.allclose(huge.numpy(), [[1, -1, 1, -1]], atol=1e-5), (
+        f"float32 values near ±1e20 gave {huge.numpy()}, expected ±1 in float32: square the centred values in "
+        "float64 (a float32 square overflows above about 1.8e19) and cast rstd back to x's dtype")
     xt = Tensor(x, requires_grad=True)
     y = layer_norm(xt, Tensor(w, requires_grad=True), Tensor(b, requires_grad=True))
     assert y._node.op == "layer_norm" and len(y._node.inputs) == 3 and y._node.saved["axes"] == (-1,)
@@ -249,7 +273,7 @@ def test_unit_layer_norm():
     assert gradcheck(lambda x, w: layer_norm(x, w), xs[:2])
     ln = LayerNorm(4)
     assert np.allclose(ln(Tensor([[1.0, 2.0, 3.0, 4.0]])).numpy(), out.numpy())
-    print("✓ layer_norm: hand example, random values, tiny variance, one op, gradcheck")
+    print("✓ layer_norm: hand example, random values, tiny variance, values near 1e20, one op, gradcheck")
 
 
 test_unit_layer_norm()
@@ -915,15 +939,51 @@ for step in range(151):
 
 # %%
 #| export
+def _check_sampling(owner: str, logits: np.ndarray, temperature: Any, top_k: Any,
+                    greedy_ok: bool) -> tuple[float, int | None]:
+    """(temperature, top_k) checked; ValueError when the logits hold no distribution to draw from.
+
+    Without these checks a NaN anywhere (a diverged model's weights, a NaN temperature) makes
+    every cumulative probability NaN, no comparison is true, and "the first token whose cdf
+    exceeds u" is token 0, every time, without a word.
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{owner}: temperature must be a number, got {type(temperature).__name__}.")
+    if not temperature >= 0 or (temperature == 0 and not greedy_ok):  # `not >=` is also true for NaN
+        raise ValueError(f"{owner}: temperature must be {'>= 0' if greedy_ok else '> 0'}, got {temperature}.")
+    top_k = None if top_k is None else as_int(top_k, f"{owner}: top_k", minimum=1)
+    if logits.ndim != 2:
+        raise ValueError(f"{owner}: logits must be (B, V), got shape {logits.shape}.")
+    if np.isnan(logits).any():
+        row = int(np.flatnonzero(np.isnan(logits).any(axis=-1))[0])
+        raise ValueError(f"{owner}: the logits of row {row} contain NaN (did training diverge? check the loss and "
+                         "the weights): there is no distribution to sample from.")
+    if np.isposinf(logits).any():
+        raise ValueError(f"{owner}: the logits contain +inf: there is no distribution to sample from.")
+    dead = np.isneginf(logits).all(axis=-1)
+    if dead.any():
+        raise ValueError(f"{owner}: every logit of row {int(np.flatnonzero(dead)[0])} is -inf: no token can be drawn.")
+    if temperature > 0:
+        with np.errstate(over="ignore"):
+            scaled = logits.astype(np.float64) / temperature
+        if np.isposinf(scaled).any():
+            raise ValueError(f"{owner}: temperature {temperature} is so small that logits / temperature overflows; "
+                             "use temperature=0 for greedy decoding.")
+    return float(temperature), top_k
+
+
 def next_token_probs(logits: Any, temperature: float = 1.0, top_k: int | None = None) -> np.ndarray:
     """(B, V) logits (Tensor or array) -> (B, V) float64 NumPy probabilities of the next token.
 
     softmax(logits / temperature) after keeping only the top_k largest logits of each row
     (the others get probability 0; ties with the k-th largest are kept). temperature must be
     > 0 here (sample_next_token handles 0 as greedy, and its given checks refuse < 0 before
-    calling this); top_k None or >= vocabulary: keep all.
+    calling this); top_k None or >= vocabulary: keep all. The given checks refuse what has
+    no distribution (`_check_logits`: NaN, +inf, a row of only -inf, an overflowing
+    temperature) and a top_k that is not a whole number >= 1.
     """
     z = to_host(logits).astype(np.float64)
+    temperature, top_k = _check_sampling("next_token_probs", z, temperature, top_k, greedy_ok=False)
     ### BEGIN SOLUTION
     z = z / temperature
     if top_k is not None and top_k < z.shape[-1]:
@@ -942,12 +1002,12 @@ def sample_next_token(logits: Any, temperature: float = 1.0, top_k: int | None =
     temperature 0: the argmax of each row (greedy; rng unused). Otherwise one uniform draw
     per row from `rng` (a NumPy Generator: rng.random((B, 1))), scaled by the row's total
     probability (1 up to rounding), and the first token whose cumulative probability
-    (next_token_probs, cumsum) exceeds it.
+    (next_token_probs, cumsum) exceeds it. Like torch.multinomial, the given checks raise
+    ValueError for logits with no distribution to draw from (NaN anywhere, as from a
+    diverged model, +inf, or a row whose every logit is -inf), for a temperature that is
+    NaN or < 0, and for a top_k that is not a whole number >= 1.
     """
-    if temperature < 0:
-        raise ValueError(f"sample_next_token: temperature must be >= 0, got {temperature}.")
-    if top_k is not None and int(top_k) < 1:
-        raise ValueError(f"sample_next_token: top_k must be a positive int or None, got {top_k}.")
+    temperature, top_k = _check_sampling("sample_next_token", to_host(logits), temperature, top_k, greedy_ok=True)
     rng = make_rng(rng)
     ### BEGIN SOLUTION
     if temperature == 0:
@@ -1167,13 +1227,12 @@ def generate(self: GPT, idx: Any, max_new_tokens: int, temperature: float = 1.0,
     model (the result still starts with the whole prompt). Returns an int64 Tensor, (B, T + n)
     or (T + n,) like the prompt.
     """
-    tokens = to_host(idx).astype(np.int64) if isinstance(idx, Tensor) else np.asarray(idx, dtype=np.int64)
+    tokens = token_ids(to_host(idx) if hasattr(idx, "shape") else idx, self.vocab_size)  # int64, on the host: 2.5, True, an id >= vocab_size refused
     squeeze = tokens.ndim == 1
     tokens = tokens[None, :] if squeeze else tokens
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"generate: idx must be a non-empty (T,) or (B, T) array of token ids, got {tokens.shape}.")
-    if int(max_new_tokens) < 0:
-        raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}.")
+    max_new_tokens = as_int(max_new_tokens, "generate: max_new_tokens", minimum=0)
     rng = np.random.default_rng(seed)
     was_training = self.training
     self.eval()

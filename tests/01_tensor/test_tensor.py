@@ -634,6 +634,30 @@ def test_record_op_is_the_single_constructor_of_results():
     assert out._node.inputs == (a,) and out._node.versions == (0,)
 
 
+def test_record_op_tells_every_listener_also_with_gradients_off():
+    from tinytorch.core.tensor import OP_LISTENERS
+
+    heard = []
+
+    class Listener:
+        def op_recorded(self, op, out, inputs, saved):
+            heard.append((op, out, inputs, saved))
+
+    a = Tensor([1.0], requires_grad=True)
+    OP_LISTENERS.append(Listener())
+    try:
+        out = record_op("custom", np.array([5.0]), (a,), note="kept")
+        GradMode.enabled = False
+        quiet = record_op("custom_off", np.array([6.0]), (a,))
+    finally:
+        GradMode.enabled = True
+        OP_LISTENERS.clear()
+    assert [h[0] for h in heard] == ["custom", "custom_off"]
+    assert heard[0][1] is out and heard[0][2] == (a,) and heard[0][3] == {"note": "kept"}
+    assert heard[1][1] is quiet and quiet._node is None
+    assert record_op("custom", np.array([7.0]), (a,)).requires_grad  # no listener left: nothing else changes
+
+
 def test_detach_shares_data_without_graph():
     w = Tensor([1.0, 2.0], requires_grad=True)
     doubled = w * 2
@@ -676,3 +700,16 @@ def test_every_op_runs_on_cupy():
     assert isinstance(to_host(w), np.ndarray)
     with pytest.raises(ValueError):
         Tensor(cupy.ones((2, 3))) + Tensor(cupy.ones((2,)))
+
+
+def test_as_int_takes_whole_numbers_only():
+    """Issue 20: a count, an id or an index is an int or a whole float; int(2.5) would quietly give 2."""
+    from tinytorch.core.tensor import as_int
+
+    assert [as_int(v, "n") for v in (3, 3.0, np.int64(4), np.float32(5.0))] == [3, 3, 4, 5]
+    for value, error in ((2.5, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                         (True, TypeError), ("3", TypeError), (None, TypeError)):
+        with pytest.raises(error, match="top_k must be a whole number"):
+            as_int(value, "top_k")
+    with pytest.raises(ValueError, match="n must be at least 0, got -1"):
+        as_int(-1, "n", minimum=0)

@@ -4,6 +4,7 @@ The order matters for students: `Module` is tested first with hand-made modules 
 Linear, Dropout or containers), then Linear, Dropout, the containers and whole models, so
 the first failing test points at the piece that is wrong, and its message names the cause.
 """
+import copy
 import math
 import re
 
@@ -602,3 +603,25 @@ def test_repr_shows_the_tree():
     text = repr(MLP())
     assert "(fc1): Linear(in_features=4, out_features=8, bias=True)" in text
     assert "(act): ReLU()" in text and "(drop): Dropout(p=0.5)" in text
+
+
+# ---- config(): how a model was built (issue 20: checkpoints compare it) -----------------------
+
+def test_config_records_every_modules_constructor_arguments():
+    class Heads(Module):
+        def __init__(self, width, heads=2, *, seed=None):
+            super().__init__()
+            self.heads = heads
+            self.proj = Linear(width, width, seed=seed, dtype=np.float64)
+
+    model = Sequential(Heads(4, seed=0), ReLU(), Linear(4, 1, bias=False, seed=1, device="cpu"))
+    assert model.config() == {
+        "": {"type": "Sequential", "args": {"modules": ["Heads", "ReLU", "Linear"]}},
+        "0": {"type": "Heads", "args": {"width": 4, "heads": 2}},  # the default is filled in, seed left out
+        "0.proj": {"type": "Linear", "args": {"in_features": 4, "out_features": 4, "bias": True}},
+        "1": {"type": "ReLU", "args": {}},
+        "2": {"type": "Linear", "args": {"in_features": 4, "out_features": 1, "bias": False}},
+    }
+    assert Heads(4, heads=4).config()[""]["args"] == {"width": 4, "heads": 4}
+    copied = copy.deepcopy(model)
+    assert copied.config() == model.config(), "a copy keeps the arguments its original was built with"

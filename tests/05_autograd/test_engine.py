@@ -299,6 +299,41 @@ def test_bce_with_logits_backward_at_extreme_logits(dtype):
 
 
 # ---- errors that name the op ---------------------------------------------------------------------------
+class RuleWatcher:
+    """A listener (module 01's OP_LISTENERS) that notes every event the engine reports."""
+
+    def __init__(self):
+        self.events = []
+
+    def op_recorded(self, op, out, inputs, saved):
+        self.events.append(("forward", op))
+
+    def rule_started(self, node, grad):
+        self.events.append(("started", node.op))
+
+    def rule_finished(self, node, grad, grads):
+        self.events.append(("finished", node.op, len(grads)))
+
+
+def test_every_rule_runs_through_apply_rule():
+    from tinytorch.core.tensor import OP_LISTENERS
+
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    loss = (x * w + x).sum()
+    watcher = RuleWatcher()
+    OP_LISTENERS.append(watcher)
+    try:
+        loss.backward()
+    finally:
+        OP_LISTENERS.remove(watcher)
+    expected = [("started", "sum"), ("finished", "sum", 1), ("started", "add"), ("finished", "add", 2),
+                ("started", "mul"), ("finished", "mul", 2)]  # the walk's order; (op, number of gradients)
+    assert watcher.events == expected, (
+        f"the listeners heard {watcher.events}, expected {expected}: run every rule through "
+        "apply_rule(t, g) (given): it looks the rule up, checks versions, runs it and tells the profiler")
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 5.0])
+
+
 def test_missing_rule_raises_runtime_error_naming_the_op():
     x = leaf([1.0])
     y = record_op("no_such_op_for_test", x.data * 2, (x,))
@@ -339,7 +374,7 @@ def test_changing_data_between_forward_and_backward_raises():
         message = str(err)
     else:
         pytest.fail("x.data changed between the forward pass and backward() must raise RuntimeError "
-                    "(call _check_versions(node, t) before running each rule)")
+                    "(run every rule through apply_rule(t, g): it calls _check_versions(node, t) first)")
     assert "mul" in message and "input 1" in message, message
     assert "version 1" in message and "version 0" in message, message
     assert w.grad is None

@@ -742,5 +742,5 @@ def test_trainer_load_that_fails_leaves_trainer_and_loader_as_they_were(tmp_path
 def test_read_checkpoint_returns_every_part(tmp_path):
     path = trained_checkpoint(tmp_path)
     parts = read_checkpoint(path)
-    assert set(parts) == {"format", "step", "model", "rng", "optimizer", "scheduler", "extra"}
+    assert set(parts) == {"format", "step", "model", "rng", "optimizer", "scheduler", "extra", "config"}
     assert parts["step"] == 5 and parts["optimizer"]["type"] == "Adam" and parts["extra"]["loader"]["epoch"] == 1

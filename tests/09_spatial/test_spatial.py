@@ -449,6 +449,19 @@ def test_conv2d_skips_the_input_gradient_when_not_needed(rng):
     assert images.grad is None and w.grad.shape == (2, 3, 3, 3)
 
 
+def test_conv2d_skips_the_weight_gradient_of_a_frozen_kernel(rng):
+    from tinytorch.core.autograd import BACKWARD_RULES
+
+    x = Tensor(rng.standard_normal((2, 3, 5, 5)), requires_grad=True)
+    frozen, b = Tensor(rng.standard_normal((2, 3, 3, 3))), Tensor(np.zeros(2), requires_grad=True)
+    out = run_conv(x, frozen, b, 1, 1)
+    d_x, d_weight, d_bias = BACKWARD_RULES["conv2d"](np.ones(out.shape), out._node)
+    assert d_weight is None, "a weight that requires no gradient gets None (its product is skipped)"
+    out.sum().backward()
+    assert frozen.grad is None and x.grad.shape == x.shape and b.grad.shape == (2,)
+    assert gradcheck(lambda x: conv2d(x, frozen, b, 1, 1), [Tensor(x.data, requires_grad=True)])
+
+
 def test_conv2d_float32_gradients_stay_float32(rng):
     x, w, b = (Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
                for s in ((2, 3, 6, 6), (4, 3, 3, 3), (4,)))
@@ -642,3 +655,21 @@ def test_a_small_cnn_learns_bars(rng):
         first = loss.item() if first is None else first
     accuracy = (model(x).numpy().argmax(axis=1) == labels).mean()
     assert loss.item() < 0.3 * first and accuracy == 1.0, f"loss {first:.3f} → {loss.item():.3f}, accuracy {accuracy}"
+
+
+# ---- issue 20: an empty batch ------------------------------------------------------------------
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_backward_on_an_empty_batch_gives_zero_gradients(bias):
+    conv = Conv2d(3, 4, 3, padding=1, bias=bias, seed=0, dtype=np.float64)
+    x = Tensor(np.zeros((0, 3, 5, 5)), requires_grad=True)
+    out = conv(x)
+    assert out.shape == (0, 4, 5, 5)
+    out.sum().backward()
+    assert x.grad.shape == (0, 3, 5, 5) and np.array_equal(conv.weight.grad.numpy(), np.zeros((4, 3, 3, 3)))
+    if bias:
+        assert np.array_equal(conv.bias.grad.numpy(), np.zeros(4))
+    for pool in (MaxPool2d(2), AvgPool2d(2)):
+        z = Tensor(np.zeros((0, 3, 4, 4)), requires_grad=True)
+        pool(z).sum().backward()
+        assert z.grad.shape == (0, 3, 4, 4)

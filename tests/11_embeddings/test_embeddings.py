@@ -342,3 +342,25 @@ def test_position_shift_matrices_compose_and_need_an_even_width():
     assert np.allclose(position_shift_matrix(2, 8) @ position_shift_matrix(3, 8), position_shift_matrix(5, 8))
     with pytest.raises(ValueError):
         position_shift_matrix(1, 7)
+
+
+# ---- issue 20: integers stay integers, positions are not rounded ---------------------------------
+
+@pytest.mark.parametrize("layer", ["sinusoidal", "learned"])
+def test_positions_added_to_integers_are_not_rounded(layer):
+    module = SinusoidalPositionalEncoding(4, max_len=10) if layer == "sinusoidal" else PositionalEmbedding(10, 4, seed=0)
+    table = (module.pe if layer == "sinusoidal" else module.weight).numpy()
+    out = module(Tensor(np.ones((1, 3, 4), dtype=np.int64)), start=2)
+    assert out.dtype == np.float32, f"an int64 input gave {out.dtype}: the result takes the table's dtype"
+    np.testing.assert_allclose(out.numpy(), 1 + table[2:5][None], rtol=1e-6,
+                               err_msg="positions added to an integer input were rounded to integers")
+
+
+@pytest.mark.parametrize("start, error", [(1.5, ValueError), (True, TypeError), ("1", TypeError)])
+def test_start_must_be_a_whole_number(start, error):
+    x = Tensor(np.zeros((1, 2, 4)))
+    for module in (SinusoidalPositionalEncoding(4, max_len=10), PositionalEmbedding(10, 4, seed=0)):
+        with pytest.raises(error, match="start must be a whole number"):
+            module(x, start=start)
+    assert np.allclose(SinusoidalPositionalEncoding(4, max_len=10)(x, start=2.0).numpy(),
+                       sinusoidal_table(10, 4)[2:4])

@@ -64,6 +64,28 @@ def test_small_variance_tokens():
     assert np.isfinite(constant).all() and np.allclose(constant, np.arange(4.0)), "a constant token gives its bias"
 
 
+
+@pytest.mark.parametrize("scale", [1e20, 1e-20, 3e37])
+def test_float32_values_far_from_one(scale):
+    """Issue 20: a float32 square overflows above about 1.8e19 (and underflows below 1e-19)."""
+    x = np.array([[1.0, -1.0, 1.0, -1.0], [3.0, 1.0, -1.0, -3.0]], np.float32) * np.float32(scale)
+    expected = reference(x.astype(np.float64) / scale, eps=1e-5 / scale ** 2)  # layer norm is scale-free but for eps
+    out = layer_norm(Tensor(x), Tensor(np.ones(4, np.float32)))
+    assert out.dtype == np.float32, f"layer_norm changed the dtype float32 -> {out.dtype}: cast rstd back to x's dtype"
+    assert np.allclose(out.numpy(), expected, atol=1e-5), (
+        f"float32 rows of size about {scale:g} gave {out.numpy().tolist()}, expected {expected.round(4).tolist()}: "
+        "square the centred values in float64 (a float32 square overflows above about 1.8e19, so the "
+        "variance becomes inf and the row normalises to zeros)")
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), "1e-5"])
+def test_eps_must_be_positive(eps):
+    with pytest.raises(ValueError, match="eps must be a number > 0"):
+        LayerNorm(4, eps=eps)
+    with pytest.raises(ValueError, match="eps must be a number > 0"):
+        layer_norm(Tensor(np.ones((1, 4))), Tensor(np.ones(4)), eps=eps)
+
+
 def test_statistics_of_the_output():
     x = np.random.default_rng(2).standard_normal((4, 7, 32)) * 10 - 3
     out = layer_norm(x, np.ones(32)).numpy()

@@ -285,3 +285,20 @@ def test_errors():
     assert "max_seq_len=4" in str(err.value)
     with pytest.raises(ValueError):
         model(np.zeros(4, dtype=np.int64))
+
+
+def test_a_checkpoint_refuses_a_gpt_built_with_other_heads(tmp_path):
+    """Issue 20: num_heads changes no weight shape, so only the recorded configuration can tell."""
+    from tinytorch.core.training import load_checkpoint, save_checkpoint
+
+    path = save_checkpoint(tmp_path / "gpt", GPT(13, 16, 1, 2, 8, seed=0))
+    four_heads = GPT(13, 16, 1, 4, 8, seed=1)
+    before = [p.numpy().copy() for p in four_heads.parameters()]
+    with pytest.raises(ValueError) as err:
+        load_checkpoint(path, four_heads)
+    assert str(path) in str(err.value) and "num_heads=2 in the file, 4 here" in str(err.value), str(err.value)
+    assert all(np.array_equal(b, p.numpy()) for b, p in zip(before, four_heads.parameters()))
+    two_heads = GPT(13, 16, 1, 2, 8, seed=1)
+    load_checkpoint(path, two_heads)
+    ids = np.array([[1, 2, 3, 4]])
+    assert np.array_equal(two_heads(ids)[0].numpy(), GPT(13, 16, 1, 2, 8, seed=0)(ids)[0].numpy())

@@ -227,3 +227,54 @@ def test_generation_errors():
         model.generate(np.zeros((1, 0), dtype=np.int64), 3)
     with pytest.raises(ValueError):
         model.generate([1, 2], -1)
+
+
+# ---- issue 20: no distribution, no sample; integers are integers ---------------------------------
+
+Z = np.array([[2.0, 1.0, 0.5, 0.0], [0.0, 3.0, 0.0, 1.0]])
+
+
+@pytest.mark.parametrize("case, logits, temperature, says", [
+    ("nan-logit", [[0.1, np.nan, 0.3, 0.0], [0, 1, 2, 3]], 1.0, "row 0 contain NaN"),
+    ("nan-greedy", [[0.0, 1.0, 2.0, 3.0], [np.nan, 1, 2, 3]], 0.0, "row 1 contain NaN"),
+    ("all-minus-inf", [[0.0, 1.0, 2.0, 3.0], [-np.inf] * 4], 1.0, "every logit of row 1 is -inf"),
+    ("plus-inf", [[np.inf, 1.0, 2.0, 3.0], [0, 1, 2, 3]], 1.0, "+inf"),
+    ("nan-temperature", Z, float("nan"), "temperature must be >= 0, got nan"),
+    ("tiny-temperature", Z, 1e-310, "overflows"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_sampling_without_a_distribution_raises_as_torch_multinomial_does(case, logits, temperature, says):
+    """A NaN used to make every cumulative probability NaN, and the sample token 0, forever."""
+    with pytest.raises(ValueError, match=says.replace("+", r"\+")):
+        sample_next_token(np.array(logits), temperature, rng=np.random.default_rng(0))
+    if temperature != 0:
+        with pytest.raises(ValueError):
+            next_token_probs(np.array(logits), temperature)
+
+
+def test_a_diverged_model_cannot_generate():
+    model = GPT(11, 8, 1, 2, 8, seed=0)
+    model.ln_f.weight.data = np.full(8, np.nan, dtype=np.float32)
+    with pytest.raises(ValueError, match="NaN"):
+        model.generate([1, 2, 3], 5, seed=0)
+
+
+@pytest.mark.parametrize("top_k, error", [(2.5, ValueError), (0, ValueError), (True, TypeError), ("2", TypeError)])
+def test_top_k_must_be_a_whole_number_at_least_one(top_k, error):
+    with pytest.raises(error, match="top_k must"):
+        sample_next_token(Z, 1.0, top_k=top_k, rng=np.random.default_rng(0))
+    assert np.array_equal(next_token_probs(Z, 1.0, top_k=2.0), next_token_probs(Z, 1.0, top_k=2))
+
+
+def test_generate_takes_whole_numbers_only():
+    model = GPT(11, 8, 1, 2, 8, seed=0)
+    with pytest.raises(ValueError, match="whole numbers"):
+        model.generate([1, 2.5], 3, seed=0)
+    with pytest.raises(TypeError, match="integers"):
+        model.generate(np.array([True, False]), 3, seed=0)
+    with pytest.raises(IndexError, match="token id 11"):
+        model.generate([1, 11], 3, seed=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be a whole number, got 2.5"):
+        model.generate([1, 2], 2.5, seed=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be at least 0"):
+        model.generate([1, 2], -1, seed=0)
+    assert np.array_equal(model.generate([1.0, 2.0], 3.0, seed=0).numpy(), model.generate([1, 2], 3, seed=0).numpy())

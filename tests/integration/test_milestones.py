@@ -24,6 +24,16 @@ LOSS_RESULT = re.compile(r"loss ([0-9.]+) vs threshold at most ([0-9.]+): (PASS|
 EXPECTED = {"xor": 100.0, "spirals": 95.0, "digits_mlp": 90.0, "digits_cnn": 97.0, "reversal": 90.0}
 # name -> the largest loss its --fast run may report (lower is better)
 EXPECTED_LOSS = {"shakespeare": 2.7}
+# name -> the checks its --fast run must pass (several thresholds, one line each: `_verdict.verdict_checks`)
+EXPECTED_CHECKS = {
+    "compress": ("structured pruning: validation loss", "low rank: validation loss"),
+    "quantize": ("int8 weight-only loss increase", "int8 dynamic loss increase", "int4 weight-only loss increase",
+                 "int8 checkpoint, times smaller than fp32"),
+}
+# quantize loads the model that shakespeare's --fast run saved: its own test below, not the generic run
+CHECKS_RUN_ALONE = sorted(set(EXPECTED_CHECKS) - {"quantize"})
+CHECK_RESULT = re.compile(r"^(.+?) (-?[0-9.]+) vs threshold (at least|at most|above) (-?[0-9.]+): "
+                          r"(PASS|FAIL|printed, not judged)$", re.MULTILINE)
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +48,8 @@ def run_milestone(name: str, *args: str, timeout: float = 120, env: dict | None 
 
 def test_every_milestone_file_is_covered_and_documented():
     found = {p.stem for p in MILESTONES.glob("*.py") if not p.name.startswith("_")}
-    assert set(EXPECTED) | set(EXPECTED_LOSS) <= found
-    for name in [*EXPECTED, *EXPECTED_LOSS]:
+    assert set(EXPECTED) | set(EXPECTED_LOSS) | set(EXPECTED_CHECKS) <= found
+    for name in [*EXPECTED, *EXPECTED_LOSS, *EXPECTED_CHECKS]:
         text = (MILESTONES / f"{name}.py").read_text(encoding="utf-8")
         first_line = text.split('"""')[1].strip().splitlines()[0]
         assert len(first_line) > 20, f"{name}.py: the docstring's first line should describe the milestone"
@@ -79,11 +89,48 @@ def test_milestone_passes_in_fast_mode(name):
     check_accuracy_run(name, run_milestone(name, "--fast"), "cpu")
 
 
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    """run(name) -> (result, out folder): each loss milestone's --fast run, made once per module and shared
+    (the quantize milestone loads the model that shakespeare's run saved)."""
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            out = tmp_path_factory.mktemp(name)
+            runs[name] = (run_milestone(name, "--fast", "--out", str(out), timeout=900, env=ONE_THREAD), out)
+        return runs[name]
+
+    return run
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED_LOSS))
-def test_loss_milestone_passes_in_fast_mode(name, tmp_path):
+def test_loss_milestone_passes_in_fast_mode(name, fast_run):
     # About 30 s on an idle machine.
-    result = run_milestone(name, "--fast", "--out", str(tmp_path), timeout=900, env=ONE_THREAD)
-    check_loss_run(name, result, "cpu", tmp_path)
+    result, out = fast_run(name)
+    check_loss_run(name, result, "cpu", out)
+
+
+def check_checks_output(name: str, output: str) -> None:
+    """Every expected check of the milestone printed PASS, and no check failed."""
+    results = {label: verdict for label, _, _, _, verdict in CHECK_RESULT.findall(output)}
+    for label in EXPECTED_CHECKS[name]:
+        assert results.get(label) == "PASS", f"{name}: no '{label} ... PASS' line:\n{output[-3000:]}"
+    assert "FAIL" not in results.values(), results
+
+
+def check_checks_run(name: str, result: subprocess.CompletedProcess, device: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{name} --fast --device {device} exited {result.returncode}:\n{output[-3000:]}"
+    check_checks_output(name, output)
+    assert "iter" in output, "progress was printed while training"
+    assert f"device {device}" in output.splitlines()[0], "the header line names the device"
+
+
+@pytest.mark.parametrize("name", CHECKS_RUN_ALONE)
+def test_checks_milestone_passes_in_fast_mode(name):
+    # About a minute on an idle machine: a short baseline, two fine-tunes, two students.
+    check_checks_run(name, run_milestone(name, "--fast", timeout=900, env=ONE_THREAD), "cpu")
 
 
 # ---- the same on a GPU: the same recipe and threshold, model and data on the device ----------------
@@ -102,6 +149,59 @@ def test_loss_milestone_passes_in_fast_mode_on_the_gpu(name, tmp_path):
     check_loss_run(name, result, "cuda", tmp_path)
 
 
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", CHECKS_RUN_ALONE)
+def test_checks_milestone_passes_in_fast_mode_on_the_gpu(name):
+    check_checks_run(name, run_milestone(name, "--fast", "--device", "cuda", timeout=900, env=ONE_THREAD), "cuda")
+
+
+def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
+    # The shakespeare milestone's --fast run saved its model (a module-07 checkpoint with its recipe); quantize
+    # loads it, checks the recipe, and evaluates and saves the four versions. About 15 s on an idle machine
+    # (the dynamic model's integer products are most of it: NumPy has no integer BLAS). Training first when
+    # the file is missing is shakespeare.main itself, run by the full milestone.
+    _, out = fast_run("shakespeare")
+    checkpoint = out / "shakespeare_gpt.npz"
+    assert checkpoint.is_file(), "the shakespeare milestone saves its trained model in --out"
+    result = run_milestone("quantize", "--fast", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "quantized"),
+                           timeout=900, env=ONE_THREAD)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"quantize --fast exited {result.returncode}:\n{output[-3000:]}"
+    assert output.startswith("Quantize:") and "device cpu" in output.splitlines()[0], "the header names the device"
+    for name in ("fp32", "int8 weight-only", "int8 dynamic", "int4 weight-only"):
+        assert re.search(rf"^{name} +validation loss [0-9.]+ .*checkpoint +[0-9,]+ bytes", output, re.MULTILINE), name
+    check_checks_output("quantize", output)
+    saved = sorted(p.name for p in (tmp_path / "quantized").iterdir())
+    assert len(saved) == 4 and all(name.endswith(".npz") for name in saved), saved
+
+
+@pytest.mark.parametrize("case", ["other-width", "foreign", "fast-model-in-a-full-run"])
+def test_quantize_refuses_a_checkpoint_that_is_not_the_recipe(tmp_path, case):
+    spec = importlib.util.spec_from_file_location("shakespeare_milestone", MILESTONES / "shakespeare.py")
+    shakespeare = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(MILESTONES))  # shakespeare.py imports its helpers (_device, _verdict) from there
+    try:
+        spec.loader.exec_module(shakespeare)
+    finally:
+        sys.path.remove(str(MILESTONES))
+    from tinytorch.core.training import save_checkpoint
+    from tinytorch.models.transformer import GPT
+
+    recipe = dict(shakespeare.RECIPE, embed_dim=32 if case == "other-width" else shakespeare.RECIPE["embed_dim"])
+    model = GPT(65, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"], recipe["context"], bias=False)
+    extra = None if case == "foreign" else {"recipe": recipe, "vocab_size": 65,
+                                            "iters": 200 if case == "fast-model-in-a-full-run" else recipe["iters"]}
+    path = save_checkpoint(tmp_path / "model.npz", model, extra=extra)
+    before = path.read_bytes()
+    result = run_milestone("quantize", *([] if case == "fast-model-in-a-full-run" else ["--fast"]),
+                           "--checkpoint", str(path), "--out", str(tmp_path / "out"))
+    expected = {"other-width": "embed_dim 32 (the recipe's is 128)", "foreign": "holds no recipe",
+                "fast-model-in-a-full-run": "trained for 200 iterations, the recipe's is 2000"}[case]
+    assert_one_line_error(result, expected, "tito milestone run shakespeare")
+    assert path.read_bytes() == before, "nothing written, nothing trained"
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and result.stdout == "", result.stdout + result.stderr
@@ -112,7 +212,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed here")
-@pytest.mark.parametrize("name", sorted([*EXPECTED, *EXPECTED_LOSS]))
+@pytest.mark.parametrize("name", sorted([*EXPECTED, *EXPECTED_LOSS, *EXPECTED_CHECKS]))
 def test_cuda_without_cupy_stops_with_one_line_naming_the_gpu_extra(name):
     assert_one_line_error(run_milestone(name, "--fast", "--device", "cuda"), 'pip install -e ".[gpu]"')
 
@@ -143,3 +243,58 @@ def test_reversal_saves_its_heat_map_where_asked(tmp_path):
     weights = re.search(r"per head: ([0-9. ]+)", result.stdout)
     assert weights and max(float(w) for w in weights.group(1).split()) > 0.5, (
         "a trained head should put most of its weight on the anti-diagonal")
+
+
+# ---- issue 20: arguments and output paths are checked before any training ----------------------
+
+@pytest.mark.parametrize("name, args, says", [
+    ("shakespeare", ["--iters", "0"], "argument --iters: 0 is not at least 1"),
+    ("shakespeare", ["--iters", "50"], "--iters 50: the learning rate warms up for 100 steps"),
+    ("shakespeare", ["--iters", "2.5"], "argument --iters: '2.5' is not a whole number"),
+    ("shakespeare", ["--out", "{file}"], "it exists and is not a folder"),
+    ("shakespeare", ["--out", "{read_only}/maps"], "cannot write there"),
+    ("reversal", ["--heatmap", "{read_only}/map.png"], "cannot write in"),
+    ("reversal", ["--heatmap", "{folder}"], "it is a folder"),
+    ("reversal", ["--seed", "-1"], "argument --seed: -1 is negative"),
+    ("quantize", ["--out", "{file}"], "it exists and is not a folder"),
+    ("quantize", ["--checkpoint", "{read_only}/model.npz"], "--checkpoint {read_only}: cannot write there"),
+    ("quantize", ["--checkpoint", "{folder}"], "it is a folder"),
+    ("compress", ["--baseline", "{folder}"], "it is a folder"),
+    ("compress", ["--baseline", "{read_only}/baseline.npz"], "cannot write in"),
+], ids=["iters-0", "iters-below-warmup", "iters-fraction", "out-is-a-file", "out-read-only", "heatmap-read-only",
+        "heatmap-is-a-folder", "negative-seed", "quantize-out-is-a-file", "quantize-checkpoint-read-only",
+        "quantize-checkpoint-is-a-folder", "baseline-is-a-folder", "baseline-read-only"])
+def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, says):
+    """Before issue 20, --iters 0 trained 2,000 iterations and a read-only --out failed after them."""
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    args = [a.format(file=tmp_path / "file", read_only=read_only, folder=tmp_path) for a in args]
+    read_only.chmod(0o555)
+    prefix = []
+    if os.geteuid() == 0:  # root writes anywhere: drop its capabilities, as tests/tito do
+        import shutil
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: a read-only folder cannot stop root")
+        prefix = [setpriv, "--bounding-set=-all", "--inh-caps=-all"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    try:
+        result = subprocess.run([*prefix, sys.executable, str(MILESTONES / f"{name}.py"), *args], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        read_only.chmod(0o755)
+    says = says.format(read_only=read_only)
+    assert result.returncode == 2 and says in result.stderr, result.stdout[-1000:] + result.stderr[-1000:]
+    assert result.stdout == "" and "Traceback" not in result.stderr, "it stopped before printing a header or training"
+
+
+def test_compress_refuses_a_baseline_that_is_not_the_recipe(tmp_path):
+    from tinytorch.core.training import save_checkpoint
+    from tinytorch.models.transformer import GPT
+
+    path = save_checkpoint(tmp_path / "narrow.npz", GPT(65, 32, 2, 4, 64, bias=False))
+    before = path.read_bytes()
+    result = run_milestone("compress", "--fast", "--baseline", str(path))
+    assert_one_line_error(result, "is not the shakespeare recipe's model", "embed_dim=32 in the file, 128 here")
+    assert path.read_bytes() == before, "the file given is left as it was"

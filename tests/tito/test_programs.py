@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from tito.course import CourseError
-from tito.programs import find_program, list_programs
+from tito.programs import find_program, in_course_order, list_programs
 
 
 @pytest.fixture
@@ -77,3 +77,19 @@ def test_device_reaches_the_milestone_in_every_form(course):
     assert "one got --fast --device cuda" in both.stdout and "two got --fast --device cuda" in both.stdout
     wrong = course.tito("milestone", "run", "--device", "tpu", "one")
     assert wrong.returncode != 0 and "invalid choice" in wrong.stdout + wrong.stderr
+
+
+def test_run_all_follows_the_course_order(course):
+    """A milestone that uses another's result (quantize loads the model shakespeare saved) runs after it."""
+    folder = course.root / "milestones"
+    folder.mkdir()
+    for name, after in (("quantize", 15), ("shakespeare", 13), ("xor", 7), ("spirals", 7)):
+        (folder / f"{name}.py").write_text(f'"""{name} (after module {after}): a check."""\nprint("{name} ran")\n',
+                                           encoding="utf-8")
+    (folder / "anything.py").write_text('"""No module named."""\nprint("anything ran")\n', encoding="utf-8")
+    assert [p.name for p in in_course_order(list_programs(folder))] == [
+        "anything", "spirals", "xor", "shakespeare", "quantize"]
+    done = course.tito("milestone", "run", "--all")
+    assert done.returncode == 0
+    order = [done.stdout.index(f"{name} ran") for name in ("anything", "spirals", "xor", "shakespeare", "quantize")]
+    assert order == sorted(order), done.stdout

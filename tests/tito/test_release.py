@@ -1,7 +1,9 @@
 """tito release: the student edition has stubs, imports, fails the tests; bad markers write nothing."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,7 +11,7 @@ import pytest
 
 from tito.course import CourseError
 from tito.notebook import BEGIN_MARKER, END_MARKER, NotebookError
-from tito.release import check_stubs, write_student_edition
+from tito.release import MANIFEST_FILE, MANIFEST_FORMAT, check_stubs, edition_files, write_student_edition
 
 
 def _python(root, *args, cwd=None):
@@ -110,6 +112,11 @@ def test_release_refuses_a_non_empty_folder_and_the_source_tree(course, tmp_path
     with pytest.raises(CourseError, match="does not look like a student edition"):
         write_student_edition(course.settings, busy, force=True)
     assert (busy / "notes.txt").read_text(encoding="utf-8") == "mine"
+    (busy / "settings.ini").write_text("[DEFAULT]\n", encoding="utf-8")  # what round 1 took for an edition
+    (busy / "modules").mkdir()
+    with pytest.raises(CourseError, match="does not look like a student edition"):
+        write_student_edition(course.settings, busy, force=True)
+    assert (busy / "notes.txt").read_text(encoding="utf-8") == "mine"
     with pytest.raises(CourseError, match="inside the course's own files"):
         write_student_edition(course.settings, course.settings.lib_path / "student")
 
@@ -138,3 +145,62 @@ def test_release_check_reports_a_collection_error_as_a_defect(course):
         "def test_double():\n    assert VALUE == 6\n", encoding="utf-8")
     [check] = check_stubs(course.settings, [course.module("02")])
     assert not check.ok and "collection or setup error" in check.problem
+
+
+def _tree(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_force_replaces_only_what_the_release_wrote(course, tmp_path):
+    """Issue 20: --force replaces an edition exactly as the release wrote it (its manifest lists every
+    file with its SHA-256), and nothing else: not a student's file, not a changed notebook, not a
+    git repository; the refusal names what it found and changes nothing."""
+    dest = tmp_path / "student"
+    write_student_edition(course.settings, dest)
+    manifest = json.loads((dest / MANIFEST_FILE).read_text(encoding="utf-8"))
+    assert manifest["format"] == MANIFEST_FORMAT and "modules/01_tensor/tensor_dev.py" in manifest["files"]
+    assert set(manifest["files"]) == set(edition_files(dest))
+    (dest / "tinytorch" / "__pycache__").mkdir(exist_ok=True)
+    (dest / "tinytorch" / "__pycache__" / "x.pyc").write_bytes(b"cache")  # Python's cache: replaceable
+    write_student_edition(course.settings, dest, force=True)
+    assert not (dest / "tinytorch" / "__pycache__" / "x.pyc").exists()
+
+    notebook = dest / "modules" / "01_tensor" / "tensor_dev.py"
+    cases = {
+        "a student's file": (lambda: (dest / "notes.txt").write_text("mine", encoding="utf-8"),
+                             "notes.txt (not written by the release)"),
+        "a folder of theirs": (lambda: (dest / ".venv" / "bin").mkdir(parents=True) or
+                               (dest / ".venv" / "bin" / "python").write_text("x", encoding="utf-8"),
+                               ".venv/ (not written by the release)"),
+        "their results": (lambda: (dest / ".tito" / "results.json").write_text("{}", encoding="utf-8"),
+                          ".tito/results.json (not written by the release)"),
+        "work in a notebook": (lambda: notebook.write_text(notebook.read_text(encoding="utf-8") + "# mine\n",
+                                                           encoding="utf-8"),
+                               "modules/01_tensor/tensor_dev.py (changed since the release wrote it)"),
+        "a git repository": (lambda: (dest / ".git").mkdir(), "is a git repository"),
+    }
+    for name, (make, said) in cases.items():
+        snapshot = _tree(dest)
+        make()
+        changed = _tree(dest)
+        with pytest.raises(CourseError) as refused:
+            write_student_edition(course.settings, dest, force=True)
+        assert said in str(refused.value), (name, str(refused.value))
+        assert _tree(dest) == changed, f"{name}: the refused release changed the folder"
+        assert not list(tmp_path.glob(".student.*")), "no staging or set-aside folder is left behind"
+        shutil.rmtree(dest)  # back to the edition as written, for the next case
+        dest.mkdir()
+        for relative, data in snapshot.items():
+            (dest / relative).parent.mkdir(parents=True, exist_ok=True)
+            (dest / relative).write_bytes(data)
+    write_student_edition(course.settings, dest, force=True)  # the untouched edition is still replaceable
+
+
+def test_a_damaged_manifest_replaces_nothing(course, tmp_path):
+    dest = tmp_path / "student"
+    write_student_edition(course.settings, dest)
+    (dest / MANIFEST_FILE).write_text("{not json", encoding="utf-8")
+    before = _tree(dest)
+    with pytest.raises(CourseError, match="cannot tell its files from yours"):
+        write_student_edition(course.settings, dest, force=True)
+    assert _tree(dest) == before

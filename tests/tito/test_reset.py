@@ -170,3 +170,33 @@ def test_a_backup_of_another_module_is_refused(course, tmp_path):
     assert refused.returncode == 1
     assert "exports `core.tensor`, but 02_toy exports `core.toy`" in course.flat(refused.stdout)
     assert path.read_bytes() == notebook_before and course.package_bytes() == package_before
+
+
+def test_reset_checks_it_can_write_the_notebook_before_it_exports(course, unprivileged):
+    """Issue 20: a notebook folder that takes no new file stops the reset before the backup and the
+    export, so the package keeps the student's code and the notebook its work."""
+    module = course.module("01")
+    original = module.notebook.read_bytes()
+    before = course.package_bytes()
+    module.folder.chmod(0o555)
+    try:
+        result = course.tito("module", "reset", "01", prefix=unprivileged)
+    finally:
+        module.folder.chmod(0o755)
+    out = course.flat(result.stdout)
+    assert result.returncode == 1 and "does not accept new files" in out and "nothing was changed" in out, out
+    assert "Traceback" not in result.stdout + result.stderr
+    assert module.notebook.read_bytes() == original and course.package_bytes() == before
+    assert _backup_files(course, "01_tensor") == []
+
+
+def test_reset_refuses_a_read_only_notebook(course, unprivileged):
+    module = course.module("01")
+    before = course.package_bytes()
+    module.notebook.chmod(0o444)
+    try:
+        result = course.tito("module", "reset", "01", prefix=unprivileged)
+    finally:
+        module.notebook.chmod(0o644)
+    assert result.returncode == 1 and "is read-only" in course.flat(result.stdout), result.stdout
+    assert course.package_bytes() == before and _backup_files(course, "01_tensor") == []

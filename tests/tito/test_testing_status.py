@@ -21,7 +21,7 @@ import pytest
 from tito.export import export_modules
 from tito.notebook import stub_text
 from tito.status import course_status
-from tito.testing import load_results, record_results, run_in_kernel, run_tests
+from tito.testing import load_results, record_results, results_problem, run_in_kernel, run_tests
 
 
 def _student(course, key: str, text: str) -> str:
@@ -203,29 +203,47 @@ def test_concurrent_writers_lose_no_result(course):
         assert writer.returncode == 0, output
     assert len(load_results(course.settings)) == 4 * 20
     assert list(course.settings.state_path.glob("*.tito-new")) == []
+    assert list(course.settings.state_path.glob(".results.json.*.tmp")) == []  # atomic_write's scratch files
 
 
 @pytest.mark.parametrize("content", [
     "not json at all", "[]", '{"runs": []}', '{"runs": {"01_tensor": "passed"}}',
     '{"runs": {"01_tensor": {"parts": {"inline": {"status": 1}}}}}',
-    '{"runs": {"01_tensor": {"parts": {"inline": "passed"}}}}',
+    '{"runs": {"01_tensor": {"parts": {"inline": "passed"}}}}', '{"runs": {"01_tensor": {"pa',
+    b"\xff\xfe not utf-8",
 ])
-def test_a_malformed_results_file_counts_as_no_record(course, content):
+def test_a_damaged_results_file_is_kept_aside_never_silently_reset(course, content):
+    """Issue 20: status shows no result and says the file is damaged; the next writer renames the
+    damaged file aside (the student's record may be repaired by hand) and starts a whole new file."""
     path = course.settings.state_path / "results.json"
     path.parent.mkdir(parents=True)
-    path.write_text(content, encoding="utf-8")
+    data = content if isinstance(content, bytes) else content.encode("utf-8")
+    path.write_bytes(data)
     [row] = course_status(course.settings)
     assert row.tests == "not run"
-    record_results(course.settings, [])  # a writer replaces it with a whole file
+    assert results_problem(course.settings).startswith(f"{path} is damaged: ")
+    record_results(course.settings, [])
     assert json.loads(path.read_text(encoding="utf-8")) == {"runs": {}}
+    [kept] = course.settings.state_path.glob("results.json.damaged-*")
+    assert kept.read_bytes() == data and results_problem(course.settings) is None
 
 
-def test_status_of_a_malformed_results_file_prints_no_traceback(course):
+def test_status_and_test_say_the_results_file_is_damaged_and_where_it_went(course):
     path = course.settings.state_path / "results.json"
     path.parent.mkdir(parents=True)
     path.write_text('{"runs": {"01_tensor": {"parts": 5}}}', encoding="utf-8")
-    result = course.tito("status")
-    assert result.returncode == 0 and "not run" in result.stdout and "Traceback" not in result.stderr
+    status = course.tito("status")
+    assert status.returncode == 0 and "not run" in status.stdout and "Traceback" not in status.stderr
+    assert "results.json is damaged" in course.flat(status.stdout), status.stdout
+    course.add_module("02_toy", course.TOY)  # a module whose tests take no time
+    course.tito("export", "02")
+    tested = course.tito("test", "02")
+    out = course.flat(tested.stdout)
+    assert "results.json is damaged: its row '01_tensor' is not one tito writes" in out, out
+    [kept] = course.settings.state_path.glob("results.json.damaged-*")
+    assert kept.name in out, out
+    assert kept.read_text(encoding="utf-8") == '{"runs": {"01_tensor": {"parts": 5}}}'
+    assert load_results(course.settings)["02_toy"].passed
 
 
 @pytest.mark.parametrize("kill", ["SIGKILL to tito and its group", "SIGTERM to tito"])

@@ -4,22 +4,25 @@
 
 # %% auto #0
 __all__ = ['DEMO_SENTENCE', 'WORD_ROLES', 'create_causal_mask', 'create_padding_mask', 'cast_backward', 'composed_attention',
-           'scaled_dot_product_attention', 'sdpa_backward', 'sdpa_weights_backward', 'MultiHeadAttention',
-           'SelfAttention', 'flash_attention', 'flash_attention_backward', 'plot_attention', 'plot_attention_heads',
-           'sentence_embeddings', 'sentence_attention', 'plot_sentence_attention']
+           'scaled_dot_product_attention', 'sdpa_backward', 'sdpa_flops', 'sdpa_weights_backward', 'sdpa_weights_flops',
+           'MultiHeadAttention', 'SelfAttention', 'flash_attention', 'flash_attention_backward',
+           'flash_attention_flops', 'plot_attention', 'plot_attention_heads', 'sentence_embeddings',
+           'sentence_attention', 'plot_sentence_attention']
 
-# %% ../../modules/12_attention/attention_dev.py #f71bb80f
+# %% ../../modules/12_attention/attention_dev.py #21d1b171
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .activations import softmax
-from .autograd import register_backward
+from .autograd import register_backward, register_flops
 from .layers import Linear, Module, make_rng
 from .tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from ..files import atomic_write
 
 # %% ../../modules/12_attention/attention_dev.py #c758e273
 def _keep_mask(mask: Any, scores_shape: tuple, like: Any) -> Any:
@@ -272,7 +275,7 @@ def scaled_dot_product_attention(Q: Any, K: Any, V: Any, mask: Any = None, dropo
                          probs=probs, drop=drop, scale=scale)
     return output, returned
 
-# %% ../../modules/12_attention/attention_dev.py #b2a1b74c
+# %% ../../modules/12_attention/attention_dev.py #99327184
 @register_backward("sdpa")
 def sdpa_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK, dV) of "sdpa" from `grad` = dO (…, Tq, dv), in the work dtype of `probs`.
@@ -308,7 +311,33 @@ def sdpa_backward(grad: Any, node) -> tuple:
             d_k *= scale
     return d_q, d_k, d_v
 
-# %% ../../modules/12_attention/attention_dev.py #49e34aae
+
+def _attention_sizes(node) -> tuple[int, int, int, int, int]:
+    """(batch, Tq, Tk, dk, dv) of an attention node (Q, K[, V]): batch is the product of the
+    broadcast leading dims (batch × heads), dv is 0 without a V."""
+    q, k = node.inputs[0].shape, node.inputs[1].shape
+    dv = node.inputs[2].shape[-1] if len(node.inputs) == 3 else 0
+    batch = math.prod(np.broadcast_shapes(*(t.shape[:-2] for t in node.inputs)))
+    return batch, q[-2], k[-2], q[-1], dv
+
+
+@register_flops("sdpa")
+def sdpa_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """Attention's two products, as PyTorch counts them: Q Kᵀ (2·Tq·Tk·dk) and W V (2·Tq·Tk·dv)
+    per batch item and head, the whole Tq × Tk square even when a mask blocks part of it.
+    Backward (the rule above keeps the weights, so nothing is recomputed): dV = Wᵀ dO and
+    dW = dO Vᵀ (2·Tq·Tk·dv each), dQ = dS K and dK = dSᵀ Q (2·Tq·Tk·dk each), each counted
+    when the rule computed it (dW when Q or K needs a gradient). The scale, the softmax and
+    rowsum(dO ⊙ O) are elementwise work and reductions: 0."""
+    batch, tq, tk, dk, dv = _attention_sizes(node)
+    qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
+    if grads is None:
+        return qk + wv
+    d_q, d_k, d_v = grads
+    return ((d_v is not None) + (d_q is not None or d_k is not None)) * wv + \
+        ((d_q is not None) + (d_k is not None)) * qk
+
+# %% ../../modules/12_attention/attention_dev.py #a423da84
 @register_backward("sdpa_weights")
 def sdpa_weights_backward(grad: Any, node) -> tuple:
     """Gradients (dQ, dK) of "sdpa_weights" from `grad` = dW (…, Tq, Tk): steps 2, 3 and 5 above.
@@ -330,6 +359,16 @@ def sdpa_weights_backward(grad: Any, node) -> tuple:
     d_q = xp.matmul(g, K.data.astype(work, copy=False)) * scale if Q.requires_grad else None
     d_k = xp.matmul(xp.swapaxes(g, -1, -2), Q.data.astype(work, copy=False)) * scale if K.requires_grad else None
     return d_q, d_k
+
+
+@register_flops("sdpa_weights")
+def sdpa_weights_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """0 forward (the "sdpa" op that made these weights counted Q Kᵀ); backward dQ = dS K and
+    dK = dSᵀ Q, 2·Tq·Tk·dk each when computed."""
+    if grads is None:
+        return 0
+    batch, tq, tk, dk, _ = _attention_sizes(node)
+    return sum(g is not None for g in grads) * 2 * batch * tq * tk * dk
 
 # %% ../../modules/12_attention/attention_dev.py #1e29ef43
 class MultiHeadAttention(Module):
@@ -533,7 +572,7 @@ def flash_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool = 
     return record_op("flash_attention", out.astype(out_dtype, copy=False), (Q, K, V), out=out, lse=lse,
                      blocked=user_blocked, is_causal=bool(is_causal), block_size=kb, scale=scale)
 
-# %% ../../modules/12_attention/attention_dev.py #182ff9c0
+# %% ../../modules/12_attention/attention_dev.py #71c60b15
 @register_backward("flash_attention")
 def flash_attention_backward(grad: Any, node) -> tuple:
     """(dQ, dK, dV) of "flash_attention": recompute each tile P = exp(scale·Q K_bᵀ − lse), then
@@ -579,7 +618,18 @@ def flash_attention_backward(grad: Any, node) -> tuple:
         d_q[..., q0:q1, :] = dq_blk
     return d_q, d_k, d_v
 
-# %% ../../modules/12_attention/attention_dev.py #8dcec39b
+
+@register_flops("flash_attention")
+def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
+    """PyTorch's formula for its fused attention kernels: forward Q Kᵀ and P V (as "sdpa");
+    backward five products, the scores recomputed (Q Kᵀ), dP = dO Vᵀ, dV = Pᵀ dO, dQ = dS K,
+    dK = dSᵀ Q. Like PyTorch it counts the whole Tq × Tk square: with is_causal the tiles
+    wholly in the future are skipped, so the work done is less than the count."""
+    batch, tq, tk, dk, dv = _attention_sizes(node)
+    qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
+    return qk + wv if grads is None else 3 * qk + 2 * wv
+
+# %% ../../modules/12_attention/attention_dev.py #701d78b2
 def _pyplot():
     import matplotlib
 
@@ -593,8 +643,12 @@ def _pyplot():
 
 
 def _save(fig, path: Any, dpi: int) -> None:
-    if path is not None:  # no "Software" entry: the same figure always gives the same bytes
-        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    """Save `fig` to `path` (its suffix picks the format; png without one) with module 07's
+    `atomic_write`, so an older image at `path` stays whole until the new one is."""
+    if path is not None:
+        path = Path(path)
+        with atomic_write(path) as handle:  # no "Software" entry: the same figure always gives the same bytes
+            fig.savefig(handle, format=path.suffix[1:].lower() or "png", dpi=dpi, metadata={"Software": None})
 
 
 def _draw(ax, w: np.ndarray, query_tokens, key_tokens, title: str):

@@ -13,8 +13,9 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op', 'Tensor', 'is_floating',
-           'to_array', 'as_tensor', 'to_host', 'broadcast_shape']
+__all__ = ['OP_LISTENERS', 'array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op',
+           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast',
+           'autocast_matmul_operands', 'autocast_float32']
 
 # %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
 def array_module(array: Any):
@@ -68,11 +69,19 @@ def device_of(array: Any) -> str:
     """"cuda" for a CuPy array, "cpu" for anything else."""
     return "cuda" if array_module(array) is not np else "cpu"
 
-# %% ../../modules/01_tensor/tensor_dev.py #8b10cb1c
+# %% ../../modules/01_tensor/tensor_dev.py #1940089a
 class GradMode:
     """Global switch: when `enabled` is False, `record_op` builds no graph (see no_grad)."""
 
     enabled: bool = True
+
+
+# Who watches the engine (module 14's Profiler adds itself while it runs). Each listener has
+#   op_recorded(op, out, inputs, saved)  -- record_op made `out` (also with gradients off)
+#   rule_started(node, grad)             -- module 05's apply_rule is about to run node's rule
+#   rule_finished(node, grad, grads)     -- the rule returned `grads` (one array or None per input)
+# Empty, the engine pays one truthiness check per op and nothing else.
+OP_LISTENERS: list = []
 
 
 class Node:
@@ -103,6 +112,7 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
     data   -- the result array (NumPy or CuPy), already computed
     inputs -- the input Tensors, in the order the backward rule returns gradients
     saved  -- whatever the backward rule needs (axis, mask, the output, ...)
+    Then tells every listener in OP_LISTENERS (a profiler), if there is one.
     """
     out = Tensor.__new__(Tensor)
     out._data = data  # not `out.data = ...`: a new result starts at version 0
@@ -117,6 +127,9 @@ def record_op(op: str, data: Any, inputs: tuple, **saved: Any) -> "Tensor":
                 out.requires_grad = True
                 out._node = Node(op, inputs, saved)
                 break
+    if OP_LISTENERS:  # a profiler is running (module 14); otherwise this check is the whole cost
+        for listener in OP_LISTENERS:
+            listener.op_recorded(op, out, inputs, saved)
     return out
 
 # %% ../../modules/01_tensor/tensor_dev.py #f600f588
@@ -286,7 +299,7 @@ def to_array(data: Any, dtype: Any = None, device: str | None = None):
         data = data.astype(dtype, copy=False)
     return _to_device(data, device)
 
-# %% ../../modules/01_tensor/tensor_dev.py #e3e8d5a7
+# %% ../../modules/01_tensor/tensor_dev.py #3a97e6bf
 def as_tensor(value: Any) -> Tensor:
     """`value` itself when it is a Tensor, else `Tensor(value)` (by the dtype rules of section 5)."""
     return value if isinstance(value, Tensor) else Tensor(value)
@@ -296,6 +309,21 @@ def to_host(value: Any) -> np.ndarray:
     """The values of a Tensor or an array as a NumPy array (copied from the GPU for CuPy)."""
     array = value.data if isinstance(value, Tensor) else value
     return array.get() if array_module(array) is not np else np.asarray(array)
+
+
+def as_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """`value` as a Python int, for a count, an id or an index: an int (NumPy's too) or a float
+    that is a whole number (3.0, not 2.5). A fraction, infinity or NaN raises ValueError, a bool
+    or anything else TypeError, and so does a value below `minimum` (ValueError); each message
+    starts with `name`, e.g. "generate: max_new_tokens"."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"{name} must be a whole number, got {type(value).__name__} {value!r}.")
+    if not isinstance(value, numbers.Integral) and not (np.isfinite(value) and float(value).is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {value!r}.")
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {number}.")
+    return number
 
 # %% ../../modules/01_tensor/tensor_dev.py #70f87b6d
 def broadcast_shape(a_shape: tuple, b_shape: tuple) -> tuple:
@@ -418,7 +446,44 @@ def __neg__(self: Tensor) -> Tensor:
     """`-self`: records op "neg" with inputs (self,), nothing saved; keeps the dtype."""
     return record_op("neg", -self.data, (self,))
 
-# %% ../../modules/01_tensor/tensor_dev.py #9401e893
+# %% ../../modules/01_tensor/tensor_dev.py #ecb6d0a6
+class Autocast:
+    """Mixed precision's switch (given). Off by default; module 17's `autocast()` turns it on.
+
+    dtype -- None (off), or the low-precision dtype that matrix products compute in
+             (np.float16).
+    While it is on, `matmul` casts its floating-point operands to `dtype` and computes in it
+    (the result is in `dtype`), and the operations that need float32's range and precision
+    (softmax, log_softmax, the losses, layer_norm) compute a `dtype` input in float32 (their
+    result is float32). Each conversion is the recorded op "cast" (inputs (x,), nothing
+    saved; module 12 registers its backward rule, which returns the gradient in x's dtype), so
+    float32 parameters keep float32 values and get float32 gradients.
+    """
+
+    dtype: Any = None
+
+
+def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+    return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
+
+
+def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
+    """(a, b), each cast to `Autocast.dtype` when mixed precision is on and both are floating
+    point; (a, b) unchanged otherwise (integer operands are never cast)."""
+    if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
+        return a, b
+    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+
+
+def autocast_float32(x: "Tensor") -> "Tensor":
+    """x cast up to float32 when mixed precision is on and x is in its low dtype; else x itself.
+    The first line of every operation that must run in float32 under autocast."""
+    if Autocast.dtype is None or x.dtype != Autocast.dtype:
+        return x
+    return _autocast_to(x, np.float32)
+
+# %% ../../modules/01_tensor/tensor_dev.py #35c4f3c2
 @patch
 def matmul(self: Tensor, other: Any) -> Tensor:
     """Matrix product `self @ other`, batched over leading dimensions.
@@ -434,8 +499,10 @@ def matmul(self: Tensor, other: Any) -> Tensor:
       * the inner sizes differ: `self.shape[-1]` against `other.shape[-2]`
         (`other.shape[0]` when `other` is 1-D);
       * the batch dimensions do not broadcast (`xp.matmul` raises ValueError then).
+    Under module 17's autocast the operands arrive cast (given line, below).
     """
     other = _operand(other, self)
+    self, other = autocast_matmul_operands(self, other)  # given: a no-op unless autocast is on
     a, b = self.shape, other.shape
     if not a or not b:
         raise ValueError(f"matmul: shapes {a} and {b}: both operands need at least 1 dimension (use * for a scalar).")

@@ -95,13 +95,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 _VERDICT_STYLE = {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]",
                   "not started": "[yellow]not started[/]", "does not export": "[bold red]does not export[/]",
-                  "not run": "[yellow]not run[/]"}
+                  "not run": "[yellow]not run[/]", "in progress": "[yellow]in progress[/]"}
 _PART_NAMES = {"inline": "inline tests", "pytest": "pytest", "notebook": "notebook (Jupyter kernel)"}
+_SECTION_MARKS = {"passed": "[green]✓[/]", "failed": "[bold red]✗[/]", "waiting": "[yellow]…[/]",
+                  "not run": "[yellow]-[/]"}
 
 
 def _part_summary(name: str, part) -> str:
-    """A part's one-line result; a script's or notebook's error is left to the failure shown below it."""
-    if part.failed and name != "pytest" and not part.summary.startswith(("timed out", "not run")):
+    """A part's one-line result; a notebook's error is left to the failure shown below it."""
+    if part.failed and name == "notebook" and not part.summary.startswith(("timed out", "not run")):
         return "failed"
     return part.summary or part.status
 
@@ -118,8 +120,35 @@ def _run_line(run: RunRecord) -> str:
     return f"  {run.name}: {verdict}{stubs}: {parts} ({run.seconds:.1f} s)"
 
 
+def _section_line(section: dict) -> str:
+    """One line per section of the lesson: ✓ passed, ✗ failed, … waiting for a stub."""
+    state = section["state"]
+    mark = _SECTION_MARKS.get(state, state)
+    tests = section["tests"]
+    if state == "failed":
+        what = "failed: " + ", ".join(section["failed"])
+    elif state == "waiting":
+        what = "waiting for " + ", ".join(section["waiting_for"])
+    elif state == "not run":
+        what = "not run: it needs what a failed cell would have made"
+    else:
+        what = f"{len(tests)} test{'s' if len(tests) != 1 else ''} passed"
+    return f"    {mark} {escape(section['title'] or '(before the first section)')}: {escape(what)}"
+
+
+def _show_progress(run: RunRecord) -> None:
+    """While stubs are left: which sections pass, which wait, and the next stub to write."""
+    for section in run.sections:
+        if section["tests"] or section["failed"]:
+            console.print(_section_line(section), highlight=False)
+    if run.next_stub:
+        console.print(f"    Next stub: [bold]{escape(run.next_stub)}[/]", highlight=False)
+
+
 def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
-    """The first failure in full; then how many more, and the command that shows them all."""
+    """The first failure in full (`shown_failure`); then how many more, and the command that shows them all."""
+    from .testing import shown_failure
+
     if run.state == "does not export":
         _plain(run.note)
         return
@@ -130,14 +159,17 @@ def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
             console.rule(f"{run.name}: {_PART_NAMES.get(name, name)}: everything it printed")
             _plain(tidy_rules(part.output or part.detail, console.width))
         return
-    failed = [(name, part) for name, part in run.parts.items() if part.failed]
-    if not failed:
+    shown = shown_failure(run)
+    if shown is None:
         return
-    name, first = failed[0]
+    name, first = shown
     console.rule(f"{run.name}: first failure ({_PART_NAMES.get(name, name)})", style="red")
     _plain(first.detail or first.summary)
-    others = run.failures - 1
-    more = f"{others} more failure{'s' if others != 1 else ''} in {run.name}; " if others > 0 else ""
+    counts = {n: p.failures for n, p in run.parts.items() if p.failed}
+    counts[name] -= 1
+    others = sum(counts.values())
+    where = ", ".join(f"{n} {_PART_NAMES.get(p, p)}" for p, n in counts.items() if n)
+    more = f"{others} more failure{'s' if others != 1 else ''} in {run.name} ({where}); " if others > 0 else ""
     console.rule(style="red")
     console.print(f"{more}`{command}` shows everything.", highlight=False, markup=False)
 
@@ -155,6 +187,8 @@ def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], op
             console.print(_run_line(run), highlight=False)
             if run.note and run.state not in ("not started", "not run", "does not export"):
                 console.print(f"    [yellow]Note:[/] {escape(run.note)}", highlight=False)
+            if show_failures and run.stubs_left and not run.state:
+                _show_progress(run)
             if show_failures and (not run.passed and run.state in ("", "does not export") or verbose):
                 is_module = run.name in {m.key for m in modules}
                 command = (f"tito test {run.name}{' --notebook' if options.notebook else ''} -v" if is_module
@@ -172,7 +206,7 @@ def _summary_line(runs: list[RunRecord]) -> tuple[str, bool]:
     # The plain "N passed, N failed" form that CI systems read, then what else there was.
     failed = counts.get("failed", 0) + counts.get("does not export", 0)
     text = f"Summary: {counts.get('passed', 0)} passed, {failed} failed"
-    for state in ("not started", "not run"):
+    for state in ("in progress", "not started", "not run"):
         if counts.get(state):
             text += f", {counts[state]} {state}"
     return text, all(run.passed for run in runs)
@@ -236,7 +270,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         tests = escape(row.tests)
         if row.last_run is not None:
             colour = "green" if row.last_run.passed and not row.notebook_changed else (
-                "yellow" if row.last_run.passed or row.last_run.state == "not started" else "red")
+                "yellow" if row.last_run.passed or row.last_run.in_progress or row.last_run.state == "not started"
+                else "red")
             tests = f"[{colour}]{tests}[/]"
         table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)),
                       escape(row.stubs), tests)

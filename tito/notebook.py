@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jupytext
 
+from . import stubs
 from .course import CourseError
 
 BEGIN_MARKER = "### BEGIN SOLUTION"
@@ -142,12 +143,8 @@ def _enclosing_function(lines: list[str], index: int, indent: str) -> str | None
 
 
 def stub_message(block: SolutionBlock, notebook_relpath: str, module_key: str) -> str:
-    """What a stub raises. It names the function and the file, never a line number: lines move
-    as soon as the student writes code in an earlier block (or resets the module)."""
-    return (
-        f"{block.owner} is not implemented yet: write its body between the solution markers "
-        f"in {notebook_relpath}, then run `tito export {module_key}`."
-    )
+    """What a stub raises (`tito.stubs` keeps the wording, which `tito test` recognises)."""
+    return stubs.stub_message(block.owner, notebook_relpath, module_key)
 
 
 def is_stub_body(body: list[str]) -> bool:
@@ -163,6 +160,11 @@ class Progress:
     blocks: int
     stubs_left: int  # blocks that still hold only their stub
     solution_lines: int  # non-blank lines written in the blocks that are no longer stubs
+    stubs: tuple[SolutionBlock, ...] = ()  # the blocks still to write, in notebook order
+
+    @property
+    def next_stub(self) -> SolutionBlock | None:
+        return self.stubs[0] if self.stubs else None
 
     @property
     def not_started(self) -> bool:
@@ -173,14 +175,14 @@ def solution_progress(text: str, path: Path) -> Progress:
     """Stubs left and solution lines written; raises NotebookError when the markers are broken."""
     lines = text.splitlines()
     blocks = find_solution_blocks(text, path)
-    stubs, written = 0, 0
+    left, written = [], 0
     for block in blocks:
         body = lines[block.begin_line : block.end_line - 1]
         if is_stub_body(body):
-            stubs += 1
+            left.append(block)
         else:
             written += sum(1 for line in body if line.strip())
-    return Progress(len(blocks), stubs, written)
+    return Progress(len(blocks), len(left), written, tuple(left))
 
 
 def stub_text(text: str, path: Path, notebook_relpath: str, module_key: str) -> str:

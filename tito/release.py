@@ -9,7 +9,7 @@ anything is written, so a bad marker refuses the whole release.
 in a throw-away copy of the course where only module M is stubbed, M's notebook
 script and M's pytest tests must *fail* (the reference passing is what `tito test`
 proves). It also proves the module's mistakes catalogue (`mistakes.toml`): each
-catalogued mistake, made in a copy, fails a test whose output names the cause.
+catalogued mistake, made in a copy, makes the first failure `tito test` shows name the cause.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from .mistakes import CATALOGUE_FILE, MIN_MISTAKES, Mistake, load_catalogue
 from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax, find_solution_blocks,
                        is_stub_body, read_text, stub_text)
 from .runner import ProcessResult, describe_pytest, pytest_counts, run_python
-from .testing import PROGRAM_TIMEOUT_S
+from .testing import PROGRAM_TIMEOUT_S, PartResult, first_failure_only, shown_failure
 
 # What an edition is made of, besides modules/ (stubbed) and the package (regenerated).
 EDITION_ITEMS = ("tests", "tito", "milestones", "datasets", "benchmarks", ".ci",
@@ -123,7 +123,9 @@ tito doctor
 2. **Export** it into the `{settings.lib_name}` package: `tito export {number}`.
 3. **Test** it: `tito test {number}` (the notebook's own tests and `tests/{first}/`).
    A module you have not started is one line, "not started: N stubs left". Once you have
-   started, tito shows the first failure in full and how many more there are;
+   started, it shows one line per section of the lesson (passed, failing, or waiting for a
+   stub you have not written yet) and the next stub to write; the first failure in full
+   and how many more there are;
    `tito test {number} -v` shows everything, `-x` stops at the first failing test.
    Your module is done when it says passed. `tito test {number} --notebook` also runs the
    notebook in a Jupyter kernel (the third column of the table). Some tests compare your
@@ -411,7 +413,7 @@ def check_module_stub(settings: Settings, module: CourseModule, workdir: Path) -
 # release check, part two: every catalogued mistake is caught, and says why
 
 MISTAKE_TIMEOUT_S = 300  # a mistake that hangs the tests is a finding too, but not a slow one
-_FIRST_FAILURE = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+_INLINE_TEST = re.compile(r'File ".*", line \d+, in (test_unit_\w+)')
 
 
 @dataclass(frozen=True)
@@ -434,7 +436,13 @@ def check_catalogue_size(module: CourseModule, mistakes: list[Mistake]) -> Mista
 
 
 def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, workdir: Path) -> MistakeCheck:
-    """Make `mistake` in a copy of the course, export the module, run its tests with -x."""
+    """Make `mistake` in a copy of the course, export the module, and find the failure `tito test` shows first.
+
+    That is `tito test`'s own choice (`testing.shown_failure`), found fast by
+    `testing.first_failure_only`: the inline tests up to their first failing cell, then, only
+    if they all passed, pytest with -x. The mistake is caught when that failure, the one a
+    student reads first, contains the catalogued message.
+    """
     copy = workdir / "course"
     copy_course(settings, copy, {module.key: mistake.apply(read_text(module.notebook))}, with_package=True)
     copied = load_settings(copy)
@@ -448,27 +456,30 @@ def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, wo
             export_modules(copied, [copied_module])
     except NotebookError as err:
         return row(False, "", f"the notebook with this mistake does not export: {err}", 0.0)
-    tests = copied.tests_path / module.key
-    if not tests.is_dir():
+    if not (copied.tests_path / module.key).is_dir():
         return row(False, "", "no tests folder for this module", 0.0)
-    # Wide columns: pytest cuts each failure's one-line reason to the terminal width.
-    result = run_python(["-m", "pytest", tests.relative_to(copy).as_posix(), "-x", "-q", "--tb=short"],
-                        copy, copy, MISTAKE_TIMEOUT_S, env={"COLUMNS": "400"})
-    first = _FIRST_FAILURE.search(result.output)
-    caught_by = first.group(2) if first else ""
-    if result.returncode == 124:
+    run = first_failure_only(copied, copied_module, MISTAKE_TIMEOUT_S)
+    shown = shown_failure(run)
+    if shown is None:
+        return row(False, "", "every test passes with this mistake: add a test that catches it", run.seconds)
+    part_name, part = shown
+    caught_by = _caught_by(part_name, part)
+    if part.summary.startswith("timed out"):
         problem = f"the tests hung for {MISTAKE_TIMEOUT_S} s instead of failing: add a test that fails fast"
-    elif result.returncode == 0:
-        problem = "every test passes with this mistake: add a test that catches it"
-    elif first is None or first.group(1) == "ERROR" or result.returncode != 1:
-        problem = (f"pytest did not report a failing test ({describe_pytest(result)}, exit "
-                   f"{result.returncode}): {result.tail(3)}")
-    elif mistake.message not in result.output:
-        problem = (f"{caught_by} fails, but its output does not say {mistake.message!r}: "
-                   "make the failing assertion's message name the cause")
+    elif mistake.message not in part.detail:
+        problem = (f"the first failure a student sees ({caught_by}) does not say {mistake.message!r}: make "
+                   "the test that names this mistake fail first, or its assertion message name the cause")
     else:
         problem = ""
-    return row(not problem, caught_by, problem, result.seconds)
+    return row(not problem, caught_by, problem, run.seconds)
+
+
+def _caught_by(part_name: str, part: PartResult) -> str:
+    """The failing test as a student would look for it: "inline test_unit_x" or a pytest id."""
+    if part_name == "pytest":
+        return part.detail.splitlines()[0] if part.detail else "pytest"
+    found = _INLINE_TEST.search(part.detail)
+    return f"inline {found.group(1)}" if found else f"inline: {part.detail.splitlines()[-1] if part.detail else ''}"
 
 
 Check = StubCheck | MistakeCheck

@@ -1,12 +1,22 @@
 """`tito test`: a module's inline tests, its pytest tests and (optionally) its notebook in Jupyter.
 
-A module passes when every part that ran passed:
+A module passes when every part that ran passed and no stub is left:
 
-* inline: the notebook run as a script (`python modules/NN_x/x_dev.py`), which
-  calls its `test_unit_*` functions;
+* inline: the notebook run as a script, cell by cell (`tito.cells`), which calls its
+  `test_unit_*` functions; it goes on after a failing cell, so it reports every section;
 * pytest: `python -m pytest tests/NN_x -q`, when that folder exists;
 * notebook (`--notebook`): the notebook executed cell by cell in a real Jupyter
   kernel, as a student runs it; any cell error fails it.
+
+A module with stubs left is *in progress*: a cell or a test that stops on a stub waits
+for it (it is not a failure, and a test that waits costs no traceback), the whole-program
+tests (`slow`) wait for the whole module, and the run reports each section of the lesson
+and the next stub to write (`tito.pytest_plugin`, `tito.cells`).
+
+The failure shown first (`shown_failure`) is the first failure of the first part that
+failed, in this order: inline (in notebook order), pytest (in the order pytest runs the
+tests: files by name, tests in file order), notebook. `tito release check` proves each
+catalogued mistake's message is in exactly that failure (`first_failure_only`).
 
 Before any of that: a notebook whose every solution block is still its stub is "not
 started" (nothing is run), and a notebook that does not export fails without running
@@ -36,7 +46,7 @@ from .course import CourseModule, Settings, list_modules
 from .export import DOES_NOT_EXPORT, module_in_sync
 from .locks import course_lock
 from .notebook import NotebookError, read_notebook, read_text, solution_progress
-from .pytest_plugin import CURRENT_TEST_ENV
+from .pytest_plugin import CURRENT_TEST_ENV, REPORT_ENV, STUBS_LEFT_ENV
 from .reports import error_line, first_pytest_failure, last_traceback, strip_ansi, where_in_notebook
 from .runner import course_env, describe_pytest, pytest_counts, run_python
 
@@ -57,12 +67,14 @@ class TestOptions:
 
 @dataclass
 class PartResult:
-    status: str  # "passed", "failed" or "no tests"
+    status: str  # "passed", "failed", "waiting" (only stubs stopped it) or "no tests"
     seconds: float
-    summary: str = ""  # one line: "12 ✓ line(s)", "3 failed, 40 passed", "timed out after 2 min in ..."
+    summary: str = ""  # one line: "12 tests passed", "3 failed, 40 passed", "timed out after 2 min in ..."
     detail: str = ""  # when it failed: the first failure in full (whole lines, no colour codes)
-    failures: int = 0  # how many tests failed (a script or a notebook stops at its first)
+    failures: int = 0  # how many tests (inline: cells) failed; a notebook in Jupyter stops at its first
+    waiting: int = 0  # tests or cells that stopped on a stub nobody has written yet
     output: str = field(default="", repr=False, compare=False)  # all it printed; not recorded
+    sections: list = field(default_factory=list, repr=False, compare=False)  # inline: per section; not recorded
 
     @property
     def failed(self) -> bool:
@@ -82,14 +94,26 @@ class RunRecord:
     note: str = ""  # why, for those states; or a warning (an out-of-date package)
     stubs_left: int | None = None
     blocks: int | None = None
+    sections: list[dict] = field(default_factory=list)  # the lesson's sections as the inline run saw them
+    next_stub: str = ""  # "modules/12_attention/attention_dev.py:652 composed_attention", while stubs are left
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "does not export" or any(part.failed for part in self.parts.values())
+
+    @property
+    def in_progress(self) -> bool:
+        """Nothing failed, but stubs are left (or a test waited for one): not passed yet."""
+        return not self.state and not self.failed and bool(
+            self.stubs_left or any(part.status == "waiting" for part in self.parts.values()))
 
     @property
     def passed(self) -> bool:
-        return not self.state and not any(part.failed for part in self.parts.values())
+        return not self.state and not self.failed and not self.in_progress
 
     @property
     def verdict(self) -> str:
-        return self.state or ("passed" if self.passed else "failed")
+        return self.state or ("failed" if self.failed else "in progress" if self.in_progress else "passed")
 
     @property
     def failures(self) -> int:
@@ -107,54 +131,89 @@ def notebook_digest(module: CourseModule) -> str | None:
         return None
 
 
-def run_inline(settings: Settings, module: CourseModule, timeout_s: float | None = None) -> PartResult:
-    """The notebook as a plain script, from its own folder (where Jupyter would run it)."""
-    result = run_python([module.notebook.name], module.folder, settings.root, timeout_s)
+def run_inline(settings: Settings, module: CourseModule, timeout_s: float | None = None,
+               first_failure: bool = False) -> PartResult:
+    """The notebook as a script, cell by cell (`tito.cells`), from its own folder (where Jupyter would run it).
+
+    `first_failure`: stop at the first failing cell, as a plain script does (release check).
+    The report's sections are returned on the part as `sections` (not recorded in the part).
+    """
+    with tempfile.TemporaryDirectory(prefix="tito-cells-") as tmp:
+        report_file = Path(tmp) / "report.json"
+        args = ["-m", "tito.cells", module.notebook.name, "--report", str(report_file)]
+        result = run_python(args + (["--first-failure"] if first_failure else []), module.folder,
+                            settings.root, timeout_s)
+        try:
+            report = json.loads(report_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            report = {}
     output = strip_ansi(result.output)
-    checks = sum(1 for line in output.splitlines() if line.lstrip().startswith("✓"))
-    if result.ok:
-        return PartResult("passed", result.seconds, f"{checks} ✓ line(s)" if checks else "ran to the end",
-                          output=output)
-    traceback = last_traceback(output)
+    passed = int(report.get("tests_passed", 0))
+    failures, waiting = report.get("failures", []), report.get("waiting", [])
+    tests = f"{passed} test{'s' if passed != 1 else ''} passed" if passed else ""
     if result.timed_out:
         where = where_in_notebook(output, module.notebook) or "somewhere that ignored Ctrl-C, so it was killed"
         summary = f"timed out after {_minutes(timeout_s or 0)}: it was running {where}"
-        return PartResult("failed", result.seconds, summary, traceback or result.tail(), 1, output)
-    summary = error_line(traceback) if traceback else f"exit code {result.returncode}"
-    if checks:
-        summary += f" (after {checks} ✓)"
-    return PartResult("failed", result.seconds, summary, traceback or result.tail(), 1, output)
+        part = PartResult("failed", result.seconds, summary, last_traceback(output) or result.tail(), 1,
+                          len(waiting), output)
+    elif failures:
+        summary = ", ".join(x for x in (f"{len(failures)} failed", tests,
+                                        f"{len(waiting)} waiting for stubs" if waiting else "") if x)
+        part = PartResult("failed", result.seconds, summary, failures[0]["traceback"].rstrip(), len(failures),
+                          len(waiting), output)
+    elif not result.ok and not waiting:  # the runner itself could not run the notebook
+        traceback = last_traceback(output)
+        summary = error_line(traceback) if traceback else f"exit code {result.returncode}"
+        part = PartResult("failed", result.seconds, summary, traceback or result.tail(), 1, 0, output)
+    elif waiting:
+        summary = ", ".join(x for x in (tests, f"{len(waiting)} cell{'s' if len(waiting) != 1 else ''} waiting") if x)
+        part = PartResult("waiting", result.seconds, summary, waiting=len(waiting), output=output)
+    else:
+        part = PartResult("passed", result.seconds, tests or "ran to the end", output=output)
+    part.sections = report.get("sections", [])
+    return part
 
 
 def run_pytest(settings: Settings, targets: list[Path], timeout_s: float | None = None,
-               args: tuple[str, ...] = (), limit_s: float | None = None) -> PartResult:
+               args: tuple[str, ...] = (), limit_s: float | None = None, stubs_left: int = 0) -> PartResult:
     """pytest on `targets` from the repository root, so its settings and conftest apply.
 
     `timeout_s` is the time left; `limit_s` the module's whole limit, which a timeout names.
+    `stubs_left`: the module's stubs still to write (whole-program tests wait for them).
     """
     relative = [t.relative_to(settings.root).as_posix() for t in targets]
     with tempfile.TemporaryDirectory(prefix="tito-pytest-") as tmp:
-        current = Path(tmp) / "current-test"
+        current, counted = Path(tmp) / "current-test", Path(tmp) / "counts.json"
         quiet = [] if "-v" in args else ["-q"]  # -q and -v cancel out
         result = run_python(["-m", "pytest", *relative, *quiet, "--tb=short", "--color=no",
                              "-o", "console_output_style=classic", "-p", "tito.pytest_plugin", *args],
                             settings.root, settings.root, timeout_s,
-                            env={"COLUMNS": PYTEST_COLUMNS, CURRENT_TEST_ENV: str(current)})
+                            env={"COLUMNS": PYTEST_COLUMNS, CURRENT_TEST_ENV: str(current),
+                                 REPORT_ENV: str(counted), STUBS_LEFT_ENV: str(stubs_left)})
         running = current.read_text(encoding="utf-8") if current.is_file() else None
+        try:
+            counts = json.loads(counted.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            counts = {}
     output = strip_ansi(result.output)
     if result.timed_out:
         summary = (f"timed out after {_minutes(limit_s or timeout_s or 0)}: it was running "
                    f"{running or 'the collection of the tests'}")
-        return PartResult("failed", result.seconds, summary, _interrupted_at(output), 1, output)
+        return PartResult("failed", result.seconds, summary, _interrupted_at(output), 1, output=output)
     if result.returncode == 5:  # the folder exists but holds no tests: nothing passed or failed
         return PartResult("no tests", result.seconds, "no tests collected", output=output)
+    waiting = sum(counts.get("waiting", {}).values())
+    summary = describe_pytest(result)
+    if waiting and counts:
+        summary = ", ".join(f"{counts[k]} {k}" for k in ("failed", "errors", "passed", "skipped") if counts.get(k))
+        summary += (", " if summary else "") + f"{waiting} waiting"
     if result.ok:
-        return PartResult("passed", result.seconds, describe_pytest(result), output=output)
-    counts = pytest_counts(output)
+        return PartResult("waiting" if waiting else "passed", result.seconds, summary, waiting=waiting, output=output)
+    pytest_said = pytest_counts(output)
     first = first_pytest_failure(output)
     detail = f"{first[0]}\n{first[1]}" if first else result.tail()
-    failures = max(1, counts.get("failed", 0) + counts.get("errors", 0))
-    return PartResult("failed", result.seconds, describe_pytest(result), detail, failures, output)
+    failures = max(1, pytest_said.get("failed", 0) + pytest_said.get("errors", 0))
+    return PartResult("failed", result.seconds, summary, detail, failures, waiting, output)
 
 
 def _interrupted_at(output: str) -> str:
@@ -251,6 +310,9 @@ def run_module_tests(settings: Settings, module: CourseModule, options: TestOpti
     except NotebookError as err:
         return _finish(run, state="does not export", note=str(err))
     run.stubs_left, run.blocks = done.stubs_left, done.blocks
+    if done.next_stub is not None:
+        where = module.notebook.relative_to(settings.root).as_posix()
+        run.next_stub = f"{where}:{done.next_stub.begin_line + 1} {done.next_stub.owner}"
     if done.not_started:
         return _finish(run, state="not started",
                        note=f"{done.stubs_left} stub{'s' if done.stubs_left != 1 else ''} left")
@@ -265,6 +327,7 @@ def run_module_tests(settings: Settings, module: CourseModule, options: TestOpti
     deadline = time.monotonic() + timeout_s
     report(module.key, "inline tests (the notebook as a script)")
     run.parts["inline"] = run_inline(settings, module, timeout_s)
+    run.sections = run.parts["inline"].sections
     folder = module_tests_folder(settings, module)
     for part, wanted in (("pytest", folder.is_dir()), ("notebook", options.notebook)):
         if not wanted:
@@ -275,10 +338,32 @@ def run_module_tests(settings: Settings, module: CourseModule, options: TestOpti
                                          failures=1)
         elif part == "pytest":
             report(module.key, f"pytest {folder.relative_to(settings.root).as_posix()}")
-            run.parts[part] = run_pytest(settings, [folder], left, options.pytest_args, timeout_s)
+            run.parts[part] = run_pytest(settings, [folder], left, options.pytest_args, timeout_s,
+                                         stubs_left=done.stubs_left)
         else:
             report(module.key, "notebook in a Jupyter kernel")
             run.parts[part] = run_in_kernel(settings, module, left, timeout_s)
+    return _finish(run)
+
+
+def shown_failure(run: RunRecord) -> tuple[str, PartResult] | None:
+    """(part name, part) whose first failure `tito test` shows first: parts in order (inline,
+    pytest, notebook), and within a part its first failure (`PartResult.detail`)."""
+    return next(((name, part) for name, part in run.parts.items() if part.failed), None)
+
+
+def first_failure_only(settings: Settings, module: CourseModule, timeout_s: float | None = None) -> RunRecord:
+    """The failure `tito test` would show first (`shown_failure`), found as fast as possible.
+
+    The inline tests stop at their first failing cell; pytest runs with -x, and only when the
+    inline tests passed (their failure comes first). What `tito release check` checks for
+    every catalogued mistake.
+    """
+    run = RunRecord(module.key, notebook_sha256=notebook_digest(module))
+    run.parts["inline"] = run_inline(settings, module, timeout_s, first_failure=True)
+    folder = module_tests_folder(settings, module)
+    if not run.parts["inline"].failed and folder.is_dir():
+        run.parts["pytest"] = run_pytest(settings, [folder], timeout_s, ("-x",))
     return _finish(run)
 
 
@@ -448,6 +533,7 @@ def record_results(settings: Settings, runs: list[RunRecord]) -> Path:
             entry.pop("name")
             for part in entry["parts"].values():
                 part.pop("output", None)
+                part.pop("sections", None)
             payload["runs"][name] = entry
         with atomic_write(path, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")

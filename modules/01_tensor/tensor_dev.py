@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -518,33 +518,66 @@ print(f"(32, 1024, 768) float32: {activation_bytes / 2**20:.1f} MiB, for one act
 # ### Test: making tensors
 
 # %%
-def expect_error(error: type, call, *facts: str) -> str:
-    """Inline-test helper: `call()` must raise `error`, and its message must contain each fact."""
+def expect_error(error: type, call, *facts: str, what: str = "the call", cause: str = "") -> str:
+    """Inline-test helper: `call()` must raise `error` and its message must contain each fact.
+
+    what  -- the call as the student should read it, e.g. "to_array([1.0, None])"
+    cause -- the likely reason when nothing (or another error) is raised
+    """
+    why = f": {cause}" if cause else ""
     try:
         call()
     except error as err:
         missing = [fact for fact in facts if fact not in str(err)]
-        assert not missing, f"the {error.__name__} must mention {missing}; it says: {err}"
+        assert not missing, f"{what}: the {error.__name__} must mention {missing}; it says: {err}{why}"
         return str(err)
-    raise AssertionError(f"expected {error.__name__}, but nothing was raised")
+    except Exception as err:
+        raise AssertionError(f"{what} must raise {error.__name__}, but it raised {type(err).__name__}: {err}{why}") from err
+    raise AssertionError(f"{what} must raise {error.__name__}, but nothing was raised{why}")
+
+
+def expect_equal(got, expected, what: str, cause: str = "") -> None:
+    """Inline-test helper: `got` (a Tensor, an array or numbers) must equal `expected`; the message shows both."""
+    values = np.asarray(got.numpy() if isinstance(got, Tensor) else got)
+    right = np.asarray(expected)
+    if values.shape != right.shape or not np.allclose(values, right, equal_nan=True):
+        raise AssertionError(f"{what}: expected {right.tolist()} (shape {right.shape}), got {values.tolist()} "
+                             f"(shape {values.shape})" + (f": {cause}" if cause else ""))
 
 
 def test_unit_to_array():
-    assert to_array([1, 2, 3]).dtype == np.float32, "Python lists must become float32"
-    assert to_array(3).dtype == np.float32 and to_array(3.5).item() == 3.5
-    assert to_array(np.zeros(2, dtype=np.float16)).dtype == np.float16, "float arrays keep their dtype"
+    for label, data in (("[1, 2, 3]", [1, 2, 3]), ("3", 3), ("3.5", 3.5)):
+        dtype = to_array(data).dtype
+        assert dtype == np.float32, (f"to_array({label}): Python numbers and lists must become float32, got {dtype}: "
+                                     "when no dtype is asked for, use np.float32")
+    expect_equal(to_array(3.5), 3.5, "to_array(3.5)")
+    half = to_array(np.zeros(2, dtype=np.float16)).dtype
+    assert half == np.float16, f"a float16 array must keep its dtype (float arrays are kept as they are), got {half}"
     ids = np.array([3, 1, 2])
-    assert to_array(ids) is ids, "an array that already fits is returned as it is (no copy)"
-    assert to_array([1, 2], dtype=np.float64).dtype == np.float64
-    assert to_array(np.array([1.5, 2.5]), dtype=np.int32).tolist() == [1, 2]
-    assert to_array(Tensor([4.0, 5.0])).tolist() == [4.0, 5.0]
-    expect_error(TypeError, lambda: to_array([1.0, None]))
-    expect_error(TypeError, lambda: to_array(None))
-    expect_error(TypeError, lambda: to_array(["a", "b"]))
-    expect_error(ValueError, lambda: to_array([1.0], device="tpu"), "tpu")
+    kept = to_array(ids)
+    assert kept is ids, (f"an int64 array that already fits must be returned as it is (no copy, dtype kept), got a "
+                         f"new {kept.dtype} array: only Python numbers and lists become float32")
+    wide = to_array([1, 2], dtype=np.float64).dtype
+    assert wide == np.float64, f"to_array([1, 2], dtype=np.float64) must be float64, got {wide}: dtype= overrides the default"
+    expect_equal(to_array(np.array([1.5, 2.5]), dtype=np.int32), [1, 2], "to_array([1.5, 2.5], dtype=np.int32)")
+    try:
+        unwrapped = to_array(Tensor([4.0, 5.0]))
+    except TypeError as err:
+        raise AssertionError(f"to_array(Tensor([4.0, 5.0])) raised TypeError ({err}): a Tensor is not numbers to "
+                             "NumPy; take its .data first") from None
+    expect_equal(unwrapped, [4.0, 5.0], "to_array(Tensor([4.0, 5.0]))", "a Tensor gives its .data")
+    for label, data in (("[1.0, None]", [1.0, None]), ("None", None), ('["a", "b"]', ["a", "b"])):
+        expect_error(TypeError, lambda: to_array(data), what=f"to_array({label})",
+                     cause="check the dtype's kind (it must be one of b, i, u, f) BEFORE any cast: a cast to float32 "
+                           "turns None into nan")
+    expect_error(ValueError, lambda: to_array([1.0], device="tpu"), "tpu", what='to_array([1.0], device="tpu")',
+                 cause="hand the array to _to_device(array, device) last: it refuses unknown devices")
     t = Tensor([[1, 2, 3], [4, 5, 6]])
-    assert (t.shape, t.ndim, t.size, t.dtype, t.device) == ((2, 3), 2, 6, np.float32, "cpu")
-    expect_error(ValueError, lambda: Tensor(np.arange(3), requires_grad=True), "int")
+    facts = (t.shape, t.ndim, t.size, t.dtype, t.device)
+    assert facts == ((2, 3), 2, 6, np.float32, "cpu"), \
+        f"Tensor([[1, 2, 3], [4, 5, 6]]): expected shape (2, 3), ndim 2, size 6, float32 on cpu; got {facts}"
+    expect_error(ValueError, lambda: Tensor(np.arange(3), requires_grad=True), "int",
+                 what="Tensor(int array, requires_grad=True)", cause="integers cannot require gradients")
     print("✓ to_array: dtype rules, TypeError for non-numbers")
 
 
@@ -657,19 +690,41 @@ for left, right in [((2, 3), (3,)), ((2, 1), (1, 3)), ((4, 1, 5), (3, 1)), ((), 
 
 
 # %%
+def broadcast_mistake(left: tuple, right: tuple, got: tuple | None) -> str:
+    """What a wrong broadcast_shape(left, right) most likely did (`got` None: it raised)."""
+    n = max(len(left), len(right))
+    pad = lambda shape: tuple(shape) + (1,) * (n - len(shape))  # noqa: E731 (lined up from the left)
+    from_the_left = "it lined the shapes up from the LEFT: compare from the right, a missing size on the left counts as 1"
+    try:
+        if got == np.broadcast_shapes(pad(left), pad(right)):
+            return from_the_left
+    except ValueError:
+        if got is None:  # lined up from the left these shapes clash: that is why it raised
+            return from_the_left
+    if 0 in left + right:
+        return "a size 0 against 1 gives 0 (an empty batch stays empty): take the size that is not 1, not the larger"
+    return "compare from the right; each pair of sizes must be equal or contain a 1, and the result takes the other"
+
+
 def test_unit_broadcast_shape():
-    assert broadcast_shape((2, 3), (3,)) == (2, 3)
-    assert broadcast_shape((2, 1), (1, 3)) == (2, 3)
-    assert broadcast_shape((4, 1, 5), (3, 1)) == (4, 3, 5)
-    assert broadcast_shape((), (2, 2)) == (2, 2) and broadcast_shape((5,), ()) == (5,)
-    assert broadcast_shape((0,), (1,)) == (0,), "a size 0 broadcasts with 1 (an empty batch stays empty)"
-    for left, right in [((2, 3), (2,)), ((3, 4), (4, 3)), ((2, 3, 4), (3, 3))]:
-        expect_error(ValueError, lambda: broadcast_shape(left, right), str(left), str(right))
     rng = np.random.default_rng(0)
+    cases = [((2, 3), (3,)), ((2, 1), (1, 3)), ((4, 1, 5), (3, 1)), ((), (2, 2)), ((5,), ()), ((0,), (1,))]
     for _ in range(50):  # random shapes that do broadcast: the same answer as NumPy
-        shape = tuple(rng.integers(1, 4, rng.integers(0, 4)))
-        other = tuple(s if rng.random() < 0.5 else 1 for s in shape[rng.integers(0, len(shape) + 1):])
-        assert broadcast_shape(shape, other) == np.broadcast_shapes(shape, other), (shape, other)
+        shape = tuple(int(n) for n in rng.integers(1, 4, rng.integers(0, 4)))
+        cases.append((shape, tuple(s if rng.random() < 0.5 else 1 for s in shape[rng.integers(0, len(shape) + 1):])))
+    for left, right in cases:
+        expected = np.broadcast_shapes(left, right)
+        try:
+            got = broadcast_shape(left, right)
+        except ValueError as err:
+            raise AssertionError(f"broadcast_shape({left}, {right}) must be {expected}, but it raised ValueError "
+                                 f"({err}): {broadcast_mistake(left, right, None)}") from None
+        assert tuple(got) == expected, (f"broadcast_shape({left}, {right}): expected {expected}, got {got}: "
+                                        + broadcast_mistake(left, right, tuple(got)))
+    for left, right in [((2, 3), (2,)), ((3, 4), (4, 3)), ((2, 3, 4), (3, 3))]:
+        expect_error(ValueError, lambda: broadcast_shape(left, right), str(left), str(right),
+                     what=f"broadcast_shape({left}, {right})",
+                     cause="a pair of sizes that differ, neither of them 1, does not broadcast")
     print("✓ broadcast_shape")
 
 
@@ -834,22 +889,33 @@ print("half precision stays half:", (Tensor(np.ones(2, dtype=np.float16)) * 2).d
 def test_unit_elementwise():
     a = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     b = Tensor([10.0, 20.0, 30.0])
-    assert np.array_equal((a + b).numpy(), [[11, 22, 33], [14, 25, 36]])
-    assert np.array_equal((a - b).numpy(), [[-9, -18, -27], [-6, -15, -24]])
-    assert np.array_equal((a * 2).numpy(), [[2, 4, 6], [8, 10, 12]])
-    assert np.allclose((1 / a).numpy(), [[1, 0.5, 1 / 3], [0.25, 0.2, 1 / 6]])
-    assert np.array_equal((a ** 2).numpy(), [[1, 4, 9], [16, 25, 36]])
-    assert np.array_equal((2 ** Tensor([1.0, 3.0])).numpy(), [2, 8])
-    assert np.array_equal((-a).numpy(), -a.numpy()) and (-a).dtype == np.float32
-    assert (a + b).dtype == np.float32 and (Tensor(np.ones(2, dtype=np.float16)) * 2).dtype == np.float16
+    expect_equal(a + b, [[11, 22, 33], [14, 25, 36]], "(2, 3) + (3,)", "b is added to every row")
+    expect_equal(a - b, [[-9, -18, -27], [-6, -15, -24]], "(2, 3) - (3,)")
+    expect_equal(a * 2, [[2, 4, 6], [8, 10, 12]], "a * 2")
+    expect_equal(a ** 2, [[1, 4, 9], [16, 25, 36]], "a ** 2")
+    ignored = "a reflected operator computes fn(other, self): with reverse=True the left operand is `other`"
+    expect_equal(1 / a, [[1, 0.5, 1 / 3], [0.25, 0.2, 1 / 6]], "1 / a", ignored)
+    expect_equal(2 ** Tensor([1.0, 3.0]), [2, 8], "2 ** Tensor([1, 3])", ignored)
+    expect_equal(-a, -a.numpy(), "-a")
+    for label, out in (("(2, 3) + (3,)", a + b), ("-a", -a)):
+        assert out.dtype == np.float32, f"{label} of float32 tensors must stay float32, got {out.dtype}"
+    half = (Tensor(np.ones(2, dtype=np.float16)) * 2).dtype
+    assert half == np.float16, f"float16 * 2 must stay float16, got {half}: _operand gives 2 the tensor's dtype"
     w = Tensor([1.0, 2.0], requires_grad=True)
-    for name, out in [("1 - w", 1 - w), ("2 / w", 2 / w), ("2 ** w", 2 ** w), ("3 + w", 3 + w)]:
-        assert out._node.inputs[1] is w, f"{name} must record its inputs as (other, w): the left operand first"
-    assert (w - 1)._node.inputs[0] is w and (-w)._node.op == "neg"
-    expect_error(ValueError, lambda: a + Tensor([1.0, 2.0]), "(2, 3)", "(2,)")
-    message = expect_error(ValueError, lambda: Tensor(np.array([1, 2])) ** -1)
-    assert "broadcast" not in message, f"int ** -1 is not a shape problem, but the error says: {message}"
-    expect_error(TypeError, lambda: a + None)
+    for name, out in [("1 - w", 1 - w), ("2 / w", 2 / w), ("2 ** w", 2 ** w), ("3 + w", 3 + w), ("w - 1", w - 1)]:
+        assert out._node is not None, f"{name} with w.requires_grad must record an op (record_op), got no record"
+        at = 0 if name.startswith("w") else 1
+        assert out._node.inputs[at] is w, (f"{name} must record its inputs as {'(w, other)' if at == 0 else '(other, w)'}: "
+                                           "the left operand first, also for the reflected operators")
+    negated = (-w)._node
+    assert negated is not None and negated.op == "neg" and negated.inputs == (w,), \
+        f"-w must record op 'neg' with inputs (w,) through record_op, got {negated and (negated.op, negated.inputs)}"
+    expect_error(ValueError, lambda: a + Tensor([1.0, 2.0]), "(2, 3)", "(2,)", what="(2, 3) + (2,)",
+                 cause="catch NumPy's ValueError and call broadcast_shape(left.shape, right.shape), which names both")
+    message = expect_error(ValueError, lambda: Tensor(np.array([1, 2])) ** -1, what="int tensor ** -1")
+    assert "broadcast" not in message, (f"int ** -1 is not a shape problem, but the error says: {message}: when the "
+                                        "shapes do broadcast, re-raise NumPy's own error (a bare `raise`)")
+    expect_error(TypeError, lambda: a + None, what="a + None", cause="_operand converts anything else with to_array")
     print("✓ elementwise arithmetic, reflected operators, errors")
 
 
@@ -994,22 +1060,40 @@ except ValueError as err:
 
 
 # %%
+def product(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b for shapes that fit: a ValueError here is a matmul that refuses a valid product."""
+    try:
+        return a @ b
+    except ValueError as err:
+        raise AssertionError(
+            f"{a.shape} @ {b.shape} is a valid product, but matmul raised ValueError ({err}): the inner sizes are "
+            "the left's LAST and the right's SECOND-TO-LAST (its only size when it is 1-D); the dimensions before "
+            "the last two are a batch and broadcast") from None
+
+
 def test_unit_matmul():
     x = Tensor([[1.0, 2.0], [3.0, 4.0]])
     w = Tensor([[5.0, 6.0], [7.0, 8.0]])
-    assert np.array_equal((x @ w).numpy(), [[19, 22], [43, 50]])
-    assert (x @ w).dtype == np.float32, "matmul changed the dtype: keep the inputs' float32"
+    expect_equal(product(x, w), [[19, 22], [43, 50]], "[[1, 2], [3, 4]] @ [[5, 6], [7, 8]]",
+                 "row i of the left times column j of the right")
+    assert product(x, w).dtype == np.float32, f"matmul changed the dtype float32 -> {product(x, w).dtype}: keep the inputs'"
     batch = Tensor(np.arange(12, dtype=np.float32).reshape(3, 2, 2))
-    assert np.array_equal((batch @ w).numpy(), batch.numpy() @ w.numpy())
-    assert (Tensor(np.ones((2, 1, 3, 4))) @ Tensor(np.ones((5, 4, 2)))).shape == (2, 5, 3, 2)
-    assert np.array_equal((x @ Tensor([1.0, 1.0])).numpy(), [3, 7])
-    assert np.array_equal((Tensor([1.0, 1.0]) @ w).numpy(), [12, 14])
-    assert (Tensor([1.0, 2.0]) @ Tensor([3.0, 4.0])).item() == 11.0
-    node = (Tensor(np.ones((2, 2)), requires_grad=True) @ w)._node
-    assert node.op == "matmul" and node.inputs[1] is w and node.saved == {}
-    expect_error(ValueError, lambda: Tensor(np.ones((2, 3))) @ Tensor(np.ones((4, 5))), "(2, 3)", "(4, 5)")
-    expect_error(ValueError, lambda: Tensor(np.ones((2, 2, 3))) @ Tensor(np.ones((3, 3, 4))), "(2, 2, 3)", "(3, 3, 4)")
-    expect_error(ValueError, lambda: Tensor(2.0) @ Tensor([1.0]), "()", "(1,)")
+    expect_equal(product(batch, w), batch.numpy() @ w.numpy(), "(3, 2, 2) @ (2, 2)", "one matrix for every batch item")
+    shape = product(Tensor(np.ones((2, 1, 3, 4))), Tensor(np.ones((5, 4, 2)))).shape
+    assert shape == (2, 5, 3, 2), f"(2, 1, 3, 4) @ (5, 4, 2): the batch dims (2, 1) and (5,) broadcast to (2, 5), so (2, 5, 3, 2); got {shape}"
+    expect_equal(product(x, Tensor([1.0, 1.0])), [3, 7], "(2, 2) @ (2,)", "a 1-D right operand is a column vector")
+    expect_equal(product(Tensor([1.0, 1.0]), w), [12, 14], "(2,) @ (2, 2)", "a 1-D left operand is a row vector")
+    expect_equal(product(Tensor([1.0, 2.0]), Tensor([3.0, 4.0])), 11.0, "(2,) @ (2,)", "a dot product, 0-d")
+    node = product(Tensor(np.ones((2, 2)), requires_grad=True), w)._node
+    assert node is not None and node.op == "matmul", f"matmul must record op 'matmul', got {node and node.op!r}"
+    assert len(node.inputs) == 2 and node.inputs[1] is w, "matmul must record its inputs as (self, other), the left first"
+    assert node.saved == {}, f"matmul saves nothing, got {sorted(node.saved)}"
+    expect_error(ValueError, lambda: Tensor(np.ones((2, 3))) @ Tensor(np.ones((4, 5))), "(2, 3)", "(4, 5)",
+                 what="(2, 3) @ (4, 5)", cause="the inner sizes 3 and 4 differ")
+    expect_error(ValueError, lambda: Tensor(np.ones((2, 2, 3))) @ Tensor(np.ones((3, 3, 4))), "(2, 2, 3)", "(3, 3, 4)",
+                 what="(2, 2, 3) @ (3, 3, 4)", cause="the batch dimensions 2 and 3 do not broadcast")
+    expect_error(ValueError, lambda: Tensor(2.0) @ Tensor([1.0]), "()", "(1,)", what="Tensor(2.0) @ (1,)",
+                 cause="a 0-d operand has no rows or columns: refuse it, naming both shapes")
     print("✓ matmul, batched and 1-D")
 
 
@@ -1180,22 +1264,29 @@ print("w.sum(axis=(-1, 0)) saves", w.sum(axis=(-1, 0))._node.saved)
 def test_unit_reductions():
     x = Tensor(np.arange(24, dtype=np.float64).reshape(2, 3, 4))
     ref = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
-    assert x.sum().item() == 276
-    assert np.array_equal(x.sum(axis=-1).numpy(), ref.sum(-1))
-    assert x.sum(axis=(0, 2), keepdims=True).shape == (1, 3, 1), "keepdims=True keeps reduced axes as size 1"
-    assert np.allclose(x.mean(axis=1).numpy(), ref.mean(1))
-    assert np.array_equal(x.max(axis=-2).numpy(), [[8, 9, 10, 11], [20, 21, 22, 23]])
+    expect_equal(x.sum(), 276, "arange(24).sum()", "axis=None sums every element")
+    expect_equal(x.sum(axis=-1), ref.sum(-1), "x.sum(axis=-1) on (2, 3, 4)", "-1 is the last axis")
+    kept = x.sum(axis=(0, 2), keepdims=True).shape
+    assert kept == (1, 3, 1), f"x.sum(axis=(0, 2), keepdims=True) must keep the reduced axes as size 1, (1, 3, 1); got {kept}"
+    expect_equal(x.mean(axis=1), ref.mean(1), "x.mean(axis=1)")
+    expect_equal(x.max(axis=-2), [[8, 9, 10, 11], [20, 21, 22, 23]], "x.max(axis=-2)")
     w = Tensor(np.ones((2, 3, 4), dtype=np.float32), requires_grad=True)
     for name in ("sum", "mean", "max"):
         out = getattr(w, name)(axis=(-1, 0))
         assert out.dtype == np.float32, f"{name} changed the dtype float32 → {out.dtype}: keep the input's dtype"
-        assert out._node.op == name, f"{name} must record op {name!r}, not {out._node.op!r}"
-        assert out._node.saved["axis"] == (0, 2), f"{name} must save the normalised axis (0, 2), got {out._node.saved['axis']}"
-        assert out._node.saved["keepdims"] is False
+        node = out._node
+        assert node is not None and node.op == name, (f"{name} must record its own op {name!r}, got "
+                                                      f"{node and node.op!r}: one record_op call, not a composition")
+        axis, keepdims = node.saved.get("axis", "nothing"), node.saved.get("keepdims", "nothing")
+        assert axis == (0, 2), f"{name}(axis=(-1, 0)) must save the normalised axis (0, 2) (sorted, non-negative), got {axis}"
+        assert keepdims is False, f"{name} must save keepdims=False as given, got {keepdims!r}"
     top = w.max(axis=1, keepdims=True)
-    assert np.array_equal(top._node.saved["out"], top.data), "max must save out: its result's array"
-    assert w.sum()._node.saved == {"axis": None, "keepdims": False}
-    expect_error(ValueError, lambda: x.sum(axis=3), "axis 3")
+    assert "out" in top._node.saved and np.array_equal(top._node.saved["out"], top.data), \
+        f"max must save out, its result's array; it saved {sorted(top._node.saved)}"
+    saved = w.sum()._node.saved
+    assert saved == {"axis": None, "keepdims": False}, f"w.sum() must save axis=None, keepdims=False; got {saved}"
+    expect_error(ValueError, lambda: x.sum(axis=3), "axis 3", what="x.sum(axis=3) on a 3-D tensor",
+                 cause="_normalize_axis (given) refuses an axis that does not exist")
     print("✓ sum, mean, max")
 
 
@@ -1244,18 +1335,22 @@ print("exp:", values.exp().numpy(), "| sqrt:", values.sqrt().numpy(), "| log(1 +
 
 # %%
 def test_unit_exp_log_sqrt():
-    assert np.allclose(Tensor([0.0, 1.0]).exp().numpy(), [1, np.e])
-    assert np.allclose(Tensor([1.0, np.e]).log().numpy(), [0, 1])
-    assert np.allclose(Tensor([1.0, 4.0]).sqrt().numpy(), [1, 2])
+    expect_equal(Tensor([0.0, 1.0]).exp(), [1, np.e], "exp([0, 1])")
+    expect_equal(Tensor([1.0, np.e]).log(), [0, 1], "log([1, e])", "the natural logarithm")
+    expect_equal(Tensor([1.0, 4.0]).sqrt(), [1, 2], "sqrt([1, 4])")
     w = Tensor([1.0, 4.0], requires_grad=True)
     for name in ("exp", "log", "sqrt"):
         out = getattr(w, name)()
         assert out.dtype == np.float32, f"{name} changed the dtype float32 → {out.dtype}: keep the input's dtype"
-        assert out._node.op == name and out._node.inputs == (w,)
+        node = out._node
+        assert node is not None and node.op == name and node.inputs == (w,), \
+            f"{name} must record op {name!r} with inputs (self,), got {node and (node.op, len(node.inputs))}"
     for name in ("exp", "sqrt"):
         out = getattr(w, name)()
-        assert np.array_equal(out._node.saved.get("out"), out.data), f"{name} must save out: its result's array"
-    assert w.log()._node.saved == {}
+        assert np.array_equal(out._node.saved.get("out"), out.data), \
+            f"{name} must save out, its result's array (not the input): {name}'s derivative is made of its output"
+    saved = w.log()._node.saved
+    assert saved == {}, f"log saves nothing (its derivative 1/x needs only the input), got {sorted(saved)}"
     print("✓ exp, log, sqrt")
 
 
@@ -1369,23 +1464,41 @@ except ValueError as err:
 def test_unit_shapes_and_views():
     x = Tensor(np.arange(24, dtype=np.float64).reshape(2, 3, 4))
     ref = x.numpy()
-    assert x.reshape(4, 6).shape == (4, 6) and x.reshape((-1,)).shape == (24,)
+    for args, shape in (((4, 6), (4, 6)), (((-1,),), (24,))):
+        got = x.reshape(*args).shape
+        assert got == shape, f"x.reshape{args if len(args) > 1 else '(' + str(args[0]) + ')'} on (2, 3, 4): expected {shape}, got {got}"
     assert np.shares_memory(x.reshape(4, 6).data, x.data), "reshape copied the data: return a view (self.data.reshape)"
-    expect_error(ValueError, lambda: x.reshape(5, 5), "(2, 3, 4)", "(5, 5)")
-    assert np.array_equal(x.permute(2, 0, 1).numpy(), ref.transpose(2, 0, 1))
-    assert np.array_equal(x.transpose().numpy(), ref.transpose(0, 2, 1))
-    assert np.array_equal(x.transpose(0, -1).numpy(), ref.transpose(2, 1, 0))
-    assert np.shares_memory(x.permute(1, 2, 0).data, x.data), "permute must return a view"
+    expect_error(ValueError, lambda: x.reshape(5, 5), "(2, 3, 4)", "(5, 5)", what="(2, 3, 4).reshape(5, 5)",
+                 cause="24 elements cannot be viewed as 25: catch NumPy's ValueError and raise one naming both shapes")
+    negative = "a negative dim counts from the end: turn it into ndim + dim before checking"
+    swap = "transpose swaps dims dim0 and dim1 (by default the last two): build 0 .. ndim-1 with those two exchanged"
+    for label, got, expected, cause in (
+            ("x.permute(2, 0, 1)", lambda: x.permute(2, 0, 1), ref.transpose(2, 0, 1), "output dim i is input dim dims[i]"),
+            ("x.transpose()", lambda: x.transpose(), ref.transpose(0, 2, 1), swap),
+            ("x.transpose(0, -1)", lambda: x.transpose(0, -1), ref.transpose(2, 1, 0), swap),
+            ("x.permute(-1, 0, 1)", lambda: x.permute(-1, 0, 1), ref.transpose(2, 0, 1), "output dim i is input dim dims[i]")):
+        try:
+            result = got()
+        except ValueError as err:
+            raise AssertionError(f"{label} on (2, 3, 4) is valid but raised ValueError ({err}): {negative}") from None
+        expect_equal(result, expected, label, cause)
+    assert np.shares_memory(x.permute(1, 2, 0).data, x.data), "permute copied the data: return a view (xp.transpose)"
     w = Tensor(ref, requires_grad=True)
-    assert w.permute(-1, 0, 1)._node.saved == {"dims": (2, 0, 1)}, "permute must save dims as non-negative ints"
+    saved = w.permute(-1, 0, 1)._node.saved
+    assert saved == {"dims": (2, 0, 1)}, f"permute(-1, 0, 1) must save dims=(2, 0, 1), non-negative ints; got {saved}"
     node = w.transpose()._node
-    assert node.op == "permute", f"transpose recorded op {node.op!r}: a transpose is recorded as 'permute'"
-    assert node.saved == {"dims": (0, 2, 1)}
-    assert w.reshape(6, 4)._node.op == "reshape"
-    expect_error(ValueError, lambda: Tensor(np.ones((3, 4))).permute(2, 1), "(2, 1)")
-    expect_error(ValueError, lambda: x.permute(0, 1, 7), "(0, 1, 7)", "3")
-    expect_error(ValueError, lambda: x.permute(0, 0, 1), "(0, 0, 1)")
-    expect_error(ValueError, lambda: Tensor([1.0, 2.0]).transpose(), "(2,)")
+    assert node is not None and node.op == "permute", \
+        f"transpose recorded op {node and node.op!r}: a transpose is recorded as 'permute' (it calls self.permute)"
+    assert node.saved == {"dims": (0, 2, 1)}, f"w.transpose() on 3-D must save dims=(0, 2, 1), got {node.saved}"
+    recorded = w.reshape(6, 4)._node
+    assert recorded is not None and recorded.op == "reshape", f"reshape must record op 'reshape', got {recorded and recorded.op!r}"
+    expect_error(ValueError, lambda: Tensor(np.ones((3, 4))).permute(2, 1), "(2, 1)", what="a 2-D tensor's permute(2, 1)",
+                 cause="dim 2 does not exist: every dim 0 .. ndim-1 exactly once, nothing wraps around")
+    expect_error(ValueError, lambda: x.permute(0, 1, 7), "(0, 1, 7)", "3", what="permute(0, 1, 7) on 3 dims")
+    expect_error(ValueError, lambda: x.permute(0, 0, 1), "(0, 0, 1)", what="permute(0, 0, 1)",
+                 cause="dim 0 twice, dim 2 missing")
+    expect_error(ValueError, lambda: Tensor([1.0, 2.0]).transpose(), "(2,)", what="a 1-D tensor's transpose()",
+                 cause="a transpose needs at least 2 dimensions")
     print("✓ reshape, permute, transpose: views, recorded as reshape and permute")
 
 
@@ -1492,26 +1605,48 @@ print("future positions filled with -inf:\n", Tensor(np.zeros((3, 3))).masked_fi
 def test_unit_indexing_and_masks():
     x = Tensor(np.arange(24, dtype=np.float64).reshape(2, 3, 4))
     ref = x.numpy()
-    assert np.array_equal(x[1, 2].numpy(), [20, 21, 22, 23])
-    assert np.array_equal(x[0, :, 1:3].numpy(), [[1, 2], [5, 6], [9, 10]])
-    assert np.array_equal(x[None, 0].numpy(), ref[None, 0]) and np.array_equal(x[..., -1].numpy(), ref[..., -1])
+    expect_equal(x[1, 2], [20, 21, 22, 23], "x[1, 2]")
+    expect_equal(x[0, :, 1:3], [[1, 2], [5, 6], [9, 10]], "x[0, :, 1:3]")
+    expect_equal(x[None, 0], ref[None, 0], "x[None, 0]")
+    expect_equal(x[..., -1], ref[..., -1], "x[..., -1]")
     rows = np.array([2, 0, 2])
-    assert np.array_equal(x[0][[2, 0, 2]].numpy(), ref[0][rows])
-    assert np.array_equal(x[0][Tensor(rows)].numpy(), ref[0][rows])
-    assert np.array_equal(x[0, Tensor(rows), 1].numpy(), ref[0, rows, 1])
+    expect_equal(x[0][[2, 0, 2]], ref[0][rows], "x[0][[2, 0, 2]]", "a list of ints gathers rows: convert it with xp.asarray")
+    for label, index, expected in (("x[0][Tensor([2, 0, 2])]", lambda: x[0][Tensor(rows)], ref[0][rows]),
+                                   ("x[0, Tensor([2, 0, 2]), 1]", lambda: x[0, Tensor(rows), 1], ref[0, rows, 1])):
+        try:
+            got = index()
+        except IndexError as err:
+            raise AssertionError(f"{label} raised IndexError ({err}): NumPy does not know Tensors; turn a Tensor "
+                                 "index into its .data, also inside a tuple index") from None
+        expect_equal(got, expected, label, "a Tensor index gives its .data, also inside a tuple index")
     w = Tensor(ref, requires_grad=True)
     node = w[[1, 1]]._node
-    assert node.op == "getitem" and isinstance(node.saved["index"], np.ndarray), "getitem must save a list index as an array"
-    filled = x.masked_fill(ref > 20, -1.0)
-    assert filled.numpy().reshape(-1)[-3:].tolist() == [-1, -1, -1], "masked_fill must fill where the mask is True"
-    assert filled.numpy()[0, 0, 0] == 0 and x.numpy()[1, 2, 3] == 23, "masked_fill returns a copy and leaves x alone"
+    assert node is not None and node.op == "getitem", f"indexing must record op 'getitem', got {node and node.op!r}"
+    index = node.saved.get("index")
+    assert isinstance(index, np.ndarray), (f"getitem must save a list index as an array (xp.asarray(index)), got "
+                                           f"{type(index).__name__} {index!r}")
+    filled = x.masked_fill(ref > 20, -1.0).numpy()
+    assert filled.reshape(-1)[-3:].tolist() == [-1, -1, -1] and filled[0, 0, 0] == 0, (
+        f"masked_fill(x > 20, -1) must put -1 where the mask is True (the last 3 elements) and keep x elsewhere; got "
+        f"{filled.reshape(-1)[-4:].tolist()} at the end and {filled[0, 0, 0]} at [0, 0, 0]")
+    assert x.numpy()[1, 2, 3] == 23, "masked_fill changed x itself: return a copy (xp.where) and leave x alone"
     row_mask = Tensor(np.array([True, False, False, True]))
-    assert x.masked_fill(row_mask, 0.0).numpy()[1, 2].tolist() == [0, 21, 22, 0]
-    assert x.masked_fill([[[1, 0, 0, 0]]], 5.0).dtype == np.float64
-    saved = w.masked_fill(ref > 20, 0.0)._node.saved["mask"]
-    assert saved.dtype == bool and saved.sum() == 3, "masked_fill must save the mask as a bool array, True = filled"
-    expect_error(ValueError, lambda: x.masked_fill(np.ones((3, 2), dtype=bool), 0.0), "(3, 2)", "(2, 3, 4)")
-    expect_error(ValueError, lambda: x.masked_fill(np.ones((5, 2, 3, 4), dtype=bool), 0.0), "(5, 2, 3, 4)", "(2, 3, 4)")
+    try:
+        by_row = x.masked_fill(row_mask, 0.0)
+    except ValueError as err:
+        raise AssertionError(f"a (4,) mask broadcasts to x's (2, 3, 4) without enlarging it, yet masked_fill refused it "
+                             f"({err}): the mask fits when broadcast_shape(mask.shape, x.shape) == x.shape") from None
+    expect_equal(by_row[1, 2], [0, 21, 22, 0], "masked_fill with a (4,) mask, row [1, 2]", "the mask broadcasts against x")
+    kept = x.masked_fill([[[1, 0, 0, 0]]], 5.0).dtype
+    assert kept == np.float64, f"masked_fill of a float64 tensor must stay float64, got {kept}: cast the value to self's dtype"
+    saved = w.masked_fill(ref > 20, 0.0)._node.saved.get("mask")
+    assert saved is not None and saved.dtype == bool and saved.sum() == 3, \
+        f"masked_fill must save the mask as a bool array, True = filled (3 of them here); got {saved!r}"
+    expect_error(ValueError, lambda: x.masked_fill(np.ones((3, 2), dtype=bool), 0.0), "(3, 2)", "(2, 3, 4)",
+                 what="a (3, 2) mask on a (2, 3, 4) tensor", cause="the shapes do not broadcast")
+    expect_error(ValueError, lambda: x.masked_fill(np.ones((5, 2, 3, 4), dtype=bool), 0.0), "(5, 2, 3, 4)", "(2, 3, 4)",
+                 what="a (5, 2, 3, 4) mask on a (2, 3, 4) tensor",
+                 cause="the mask would make the result larger than x: require broadcast_shape(mask, x) == x.shape")
     print("✓ indexing and masked_fill")
 
 
@@ -1534,11 +1669,14 @@ import importlib.util
 
 def test_unit_devices():
     t = Tensor([1.0, 2.0])
-    assert t.device == "cpu" and t.cpu() is t and t.to("cpu") is t
-    assert isinstance(t.numpy(), np.ndarray) and Tensor([3.0]).item() == 3.0
-    assert isinstance(to_host(t), np.ndarray) and as_tensor(t) is t
+    assert t.device == "cpu", f"a tensor made from a list lives on the CPU, got device {t.device!r}"
+    assert t.cpu() is t and t.to("cpu") is t, "moving a tensor to the device it is on returns the tensor itself"
+    assert isinstance(t.numpy(), np.ndarray) and isinstance(to_host(t), np.ndarray), \
+        f"numpy() and to_host() give NumPy arrays, got {type(t.numpy()).__name__} and {type(to_host(t)).__name__}"
+    assert Tensor([3.0]).item() == 3.0 and as_tensor(t) is t, "item() gives the one number; as_tensor(t) is t itself"
     if importlib.util.find_spec("cupy") is None:
-        expect_error(RuntimeError, lambda: Tensor([1.0], device="cuda"), "CuPy")
+        expect_error(RuntimeError, lambda: Tensor([1.0], device="cuda"), "CuPy", what='Tensor([1.0], device="cuda")',
+                     cause="without CuPy, to_array's _to_device raises (given: cuda_module)")
     print("✓ devices")
 
 
@@ -1610,16 +1748,21 @@ print("t.is_leaf:", t.is_leaf, "| y.is_leaf:", y.is_leaf)
 # %%
 def test_unit_versions_and_leaves():
     t = Tensor([1.0, 2.0], requires_grad=True)
-    assert t._version == 0 and t.is_leaf and not t._retains_grad
+    assert (t._version, t.is_leaf, t._retains_grad) == (0, True, False), \
+        f"a new tensor: version 0, a leaf, not retaining its gradient; got {(t._version, t.is_leaf, t._retains_grad)}"
     y = t * 2
-    assert y._version == 0 and not y.is_leaf and y._node.versions == (0, 0) and not y._retains_grad
+    assert y._node is not None and not y.is_leaf, "t * 2 with t.requires_grad is recorded: not a leaf"
+    assert y._version == 0 and y._node.versions == (0, 0) and not y._retains_grad, \
+        f"a result starts at version 0 and its node notes its inputs' versions (0, 0); got {y._version}, {y._node.versions}"
     t.data = np.array([3.0, 4.0])
     t.data += 1
-    assert t._version == 2 and t.numpy().tolist() == [4.0, 5.0]
-    assert (t * 2)._node.versions == (2, 0)
+    assert t._version == 2 and t.numpy().tolist() == [4.0, 5.0], \
+        f"two assignments to .data make version 2 (values [4, 5]); got version {t._version}, values {t.numpy().tolist()}"
+    versions = (t * 2)._node.versions
+    assert versions == (2, 0), f"a node made now notes t at version 2 (and the constant 2 at 0), got {versions}"
     y.retain_grad()
-    assert y._retains_grad
-    expect_error(RuntimeError, lambda: Tensor([1.0]).retain_grad())
+    assert y._retains_grad, "retain_grad() sets _retains_grad"
+    expect_error(RuntimeError, lambda: Tensor([1.0]).retain_grad(), what="retain_grad() without requires_grad")
     assert Tensor([1.0]).is_leaf and (Tensor([1.0]) * 2).is_leaf, "a result that needs no gradient is not recorded: a leaf"
     print("✓ versions, leaves, retain_grad")
 
@@ -1651,14 +1794,17 @@ def test_unit_graph_record():
     for out, op, inputs, saved in cases:
         node = out._node
         assert node is not None and node.op == op, f"expected op {op!r}, got {node and node.op!r}"
-        assert all(want is None or got is want for got, want in zip(node.inputs, inputs)), f"{op}: inputs in the wrong order"
+        assert len(node.inputs) == len(inputs) and all(want is None or got is want for got, want in zip(node.inputs, inputs)), \
+            f"{op}: expected {len(inputs)} input(s), the left operand first, got {len(node.inputs)} in another order"
         assert set(node.saved) == set(saved), f"{op} saves {sorted(node.saved)}, expected {sorted(saved)}"
         for key, value in saved.items():
             assert value is None or node.saved[key] == value, f"{op}: saved {key}={node.saved[key]!r}, expected {value!r}"
-    assert (x * 2)._node is None and not (x * 2).requires_grad
+    plain = x * 2
+    assert plain._node is None and not plain.requires_grad, \
+        "x * 2 where nothing requires a gradient must record nothing (record_op decides: keep calling it)"
     GradMode.enabled = False
     try:
-        assert (w * 2)._node is None
+        assert (w * 2)._node is None, "with GradMode.enabled = False (module 05's no_grad) nothing is recorded"
     finally:
         GradMode.enabled = True
     print("✓ graph record: every op's name, inputs and saved fields")

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -212,11 +212,15 @@ def relu(x: Tensor) -> Tensor:
 # %%
 def test_unit_relu():
     y = relu(Tensor([-2.0, -0.5, 0.0, 0.5, 3.0]))
-    assert np.array_equal(y.numpy(), [0.0, 0.0, 0.0, 0.5, 3.0]) and y.dtype == np.float32
-    assert relu(Tensor(np.array([-1.0, 2.0], dtype=np.float16))).dtype == np.float16
+    assert np.array_equal(y.numpy(), [0.0, 0.0, 0.0, 0.5, 3.0]), \
+        f"relu([-2, -0.5, 0, 0.5, 3]): expected [0, 0, 0, 0.5, 3] (negatives become 0), got {y.numpy().tolist()}"
+    assert y.dtype == np.float32, f"relu of float32 must stay float32, got {y.dtype}: compare with 0, not 0.0 in float64"
+    half = relu(Tensor(np.array([-1.0, 2.0], dtype=np.float16))).dtype
+    assert half == np.float16, f"relu of float16 must stay float16, got {half}"
     w = Tensor([[-1.0, 1.0]], requires_grad=True)
     node = relu(w)._node
-    assert node.op == "relu" and node.inputs[0] is w and node.saved == {}
+    assert node is not None and node.op == "relu" and node.inputs[0] is w and node.saved == {}, \
+        f"relu must record op 'relu' with inputs (x,) and save nothing (record_op), got {node and (node.op, node.saved)}"
     print("✓ relu")
 
 
@@ -280,14 +284,23 @@ def sigmoid(x: Tensor) -> Tensor:
 
 # %%
 def test_unit_sigmoid():
-    with np.errstate(over="raise", invalid="raise"):  # an overflow or nan would raise here
-        y = sigmoid(Tensor([-1000.0, -1.0, 0.0, 1.0, 1000.0]))
+    try:
+        with np.errstate(over="raise", invalid="raise"):  # an overflow or nan would raise here
+            y = sigmoid(Tensor([-1000.0, -1.0, 0.0, 1.0, 1000.0]))
+    except FloatingPointError as err:
+        raise AssertionError(f"sigmoid([-1000, ..., 1000]) overflowed ({err}): e^1000 is inf; never exponentiate a "
+                             "positive number: use e^-|x| and pick the formula by the sign of x") from None
     expected = [0.0, 1 / (1 + math.e), 0.5, 1 / (1 + math.exp(-1)), 1.0]
-    assert np.allclose(y.numpy(), expected, atol=1e-7) and y.dtype == np.float32
-    assert sigmoid(Tensor(np.array([-1000.0, 1000.0], dtype=np.float16))).numpy().tolist() == [0.0, 1.0]
+    assert np.allclose(y.numpy(), expected, atol=1e-7), \
+        f"sigmoid([-1000, -1, 0, 1, 1000]): expected {np.round(expected, 5).tolist()}, got {y.numpy().round(5).tolist()}"
+    assert y.dtype == np.float32, f"sigmoid of float32 must stay float32, got {y.dtype}"
+    half = sigmoid(Tensor(np.array([-1000.0, 1000.0], dtype=np.float16))).numpy().tolist()
+    assert half == [0.0, 1.0], f"float16 sigmoid([-1000, 1000]) must be [0, 1], got {half}: use the stable form"
     w = Tensor([0.0], requires_grad=True)
     node = sigmoid(w)._node
-    assert node.op == "sigmoid" and np.array_equal(node.saved["out"], [0.5])
+    assert node is not None and node.op == "sigmoid", f"sigmoid must record op 'sigmoid', got {node and node.op!r}"
+    assert np.array_equal(node.saved.get("out"), [0.5]), \
+        f"sigmoid must save out, its result (0.5 at 0): the backward rule uses σ(1 - σ); saved {sorted(node.saved)}"
     print("✓ sigmoid (stable at ±1000)")
 
 
@@ -322,11 +335,17 @@ def tanh(x: Tensor) -> Tensor:
 def test_unit_tanh():
     xs = np.array([-1000.0, -0.5, 0.0, 0.5, 1000.0], dtype=np.float32)
     y = tanh(Tensor(xs))
-    assert np.allclose(y.numpy(), [-1.0, -0.46211716, 0.0, 0.46211716, 1.0]) and y.dtype == np.float32
-    assert np.allclose(y.numpy(), 2 * sigmoid(Tensor(2 * xs)).numpy() - 1, atol=1e-6)
+    assert np.allclose(y.numpy(), [-1.0, -0.46211716, 0.0, 0.46211716, 1.0]), \
+        f"tanh([-1000, -0.5, 0, 0.5, 1000]): expected [-1, -0.46212, 0, 0.46212, 1], got {y.numpy().round(5).tolist()}"
+    assert y.dtype == np.float32, f"tanh of float32 must stay float32, got {y.dtype}"
+    via_sigmoid = 2 * sigmoid(Tensor(2 * xs)).numpy() - 1
+    assert np.allclose(y.numpy(), via_sigmoid, atol=1e-6), \
+        f"tanh(x) must equal 2·sigmoid(2x) - 1, got {y.numpy().round(5).tolist()} against {via_sigmoid.round(5).tolist()}"
     w = Tensor([1.0], requires_grad=True)
     node = tanh(w)._node
-    assert node.op == "tanh" and np.allclose(node.saved["out"], [math.tanh(1.0)])
+    assert node is not None and node.op == "tanh", f"tanh must record op 'tanh', got {node and node.op!r}"
+    assert np.allclose(node.saved.get("out", np.nan), [math.tanh(1.0)]), \
+        f"tanh must save out, its result (tanh(1) = {math.tanh(1.0):.5f}); saved {sorted(node.saved)}"
     print("✓ tanh")
 
 
@@ -391,12 +410,30 @@ def test_unit_gelu():
     xs = np.array([-3.0, -1.0, 0.0, 1.0, 3.0])
     t = np.tanh(math.sqrt(2 / math.pi) * (xs + 0.044715 * xs**3))
     y = gelu(Tensor(xs))
-    assert y.dtype == np.float64 and np.allclose(y.numpy(), 0.5 * xs * (1 + t), rtol=1e-12)
-    assert abs(gelu(Tensor([1.0])).item() - 0.8411920071) < 1e-6
+    assert y.dtype == np.float64, f"gelu of float64 must stay float64, got {y.dtype}"
+    if not np.allclose(y.numpy(), 0.5 * xs * (1 + t), rtol=1e-12):
+        erf = np.vectorize(math.erf)
+        other_formulas = {
+            "this is the exact (erf) GELU, x·Φ(x); the lesson asks for the tanh approximation":
+                0.5 * xs * (1 + erf(xs / math.sqrt(2))),
+            "this is the sigmoid approximation x·σ(1.702x), not the tanh approximation": xs / (1 + np.exp(-1.702 * xs)),
+            "√(2π) where the formula has √(2/π): check the constants (SQRT_2_OVER_PI, GELU_COEFF)":
+                0.5 * xs * (1 + np.tanh(math.sqrt(2 * math.pi) * (xs + 0.044715 * xs**3)))}
+        cause = next((c for c, wrong in other_formulas.items() if np.allclose(y.numpy(), wrong, rtol=1e-6)),
+                     "close, but not equal: check the constants √(2/π) ≈ 0.79788 and 0.044715 (SQRT_2_OVER_PI, "
+                     "GELU_COEFF)" if np.allclose(y.numpy(), 0.5 * xs * (1 + t), atol=1e-3) else
+                     "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), the tanh approximation GPT-2 uses")
+        raise AssertionError(f"gelu([-3, -1, 0, 1, 3]): expected {(0.5 * xs * (1 + t)).round(6).tolist()}, got "
+                             f"{y.numpy().round(6).tolist()}: {cause}")
+    one = gelu(Tensor([1.0])).item()
+    assert abs(one - 0.8411920071) < 1e-6, f"gelu(1) must be 0.8411920 (the tanh approximation), got {one:.7f}"
     half = gelu(Tensor(np.array([-1000.0, 1000.0], dtype=np.float16)))
-    assert half.dtype == np.float16 and half.numpy().tolist() == [0.0, 1000.0]
+    assert half.dtype == np.float16 and half.numpy().tolist() == [0.0, 1000.0], (
+        f"float16 gelu([-1000, 1000]) must be [0, 1000] in float16, got {half.numpy().tolist()} {half.dtype}: x³ "
+        "overflows float16, so compute in float32 and cast back")
     node = gelu(Tensor([2.0], requires_grad=True))._node
-    assert node.op == "gelu" and node.saved == {}
+    assert node is not None and node.op == "gelu" and node.saved == {}, \
+        f"gelu must record op 'gelu' and save nothing, got {node and (node.op, sorted(node.saved))}"
     print("✓ gelu (tanh approximation)")
 
 
@@ -526,24 +563,53 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 # %%
 def test_unit_softmax():
-    with np.errstate(over="raise", invalid="raise"):
-        y = softmax(Tensor([1000.0, 1001.0, 1002.0]))
-    assert np.allclose(y.numpy(), [0.09003057, 0.24472847, 0.66524096], atol=1e-6) and y.dtype == np.float32
-    rows = softmax(Tensor([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])).numpy()
-    assert np.allclose(rows[1], 1 / 3) and np.allclose(rows[0], [0.09003057, 0.24472847, 0.66524096])
+    caller = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0], [0.0, 0.0, 1.0]])
+    kept = caller.copy()
+    softmax(Tensor(caller))
+    assert np.array_equal(caller, kept), ("softmax changed its input in place: it subtracted the max from x.data; work "
+                                          f"on a new array (got {caller.tolist()})")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            y = softmax(Tensor([1000.0, 1001.0, 1002.0]))
+    except FloatingPointError as err:
+        raise AssertionError(f"softmax([1000, 1001, 1002]) overflowed ({err}): subtract the max along dim before "
+                             "exponentiating, so that every exponent is <= 0") from None
+    assert np.allclose(y.numpy(), [0.09003057, 0.24472847, 0.66524096], atol=1e-6), (
+        f"softmax([1000, 1001, 1002]): expected [0.09003, 0.24473, 0.66524], got {y.numpy().round(5).tolist()}: "
+        "subtract the maximum before exp (exp(1000) overflows)")
+    assert y.dtype == np.float32, f"softmax of float32 must stay float32, got {y.dtype}"
+    square = np.array([[0.0, 1.0, 2.0], [10.0, 10.0, 10.0], [5.0, 0.0, 0.0]])
+    rows = softmax(Tensor(square)).numpy()
+    if not (np.allclose(rows[1], 1 / 3) and np.allclose(rows[0], [0.09003057, 0.24472847, 0.66524096])):
+        shifted = np.exp(square - square.max(axis=-1))  # the max without keepdims: column j shifted by row j's max
+        candidates = (shifted / shifted.sum(axis=-1, keepdims=True), shifted / shifted.sum(axis=-1))
+        cause = ("the max (or the sum) along dim lost keepdims=True: a (3,) row of maxima lines up with the columns of "
+                 "a (3, 3) matrix, so column j is shifted by row j's max"
+                 if any(np.allclose(rows, wrong) for wrong in candidates) else
+                 "normalise each row along dim (the last axis) by its own max and sum")
+        raise AssertionError(f"softmax of a (3, 3) matrix, row by row: expected [0.09003, 0.24473, 0.66524] and "
+                             f"[1/3, 1/3, 1/3] for the first two rows, got {rows[:2].round(5).tolist()}: {cause}")
     x = np.random.default_rng(0).standard_normal((2, 3, 4))
     for dim in (0, 1, 2, -1, -2):
         s = softmax(Tensor(x), dim=dim).numpy()
-        assert np.allclose(s.sum(axis=dim), 1.0) and s.dtype == np.float64
-        assert np.allclose(s, np.exp(x) / np.exp(x).sum(axis=dim, keepdims=True))
+        assert s.dtype == np.float64, f"softmax of float64 must stay float64, got {s.dtype}"
+        assert np.allclose(s.sum(axis=dim), 1.0), \
+            f"softmax(dim={dim}) must sum to 1 along dim {dim}, got sums {s.sum(axis=dim).ravel()[:3].round(4)} ...: normalise along dim"
+        assert np.allclose(s, np.exp(x) / np.exp(x).sum(axis=dim, keepdims=True)), f"softmax(dim={dim}) gives wrong values"
     half = softmax(Tensor(np.zeros((2, 70_000), dtype=np.float16)))
-    assert half.dtype == np.float16 and np.allclose(half.numpy().astype(np.float64).sum(axis=-1), 1.0, atol=1e-2)
+    total = half.numpy().astype(np.float64).sum(axis=-1)
+    assert half.dtype == np.float16 and np.allclose(total, 1.0, atol=1e-2), (
+        f"float16 softmax over 70,000 classes must sum to 1 and stay float16, got sums {total} ({half.dtype}): the sum "
+        "of 70,000 float16 numbers overflows: compute in float32, return float16")
     node = softmax(Tensor(x, requires_grad=True), dim=-2)._node
-    assert node.op == "softmax" and node.saved["dim"] == 1 and node.saved["out"].shape == x.shape
+    assert node is not None and node.op == "softmax", f"softmax must record op 'softmax', got {node and node.op!r}"
+    assert node.saved.get("dim") == 1 and getattr(node.saved.get("out"), "shape", None) == x.shape, (
+        f"softmax(dim=-2) on 3-D must save dim=1 (non-negative) and out (x's shape); saved dim={node.saved.get('dim')!r}, "
+        f"out of shape {getattr(node.saved.get('out'), 'shape', None)}")
     try:
         softmax(Tensor(x), dim=3)
     except ValueError as err:
-        assert "dim=3" in str(err)
+        assert "dim=3" in str(err), f"the ValueError for dim=3 must name it ('dim=3'), it says: {err}"
     else:
         raise AssertionError("dim=3 on a 3-d tensor must raise ValueError")
     print("✓ softmax (stable, any dim, float16 over 70,000 classes)")
@@ -611,16 +677,25 @@ print("log_softmax([0, 200])  =", to_host(log_softmax(Tensor(logits))))
 # %%
 def test_unit_log_softmax():
     y = log_softmax(Tensor([0.0, 200.0]))
-    assert np.allclose(y.numpy(), [-200.0, 0.0]) and np.isfinite(y.numpy()).all() and y.dtype == np.float32
-    assert np.allclose(log_softmax(Tensor([1000.0, 1001.0, 1002.0])).numpy(),
-                       np.log([0.09003057, 0.24472847, 0.66524096]), atol=1e-5)
+    assert np.allclose(y.numpy(), [-200.0, 0.0]) and np.isfinite(y.numpy()).all(), (
+        f"log_softmax([0, 200]): expected [-200, 0], got {y.numpy().tolist()}: x - max - log(Σ exp(x - max)); "
+        "log(softmax(x)) gives log(0) = -inf")
+    assert y.dtype == np.float32, f"log_softmax of float32 must stay float32, got {y.dtype}"
+    big = log_softmax(Tensor([1000.0, 1001.0, 1002.0])).numpy()
+    assert np.allclose(big, np.log([0.09003057, 0.24472847, 0.66524096]), atol=1e-5), \
+        f"log_softmax([1000, 1001, 1002]): expected [-2.40761, -1.40761, -0.40761], got {big.round(5).tolist()}"
     x = np.random.default_rng(1).standard_normal((3, 5))
-    assert np.allclose(log_softmax(Tensor(x), dim=0).numpy(), np.log(softmax(Tensor(x), dim=0).numpy()))
+    along_0 = log_softmax(Tensor(x), dim=0).numpy()
+    assert np.allclose(along_0, np.log(softmax(Tensor(x), dim=0).numpy())), \
+        "log_softmax(dim=0) must equal log(softmax(dim=0)): normalise along the dim it is given"
     half = log_softmax(Tensor(np.zeros(70_000, dtype=np.float16)))
-    assert half.dtype == np.float16 and np.allclose(half.numpy()[:3], -math.log(70_000), atol=1e-2)
+    assert half.dtype == np.float16 and np.allclose(half.numpy()[:3], -math.log(70_000), atol=1e-2), (
+        f"float16 log_softmax over 70,000 equal logits: expected -ln(70000) = {-math.log(70_000):.3f} in float16, got "
+        f"{half.numpy()[:3].tolist()} ({half.dtype}): compute in float32, return float16")
     y = log_softmax(Tensor(x, requires_grad=True), dim=-1)
-    assert y._node.op == "log_softmax" and y._node.saved["dim"] == 1
-    assert np.array_equal(y._node.saved["out"], y.numpy())
+    assert y._node is not None and y._node.op == "log_softmax" and y._node.saved.get("dim") == 1, \
+        f"log_softmax(dim=-1) on 2-D must record op 'log_softmax' with saved dim=1, got {y._node and (y._node.op, y._node.saved.get('dim'))}"
+    assert np.array_equal(y._node.saved.get("out"), y.numpy()), "log_softmax must save out, its result"
     print("✓ log_softmax")
 
 
@@ -832,15 +907,17 @@ class LogSoftmax(Activation):
 # %%
 def test_unit_activation_layers():
     x = Tensor([[-1.0, 0.0, 2.0]])
-    assert np.array_equal(ReLU()(x).numpy(), relu(x).numpy())
-    assert np.array_equal(Sigmoid()(x).numpy(), sigmoid(x).numpy())
-    assert np.array_equal(Tanh()(x).numpy(), tanh(x).numpy())
-    assert np.array_equal(GELU()(x).numpy(), gelu(x).numpy())
-    assert np.allclose(Softmax(dim=0)(x).numpy(), 1.0)
-    assert np.allclose(LogSoftmax()(x).numpy(), log_softmax(x).numpy())
+    for layer, function in ((ReLU(), relu), (Sigmoid(), sigmoid), (Tanh(), tanh), (GELU(), gelu),
+                            (LogSoftmax(), log_softmax)):
+        assert np.allclose(layer(x).numpy(), function(x).numpy()), \
+            f"{type(layer).__name__}()(x) must give {function.__name__}(x), got {layer(x).numpy().tolist()}"
+    along_0 = Softmax(dim=0)(x).numpy()
+    assert np.allclose(along_0, 1.0), f"Softmax(dim=0) of one row must be all 1, got {along_0.tolist()}: pass dim on"
     layer = Softmax(dim=-2)
-    assert repr(layer) == "Softmax(dim=-2)" and layer.parameters() == []
-    assert layer.eval() is layer and not layer.training and layer.train().training
+    assert repr(layer) == "Softmax(dim=-2)" and layer.parameters() == [], \
+        f"Softmax(dim=-2) must print as 'Softmax(dim=-2)' and hold no parameters, got {layer!r}, {layer.parameters()}"
+    assert layer.eval() is layer and not layer.training and layer.train().training, \
+        "eval() returns the layer with training False; train() sets it back"
     print("✓ activation layers")
 
 

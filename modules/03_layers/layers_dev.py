@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -482,14 +482,20 @@ print("after changing parameters()[1] (inner.gain) to 10: pair(3) =", pair(Tenso
 def test_unit_module_registration():
     m = Pair()
     names = [n for n, _ in m.named_parameters()]
-    assert names == ["offset", "inner.gain", "extras.0", "extras.1.gain"], names
-    assert m.parameters()[0] is m.offset and len(m.parameters()) == 4
-    assert np.allclose(m(Tensor([3.0])).numpy(), [6.5])  # 3 * gain 2 + offset 0.5
+    expected = ["offset", "inner.gain", "extras.0", "extras.1.gain"]
+    assert names == expected, (f"named_parameters() must list {expected} (own tensors first, then children, lists "
+                               f"item by item, dotted names), got {names}")
+    assert m.parameters()[0] is m.offset and len(m.parameters()) == 4, \
+        f"parameters() must hold the 4 tensors themselves, in that order, got {len(m.parameters())}"
+    out = m(Tensor([3.0])).numpy()
+    assert np.allclose(out, [6.5]), f"pair(3) = 3 · gain 2 + offset 0.5 = 6.5, got {out}"
     m.offset = None  # no longer a parameter
-    assert [n for n, _ in m.named_parameters()][0] == "inner.gain"
+    first = [n for n, _ in m.named_parameters()][0]
+    assert first == "inner.gain", f"after `m.offset = None` offset is no longer a parameter; the first is {first!r}"
     shared = Pair()
     shared.extras = [shared.inner, shared.inner]  # the same module twice: counted once
-    assert len(shared.parameters()) == 2
+    count = len(shared.parameters())
+    assert count == 2, f"a module registered twice holds its tensor once: expected 2 parameters, got {count}"
     print("✓ Module registers parameters and children by assignment")
 
 
@@ -498,27 +504,30 @@ test_unit_module_registration()
 # %%
 def test_unit_module_modes_and_state():
     m = Pair()
-    assert m.training and m.inner.training
-    assert m.eval() is m and not m.training and not m.inner.training and not m.extras[1].training
+    assert m.training and m.inner.training, "a new module and its children start in training mode"
+    assert m.eval() is m, "train() and eval() must return the module itself (so that model = Model().eval() works)"
+    assert not m.training and not m.inner.training and not m.extras[1].training, \
+        "eval() must switch the module and every child (extras[1] is in a list) to eval mode"
     m.train()
-    assert m.inner.training
+    assert m.inner.training, "train() must switch the children back too"
     for p in m.parameters():
         p.grad = Tensor(np.ones(p.shape, dtype=np.float32))
     m.zero_grad()
-    assert all(p.grad is None for p in m.parameters())
+    assert all(p.grad is None for p in m.parameters()), "zero_grad() sets every parameter's .grad to None"
     state = m.state_dict()
-    assert list(state) == ["offset", "inner.gain", "extras.0", "extras.1.gain"]
+    assert list(state) == ["offset", "inner.gain", "extras.0", "extras.1.gain"], \
+        f"state_dict() keys are the dotted parameter names, in named_parameters() order; got {list(state)}"
     state["offset"][0] = 99.0  # a copy: the model is unchanged
-    assert m.offset.numpy()[0] == 0.5
+    assert m.offset.numpy()[0] == 0.5, "changing the state_dict changed the model: state_dict() holds NumPy COPIES"
     other = Pair()
     other.load_state_dict(state)
-    assert other.offset.numpy()[0] == 99.0
+    assert other.offset.numpy()[0] == 99.0, f"load_state_dict must copy the values in: offset 99, got {other.offset.numpy()}"
     state["offset"][0] = -1.0  # loading copied too: `other` keeps 99
-    assert other.offset.numpy()[0] == 99.0
+    assert other.offset.numpy()[0] == 99.0, "load_state_dict kept a reference to the dict's array: copy it"
     try:
         other.load_state_dict({"offset": np.zeros(1)})
     except KeyError as err:
-        assert "inner.gain" in str(err)
+        assert "inner.gain" in str(err), f"the KeyError must name the missing keys (inner.gain, ...), it says: {err}"
     else:
         raise AssertionError("missing keys must raise KeyError")
     print("✓ train/eval, zero_grad, state_dict round trip")
@@ -590,16 +599,19 @@ print("to('cpu') returns the model:", scorer.to("cpu") is scorer, "| same weight
 # %%
 def test_unit_buffers_and_to():
     s = Scorer()
-    assert [n for n, _ in s.named_buffers()] == ["prep.mean", "prep.std"]
+    buffers = [n for n, _ in s.named_buffers()]
+    assert buffers == ["prep.mean", "prep.std"], f"named_buffers() must list ['prep.mean', 'prep.std'], got {buffers}"
     assert all(b is not p for b in s.buffers() for p in s.parameters()), "a buffer is not a parameter"
     state = s.state_dict()
-    assert list(state) == ["weight", "prep.mean", "prep.std"], "parameters first, then buffers"
+    assert list(state) == ["weight", "prep.mean", "prep.std"], \
+        f"state_dict() must hold every parameter, then every buffer: ['weight', 'prep.mean', 'prep.std']; got {list(state)}"
     other = Scorer()
     other.prep.mean.data = np.zeros(2, dtype=np.float32)
     other.load_state_dict(state)
     assert np.array_equal(other.prep.mean.numpy(), [10.0, 100.0]), "load_state_dict restores buffers"
     weight = s.weight
-    assert s.to("cpu") is s and s.weight is weight and s.weight.device == "cpu"
+    assert s.to("cpu") is s and s.weight is weight and s.weight.device == "cpu", \
+        "to(device) moves parameters and buffers in place: it returns the module, and the weight stays the same object"
     try:
         s.register_buffer("bad", Tensor([1.0], requires_grad=True))
     except TypeError:
@@ -735,21 +747,37 @@ print(f"largest |weight| = {np.abs(layer.weight.numpy()).max():.4f} <= 1/√3 = 
 # %%
 def test_unit_linear():
     layer = Linear(3, 2, seed=0)
-    assert layer.weight.shape == (3, 2) and layer.bias.shape == (2,) and layer.weight.dtype == np.float32
-    assert layer.weight.requires_grad and [n for n, _ in layer.named_parameters()] == ["weight", "bias"]
+    assert layer.weight.shape == (3, 2) and layer.bias.shape == (2,), \
+        f"Linear(3, 2): weight (in, out) = (3, 2) and bias (2,), got {layer.weight.shape} and {layer.bias.shape}"
+    assert layer.weight.dtype == np.float32, f"the weight must be float32 by default, got {layer.weight.dtype}"
+    names = [n for n, _ in layer.named_parameters()]
+    assert layer.weight.requires_grad and names == ["weight", "bias"], \
+        f"weight and bias are parameters that require gradients, in that order; got {names}"
     bound = 1 / math.sqrt(3)
-    assert np.abs(layer.weight.numpy()).max() <= bound and np.abs(layer.bias.numpy()).max() <= bound
+    largest = max(np.abs(layer.weight.numpy()).max(), np.abs(layer.bias.numpy()).max())
+    assert largest <= bound, (f"weights and bias start uniform in [-1/√in, 1/√in] = ±{bound:.4f}, but one is "
+                              f"{largest:.4f}")
     layer.weight.data = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=np.float32)
     layer.bias.data = np.array([0.5, -0.5], dtype=np.float32)
-    assert np.allclose(layer(Tensor([[1.0, 2.0, 3.0]])).numpy(), [[4.5, 4.5]])
-    assert layer(Tensor(np.ones((4, 5, 3)))).shape == (4, 5, 2) and layer(Tensor(np.ones(3))).shape == (2,)
-    assert Linear(3, 2, bias=False).bias is None and len(Linear(3, 2, bias=False).parameters()) == 1
-    assert np.array_equal(Linear(3, 2, seed=7).weight.numpy(), Linear(3, 2, rng=7).weight.numpy())
-    assert Linear(3, 2, dtype=np.float64).weight.dtype == np.float64
+    try:
+        out = layer(Tensor([[1.0, 2.0, 3.0]])).numpy()
+    except ValueError as err:
+        raise AssertionError(f"Linear(3, 2) on a (1, 3) input raised ValueError ({err}): the weight is stored (in, out) "
+                             "= (3, 2), so y = x @ W + b, with no transpose") from None
+    assert np.allclose(out, [[4.5, 4.5]]), f"x @ W + b for x = [1, 2, 3]: expected [[4.5, 4.5]], got {out.tolist()}"
+    shapes = (layer(Tensor(np.ones((4, 5, 3)))).shape, layer(Tensor(np.ones(3))).shape)
+    assert shapes == ((4, 5, 2), (2,)), (f"(4, 5, 3) -> (4, 5, 2) and (3,) -> (2,): keep the input's leading dims, "
+                                         f"the last axis is the features; got {shapes}")
+    plain = Linear(3, 2, bias=False)
+    assert plain.bias is None and len(plain.parameters()) == 1, "bias=False: no bias, one parameter"
+    assert np.array_equal(Linear(3, 2, seed=7).weight.numpy(), Linear(3, 2, rng=7).weight.numpy()), \
+        "seed=7 and rng=7 must draw the same weights (make_rng)"
+    wide = Linear(3, 2, dtype=np.float64).weight.dtype
+    assert wide == np.float64, f"Linear(..., dtype=np.float64) must hold float64 weights, got {wide}"
     try:
         layer(Tensor(np.ones((2, 4))))
     except ValueError as err:
-        assert "(2, 4)" in str(err)
+        assert "(2, 4)" in str(err), f"the ValueError for a (2, 4) input must name its shape, it says: {err}"
     else:
         raise AssertionError("a wrong input size must raise ValueError")
     print("✓ Linear")
@@ -861,11 +889,14 @@ def test_unit_dropout():
     x = Tensor(np.ones((200, 500)))
     d = Dropout(0.3, seed=1)
     y = d(x).numpy()
-    assert abs(np.mean(y == 0) - 0.3) < 0.01 and abs(y.mean() - 1.0) < 0.02
-    assert np.allclose(y[y != 0], 1 / 0.7)
-    assert d.eval()(x) is x
-    assert Dropout(0.0)(x) is x
-    assert not Dropout(1.0)(x).numpy().any()
+    dropped = np.mean(y == 0)
+    assert abs(dropped - 0.3) < 0.01, f"Dropout(0.3) must zero about 30% of the values, it zeroed {dropped:.1%}"
+    assert np.allclose(y[y != 0], 1 / 0.7), (f"the kept values must be scaled by 1/(1-p) = {1 / 0.7:.4f}, got "
+                                             f"{np.unique(y[y != 0])[:3]}: the expected value stays 1")
+    assert abs(y.mean() - 1.0) < 0.02, f"the mean must stay about 1, got {y.mean():.4f}"
+    assert d.eval()(x) is x, "in eval mode dropout returns its input itself"
+    assert Dropout(0.0)(x) is x, "Dropout(0.0) returns its input itself"
+    assert not Dropout(1.0)(x).numpy().any(), "Dropout(1.0) drops everything: all zeros"
     try:
         Dropout(1.5)
     except ValueError:
@@ -997,16 +1028,21 @@ from tinytorch.core.activations import ReLU
 def test_unit_containers():
     rng = np.random.default_rng(0)
     model = Sequential(Linear(4, 8, rng=rng), ReLU(), Linear(8, 2, rng=rng))
-    assert len(model) == 3 and isinstance(model[1], ReLU) and model[-1] is model[2]
-    assert [n for n, _ in model.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert len(model) == 3 and isinstance(model[1], ReLU) and model[-1] is model[2], \
+        "Sequential(a, b, c): len 3, model[1] is b, model[-1] is c"
+    names = [n for n, _ in model.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"], f"items are named by position, got {names}"
     x = Tensor(rng.standard_normal((5, 4)))
     h = np.maximum(x.numpy() @ model[0].weight.numpy() + model[0].bias.numpy(), 0)
-    assert np.allclose(model(x).numpy(), h @ model[2].weight.numpy() + model[2].bias.numpy(), atol=1e-6)
-    assert np.allclose(model[:2](x).numpy(), h, atol=1e-6)
+    out = model(x).numpy()
+    assert np.allclose(out, h @ model[2].weight.numpy() + model[2].bias.numpy(), atol=1e-6), \
+        "Sequential calls each item on the previous one's output, in order, and returns the last output"
+    assert np.allclose(model[:2](x).numpy(), h, atol=1e-6), "a slice of a Sequential is a Sequential of those items"
     blocks = ModuleList([Linear(2, 2)])
     blocks.append(Linear(2, 3))
-    assert len(blocks) == 2 and [b.out_features for b in blocks] == [2, 3]
-    assert [n for n, _ in blocks.named_parameters()][2] == "1.weight"
+    assert len(blocks) == 2 and [b.out_features for b in blocks] == [2, 3], "append adds a module at the end"
+    third = [n for n, _ in blocks.named_parameters()][2]
+    assert third == "1.weight", f"the appended module's parameters are named '1.weight', ...; got {third!r}"
     print("✓ ModuleList and Sequential")
 
 
@@ -1055,10 +1091,13 @@ print("logits for a batch of 2:", mlp(Tensor(rng.standard_normal((2, 784)))).sha
 # %%
 def test_unit_count_parameters():
     model = Sequential(Linear(4, 8), ReLU(), Linear(8, 2))
-    assert count_parameters(model) == 4 * 8 + 8 + 8 * 2 + 2
+    count = count_parameters(model)
+    assert count == 4 * 8 + 8 + 8 * 2 + 2, (f"Linear(4, 8), ReLU, Linear(8, 2) hold 4·8 + 8 + 8·2 + 2 = 58 numbers, "
+                                            f"got {count}: count the numbers in the tensors (their .size), not the tensors")
     shared = Module()
     shared.a = shared.b = Linear(3, 3)
-    assert count_parameters(shared) == 12
+    count = count_parameters(shared)
+    assert count == 12, f"one Linear(3, 3) registered twice holds 3·3 + 3 = 12 (shared tensors count once), got {count}"
     print("✓ count_parameters")
 
 

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -234,14 +234,19 @@ class MSELoss(Module):
 # %%
 def test_unit_mse():
     loss = MSELoss()(Tensor([2.5, 0.0, 2.0]), [3.0, -0.5, 2.0])
-    assert loss.shape == () and abs(loss.item() - 0.5 / 3) < 1e-7
-    assert MSELoss()(Tensor([[1.0, 2.0]]), Tensor([[1.0, 2.0]])).item() == 0.0
+    assert loss.shape == (), f"the loss is one number (shape ()), got shape {loss.shape}: take the mean over everything"
+    assert abs(loss.item() - 0.5 / 3) < 1e-7, (f"MSE of [2.5, 0, 2] against [3, -0.5, 2]: (0.25 + 0.25 + 0) / 3 = "
+                                               f"{0.5 / 3:.6f}, got {loss.item():.6f}: the mean of the squared differences")
+    same = MSELoss()(Tensor([[1.0, 2.0]]), Tensor([[1.0, 2.0]])).item()
+    assert same == 0.0, f"a prediction equal to its target has loss 0, got {same}"
     pred = Tensor([1.0, 2.0], requires_grad=True)
-    assert mse_loss(pred, [0.0, 0.0])._node.op == "mean"
+    node = mse_loss(pred, [0.0, 0.0])._node
+    assert node is not None and node.op == "mean", (f"mse_loss is built from Tensor ops ending in a mean, so module "
+                                                    f"05 differentiates it; the last op is {node and node.op!r}")
     try:
         mse_loss(Tensor(np.zeros((4, 1))), np.zeros(4))
     except ValueError as err:
-        assert "(4, 1)" in str(err) and "(4,)" in str(err)
+        assert "(4, 1)" in str(err) and "(4,)" in str(err), f"the ValueError must name both shapes, it says: {err}"
     else:
         raise AssertionError("shape mismatch must raise ValueError")
     print("✓ MSELoss")
@@ -388,16 +393,38 @@ print("CE with the second row ignored =", round(cross_entropy(z, [0, -100], igno
 # %%
 def test_unit_cross_entropy():
     z = Tensor([[0.0, 0.0, np.log(2.0)], [0.0, 0.0, np.log(2.0)]])
-    assert abs(cross_entropy(z, [0, 2]).item() - (np.log(4) + np.log(2)) / 2) < 1e-6
-    assert abs(CrossEntropyLoss()(Tensor([[1000.0, 1001.0, 1002.0]]), [0]).item() - 2.4076059) < 1e-5
-    assert abs(CrossEntropyLoss(ignore_index=-100)(z, [0, -100]).item() - np.log(4)) < 1e-6
-    assert CrossEntropyLoss(ignore_index=-100)(z, [-100, -100]).item() == 0.0
+    logits_before = z.numpy().copy()
+    try:
+        got, expected = cross_entropy(z, [0, 2]).item(), (np.log(4) + np.log(2)) / 2
+    except IndexError as err:
+        raise AssertionError(f"cross_entropy(logits (2, 3), targets [0, 2]) raised IndexError ({err}): pick each row's "
+                             "target score along the class axis (the last), e.g. with take_along_axis(..., axis=-1)") from None
+    assert np.array_equal(z.numpy(), logits_before), \
+        "cross_entropy changed its logits in place (it subtracted the max from z.data): work on a new array"
+    assert abs(got - expected) < 1e-6, (f"probabilities [1/4, 1/4, 1/2], targets [0, 2]: the mean of -log p[target] "
+                                        f"= (ln 4 + ln 2) / 2 = {expected:.6f}, got {got:.6f}: the log-softmax of each row "
+                                        "over its classes (max and sum along the last axis), -log of the target's entry")
+    big = CrossEntropyLoss()(Tensor([[1000.0, 1001.0, 1002.0]]), [0]).item()
+    assert abs(big - 2.4076059) < 1e-5, (f"logits [1000, 1001, 1002], target 0: expected 2.4076059, got {big}: compute "
+                                         "log-softmax stably (subtract the maximum), never log(softmax)")
+    ignored = CrossEntropyLoss(ignore_index=-100)(z, [0, -100]).item()
+    assert abs(ignored - np.log(4)) < 1e-6, (f"with target -100 ignored the loss is the mean over the one valid "
+                                             f"position, ln 4 = {np.log(4):.6f}; got {ignored:.6f}")
+    nothing = CrossEntropyLoss(ignore_index=-100)(z, [-100, -100]).item()
+    assert nothing == 0.0, f"every target ignored: the loss is 0 (count 1, never a division by 0), got {nothing}"
     half = cross_entropy(Tensor(np.zeros((2, 70_000), dtype=np.float16)), [5, 69_999])
-    assert half.dtype == np.float16 and abs(float(half.item()) - np.log(70_000)) < 1e-2
+    assert half.dtype == np.float16 and abs(float(half.item()) - np.log(70_000)) < 1e-2, (
+        f"float16 logits over 70,000 classes: expected ln(70000) = {np.log(70_000):.3f} in float16, got "
+        f"{float(half.item())} ({half.dtype}): compute in float32, return float16")
     node = cross_entropy(Tensor(z.numpy(), requires_grad=True), np.array([1, -1]), ignore_index=-1)._node
-    assert node.op == "cross_entropy" and set(node.saved) == {"probs", "targets", "valid", "count"}
-    assert np.allclose(node.saved["probs"], [[0.25, 0.25, 0.5]] * 2) and node.saved["count"] == 1
-    assert node.saved["targets"].tolist() == [1, 0] and node.saved["valid"].tolist() == [True, False]
+    assert node is not None and node.op == "cross_entropy", f"cross_entropy must record one op, got {node and node.op!r}"
+    assert set(node.saved) == {"probs", "targets", "valid", "count"}, \
+        f"cross_entropy saves probs, targets, valid and count; it saved {sorted(node.saved)}"
+    assert np.allclose(node.saved["probs"], [[0.25, 0.25, 0.5]] * 2) and node.saved["count"] == 1, \
+        f"saved probs must be the softmax, and count the valid positions (1); got count {node.saved['count']}"
+    assert node.saved["targets"].tolist() == [1, 0] and node.saved["valid"].tolist() == [True, False], (
+        f"saved targets put 0 where ignored ([1, 0]) and valid marks them ([True, False]); got "
+        f"{node.saved['targets'].tolist()} and {node.saved['valid'].tolist()}")
     for bad_targets in ([0, 3], [[0, 1]]):
         try:
             cross_entropy(z, bad_targets)
@@ -570,18 +597,29 @@ BCELoss = BinaryCrossEntropyLoss  # PyTorch's name
 def test_unit_binary_cross_entropy():
     p, t = Tensor([0.9, 0.2, 0.5]), [1.0, 0.0, 1.0]
     expected = -(np.log(0.9) + np.log(0.8) + np.log(0.5)) / 3
-    assert abs(BinaryCrossEntropyLoss()(p, t).item() - expected) < 1e-6
-    assert np.isfinite(binary_cross_entropy(Tensor([0.0, 1.0]), [1.0, 0.0]).item())
+    got = BinaryCrossEntropyLoss()(p, t).item()
+    assert abs(got - expected) < 1e-6, (f"BCE of p = [0.9, 0.2, 0.5], t = [1, 0, 1]: -mean(t·log p + (1-t)·log(1-p)) "
+                                        f"= {expected:.6f}, got {got:.6f}")
+    edge = binary_cross_entropy(Tensor([0.0, 1.0]), [1.0, 0.0]).item()
+    assert np.isfinite(edge), f"BCE at p = 0 and p = 1 must be finite (clip p to [eps, 1 - eps]), got {edge}"
     half = binary_cross_entropy(Tensor(np.array([1.0, 0.0], dtype=np.float16)), [0.0, 1.0])
-    assert half.dtype == np.float16 and np.isfinite(float(half.item()))
+    assert half.dtype == np.float16 and np.isfinite(float(half.item())), (
+        f"float16 BCE at p = 1 and 0 must be finite float16, got {float(half.item())} ({half.dtype}): in float16 "
+        "1 - 1e-7 rounds to 1, so clip in float32")
     x = np.array([-3.0, 0.0, 2.0])
     expected = -np.mean(t * np.log(1 / (1 + np.exp(-x))) + (1 - np.array(t)) * np.log(1 - 1 / (1 + np.exp(-x))))
-    assert abs(BCEWithLogitsLoss()(Tensor(x), t).item() - expected) < 1e-12
-    assert abs(binary_cross_entropy_with_logits(Tensor([1000.0, -1000.0]), [0.0, 1.0]).item() - 1000.0) < 1e-3
+    got = BCEWithLogitsLoss()(Tensor(x), t).item()
+    assert abs(got - expected) < 1e-12, (f"BCE with logits [-3, 0, 2]: expected {expected:.10f}, got {got:.10f}: the "
+                                         "mean of max(z, 0) - z·t + log(1 + e^-|z|), the stable form of softplus(z) - t·z")
+    far = binary_cross_entropy_with_logits(Tensor([1000.0, -1000.0]), [0.0, 1.0]).item()
+    assert abs(far - 1000.0) < 1e-3, (f"logits ±1000 against the wrong targets: the loss is 1000, got {far}: use "
+                                      "softplus(z) - t·z, which never overflows")
     node = binary_cross_entropy_with_logits(Tensor(x, requires_grad=True), t)._node
-    assert node.op == "bce_with_logits" and np.array_equal(node.saved["targets"], t)
+    assert node is not None and node.op == "bce_with_logits" and np.array_equal(node.saved.get("targets"), t), \
+        f"BCE with logits must record op 'bce_with_logits' and save targets, got {node and (node.op, sorted(node.saved))}"
     node = binary_cross_entropy(Tensor([0.5], requires_grad=True), [1.0])._node
-    assert node.op == "binary_cross_entropy" and node.saved["eps"] == 1e-7
+    assert node is not None and node.op == "binary_cross_entropy" and node.saved.get("eps") == 1e-7, \
+        f"BCE must record op 'binary_cross_entropy' and save eps = 1e-7, got {node and (node.op, node.saved.get('eps'))}"
     print("✓ BinaryCrossEntropyLoss and BCEWithLogitsLoss")
 
 

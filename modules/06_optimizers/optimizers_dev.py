@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -354,23 +354,30 @@ def test_unit_optimizer_machinery():
     b = Tensor(np.array([10.0]), requires_grad=True)
     c = Tensor(np.array([-1.0]), requires_grad=True)
     opt = Nudge([{"params": [a]}, {"params": [b, c], "lr": 0.5}], lr=0.1)
-    assert opt.params == [a, b, c] and len(opt.state) == 3
+    assert opt.params == [a, b, c] and len(opt.state) == 3, \
+        f"opt.params is every parameter, group after group ([a, b, c]), with one state dict each; got {len(opt.params)} and {len(opt.state)}"
     assert [g["lr"] for g in opt.param_groups] == [0.1, 0.5], "a group's own lr overrides the default"
     a.grad, b.grad = Tensor(np.array([1.0, 1.0])), Tensor(np.array([4.0]))
     opt.step()
     assert np.allclose(a.numpy(), [0.9, 1.9]) and np.allclose(b.numpy(), [8.0]), "each group steps with its own lr"
     assert c.numpy().tolist() == [-1.0] and opt.state[2] == {}, "a parameter without .grad is skipped"
-    assert opt.state[0]["calls"] == 1 and np.array_equal(a.grad.numpy(), [1.0, 1.0])
+    assert opt.state[0]["calls"] == 1, f"step() must call _update once per parameter with a gradient, got {opt.state[0]}"
+    assert np.array_equal(a.grad.numpy(), [1.0, 1.0]), "step() must not change .grad"
     opt.lr = 0.01
     assert opt.lr == 0.01 and [g["lr"] for g in opt.param_groups] == [0.01, 0.01], "opt.lr = x sets every group"
     saved = opt.state_dict()
-    assert saved["type"] == "Nudge" and [g["params"] for g in saved["param_groups"]] == [[0], [1, 2]]
+    positions = [g["params"] for g in saved["param_groups"]]
+    assert saved["type"] == "Nudge" and positions == [[0], [1, 2]], (
+        f"state_dict(): type 'Nudge' and each group's params as positions in opt.params, [[0], [1, 2]]; got "
+        f"{saved['type']!r}, {positions}")
     assert saved["state"][0]["last_grad"] is not opt.state[0]["last_grad"], "state_dict copies arrays"
     twin = Nudge([{"params": [a]}, {"params": [b, c], "lr": 0.7}], lr=0.3)
     twin.load_state_dict(saved)
-    assert [g["lr"] for g in twin.param_groups] == [0.01, 0.01] and twin.state[0]["calls"] == 1
+    lrs = [g["lr"] for g in twin.param_groups]
+    assert lrs == [0.01, 0.01] and twin.state[0]["calls"] == 1, \
+        f"load_state_dict restores every group's settings ([0.01, 0.01]) and the state; got lrs {lrs}, state {twin.state[0]}"
     opt.zero_grad()
-    assert a.grad is None and b.grad is None
+    assert a.grad is None and b.grad is None, "zero_grad() sets every parameter's .grad to None"
     print("✓ groups and defaults, step skips None, lr sets every group, state_dict round trip, zero_grad")
 
 
@@ -479,23 +486,33 @@ def _param(value, grad):
 def test_unit_sgd():
     p = _param([1.0, -2.0], [0.5, 0.25])
     SGD([p], lr=0.1).step()
-    assert np.allclose(p.numpy(), [0.95, -2.025])
+    assert np.allclose(p.numpy(), [0.95, -2.025]), f"plain SGD: p - lr·g = [0.95, -2.025], got {p.numpy().tolist()}"
 
     p = _param([1.0], [0.5])
     opt = SGD([p], lr=0.1, momentum=0.9)
     opt.step()
-    assert np.allclose(p.numpy(), [0.95]) and np.allclose(opt.state[0]["momentum_buffer"], [0.5])
+    buffer = opt.state[0].get("momentum_buffer")
+    assert np.allclose(p.numpy(), [0.95]) and np.allclose(buffer, [0.5]), (
+        f"momentum, first step: the buffer starts as g (0.5), p = 1 - 0.1·0.5 = 0.95; got buffer {buffer}, p {p.numpy()}: "
+        "buffer = μ·buffer + g, not an average (no (1 - μ) factor)")
     opt.step()
-    assert np.allclose(opt.state[0]["momentum_buffer"], [0.95]) and np.allclose(p.numpy(), [0.855])
+    assert np.array_equal(p.grad.numpy(), [0.5]), \
+        f"step() changed .grad to {p.grad.numpy()}: copy the first buffer (the buffer updated in place must not be .grad itself)"
+    buffer = opt.state[0]["momentum_buffer"]
+    assert np.allclose(buffer, [0.95]) and np.allclose(p.numpy(), [0.855]), (
+        f"momentum, second step: buffer = 0.9·0.5 + 0.5 = 0.95, p = 0.95 - 0.1·0.95 = 0.855; got buffer {buffer}, "
+        f"p {p.numpy()}")
     assert np.array_equal(p.grad.numpy(), [0.5]), "step() must not change .grad (copy the first buffer)"
 
     p = _param([1.0], [0.5])
     SGD([p], lr=0.1, weight_decay=0.1).step()
-    assert np.allclose(p.numpy(), [0.94])
+    assert np.allclose(p.numpy(), [0.94]), \
+        f"weight decay adds wd·p to g: 1 - 0.1·(0.5 + 0.1·1) = 0.94, got {p.numpy().tolist()}"
 
     p = _param([1.0], [0.5])
     SGD([p], lr=0.1, momentum=0.9, nesterov=True).step()
-    assert np.allclose(p.numpy(), [0.905])
+    assert np.allclose(p.numpy(), [0.905]), \
+        f"nesterov, first step: p - lr·(g + 0.9·buffer) = 1 - 0.1·0.95 = 0.905, got {p.numpy().tolist()}"
     print("✓ SGD: plain, momentum, weight decay, nesterov")
 
 
@@ -677,22 +694,37 @@ def test_unit_adam_adamw():
     opt = Adam([p], lr=0.1)
     opt.step()
     # first step: about lr in the direction of -sign(g), whatever |g| is
-    assert np.allclose(p.numpy(), [1 - 0.1 * 0.5 / (0.5 + 1e-8), -3 + 0.1 * 2.0 / (2.0 + 1e-8)], atol=1e-12)
-    assert opt.state[0]["step"] == 1
-    assert np.allclose(opt.state[0]["exp_avg"], [0.05, -0.2])
-    assert np.allclose(opt.state[0]["exp_avg_sq"], [0.00025, 0.004])
+    expected = [1 - 0.1 * 0.5 / (0.5 + 1e-8), -3 + 0.1 * 2.0 / (2.0 + 1e-8)]
+    assert opt.state[0].get("step") == 1, f"the state counts the steps: step 1, got {opt.state[0].get('step')!r}"
+    assert np.allclose(opt.state[0]["exp_avg"], [0.05, -0.2]), \
+        f"exp_avg after one step is (1 - β1)·g = (1 - 0.9)·g = [0.05, -0.2], got {opt.state[0]['exp_avg']}"
+    assert np.allclose(opt.state[0]["exp_avg_sq"], [0.00025, 0.004]), \
+        f"exp_avg_sq after one step is (1 - β2)·g² = (1 - 0.999)·g² = [0.00025, 0.004], got {opt.state[0]['exp_avg_sq']}"
+    moved = 1 - p.numpy()[0]
+    cause = ("the step is lr² · m̂/√v̂: multiply by lr once, the step is proportional to lr" if np.isclose(moved, 0.01) else
+             "the bias correction is missing: divide m by 1 - β1^t and v by 1 - β2^t before the step"
+             if np.isclose(moved, 0.1 * 0.05 / (np.sqrt(0.00025) + 1e-8)) else
+             "p -= lr · m̂ / (√v̂ + eps), with m̂ = m / (1 - β1^t) and v̂ = v / (1 - β2^t)")
+    assert np.allclose(p.numpy(), expected, atol=1e-12), (
+        f"Adam's first step moves each weight by about lr against the gradient's sign: expected ~[0.9, -2.9], got "
+        f"{p.numpy().tolist()}: {cause}")
     opt.step()  # same gradient again: m̂ = g, v̂ = g², so again a step of ~lr
-    assert np.allclose(p.numpy(), [0.8, -2.8], atol=1e-7)
+    assert np.allclose(p.numpy(), [0.8, -2.8], atol=1e-7), \
+        f"the same gradient again: another step of ~lr, [0.8, -2.8]; got {p.numpy().tolist()}"
 
     p = _param([1.0], [0.5])
     Adam([p], lr=0.1, weight_decay=0.1).step()  # g = 0.6, still a step of ~lr
-    assert np.allclose(p.numpy(), [0.9], atol=1e-7)
+    assert np.allclose(p.numpy(), [0.9], atol=1e-7), \
+        f"Adam's weight decay is added to g (0.6), still a step of ~lr: 0.9; got {p.numpy().tolist()}"
 
     p = _param([1.0], [0.5])
     AdamW([p], lr=0.1, weight_decay=0.1).step()  # p = 1·(1 − 0.01) = 0.99, then − ~0.1
-    assert np.allclose(p.numpy(), [0.99 - 0.1 * 0.5 / (0.5 + 1e-8)], atol=1e-12)
-    assert AdamW([p]).defaults["weight_decay"] == 0.01
-    assert np.array_equal(p.grad.numpy(), [0.5])
+    assert np.allclose(p.numpy(), [0.99 - 0.1 * 0.5 / (0.5 + 1e-8)], atol=1e-12), (
+        f"AdamW decays the weight itself, p·(1 - lr·wd) = 0.99, then the Adam step: 0.89; got {p.numpy().tolist()}: "
+        "decoupled decay, not added to the gradient")
+    decay = AdamW([p]).defaults["weight_decay"]
+    assert decay == 0.01, f"AdamW's default weight_decay is 0.01 (PyTorch's), got {decay}"
+    assert np.array_equal(p.grad.numpy(), [0.5]), "step() must not change .grad"
     print("✓ Adam and AdamW: first steps, bias correction, decoupled decay")
 
 
@@ -799,14 +831,16 @@ def test_unit_weight_decay_groups():
     w1, b1 = _param(np.ones((3, 2)), np.zeros((3, 2))), _param([0.0, 0.0], [0.0, 0.0])
     w2 = _param(np.ones((2, 1)), np.zeros((2, 1)))
     groups = weight_decay_groups([w1, b1, w2], 0.1)
-    assert [len(g["params"]) for g in groups] == [2, 1] and groups[0]["params"] == [w1, w2]
-    assert groups[1]["params"] == [b1] and [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert [len(g["params"]) for g in groups] == [2, 1] and groups[0]["params"] == [w1, w2] and groups[1]["params"] == [b1], \
+        "two groups: the matrices (ndim >= 2) first, [w1, w2], then the vectors, [b1]"
+    decays = [g["weight_decay"] for g in groups]
+    assert decays == [0.1, 0.0], f"the matrices are decayed (0.1), the vectors not (0.0); got {decays}"
     opt = AdamW(groups, lr=0.5, weight_decay=0.3)
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0], "a group's weight_decay overrides"
     b1.data = np.array([4.0, 4.0])
     opt.step()  # zero gradients: only the decay moves anything
     assert np.allclose(w1.numpy(), 1 - 0.5 * 0.1) and np.allclose(b1.numpy(), 4.0), "the bias is not decayed"
-    assert len(weight_decay_groups([w1], 0.1)) == 1
+    assert len(weight_decay_groups([w1], 0.1)) == 1, "with no vectors there is no (empty) second group"
     print("✓ weight_decay_groups: matrices decayed, vectors not")
 
 
@@ -868,19 +902,23 @@ def test_unit_optimizer_contract():
         opt = make([a, b])
         grad_before = a.grad.numpy().copy()
         opt.step()
-        assert np.array_equal(a.grad.numpy(), grad_before)
-        assert b.numpy().tolist() == [5.0] and opt.state[1] == {}
+        name = type(opt).__name__
+        assert np.array_equal(a.grad.numpy(), grad_before), f"{name}.step() changed .grad: work on copies"
+        assert b.numpy().tolist() == [5.0] and opt.state[1] == {}, \
+            f"{name}: a parameter whose .grad is None is skipped (unchanged, no state); got {b.numpy()}, {opt.state[1]}"
     opt = Adam([{"params": [a]}, {"params": [b], "lr": 0.2}], lr=0.05)
     opt.step()
     saved = opt.state_dict()
     twin = Adam([{"params": [Tensor(a.numpy().copy(), requires_grad=True)]}, {"params": [b]}], lr=0.9)
     twin.load_state_dict(saved)
-    assert [g["lr"] for g in twin.param_groups] == [0.05, 0.2] and twin.state[0]["step"] == 1
-    assert np.array_equal(twin.state[0]["exp_avg"], opt.state[0]["exp_avg"])
+    lrs = [g["lr"] for g in twin.param_groups]
+    assert lrs == [0.05, 0.2] and twin.state[0]["step"] == 1, \
+        f"load_state_dict restores each group's lr ([0.05, 0.2]) and the step; got {lrs}, step {twin.state[0].get('step')}"
+    assert np.array_equal(twin.state[0]["exp_avg"], opt.state[0]["exp_avg"]), "load_state_dict restores exp_avg"
     saved["state"][0]["exp_avg"][:] = 123.0  # a copy: changing it changes nothing inside
-    assert not np.any(opt.state[0]["exp_avg"] == 123.0)
+    assert not np.any(opt.state[0]["exp_avg"] == 123.0), "state_dict() must hold copies of the state's arrays"
     opt.zero_grad()
-    assert a.grad is None and b.grad is None
+    assert a.grad is None and b.grad is None, "zero_grad() sets every parameter's .grad to None"
     print("✓ .grad untouched, None skipped, state_dict round trip with groups, zero_grad")
 
 

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -176,8 +176,10 @@ def test_unit_clip_grad_norm():
     a.grad, b.grad = Tensor(np.array([3.0, 4.0])), Tensor(np.array([12.0]))
     total = clip_grad_norm([a, b, c], max_norm=6.5)
     assert total == 13.0, f"returned {total}: return the global norm before clipping (13)"
-    assert np.allclose(a.grad.numpy(), [1.5, 2.0]) and np.allclose(b.grad.numpy(), [6.0]), "one common factor"
-    assert c.grad is None
+    assert np.allclose(a.grad.numpy(), [1.5, 2.0]) and np.allclose(b.grad.numpy(), [6.0]), (
+        f"the global norm of [3, 4] and [12] is 13, so every gradient is scaled by one common factor 6.5 / 13 = 0.5: "
+        f"expected [1.5, 2] and [6], got {a.grad.numpy().tolist()} and {b.grad.numpy().tolist()}")
+    assert c.grad is None, "a parameter without a gradient is skipped: its .grad stays None"
     total = clip_grad_norm([a, b], max_norm=100.0)  # below the cap: untouched
     assert np.isclose(total, 6.5) and np.allclose(b.grad.numpy(), [6.0]), "below the cap nothing changes"
     print("✓ clip_grad_norm: global norm, common scale, returns the norm before clipping")
@@ -201,7 +203,7 @@ test_unit_clip_grad_norm()
 # %%
 from tinytorch.core.activations import ReLU, Tanh
 from tinytorch.core.layers import Dropout, Linear, Sequential
-from tinytorch.core.losses import CrossEntropyLoss
+from tinytorch.core.losses import CrossEntropyLoss, MSELoss
 from tinytorch.core.optimizers import SGD, Adam, AdamW
 
 _rng = np.random.default_rng(0)
@@ -373,15 +375,27 @@ def test_unit_schedules():
     opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=1.0)
     sched = StepLR(opt, step_size=3, gamma=0.5)
     seen = [opt.lr] + [sched.step() for _ in range(7)]
-    assert seen == [1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25], seen
+    assert seen == [1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25], (
+        f"StepLR(step_size=3, gamma=0.5) from lr 1, steps 0 ... 7: expected [1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25], got "
+        f"{[round(v, 4) for v in seen]}: lr_at(t) = base·gamma^(t // step_size), an integer division; step() advances "
+        "last_step, then sets lr_at(last_step)")
 
     opt = SGD([Tensor(np.zeros(1), requires_grad=True)], lr=1.0)
     cos = CosineWarmupLR(opt, warmup_steps=4, total_steps=14, min_lr=0.1)
     assert opt.lr == 0.25, "creating the scheduler sets lr_at(0): warm-up starts near 0"
-    assert np.allclose([cos.lr_at(t) for t in (0, 1, 2, 3, 4)], [0.25, 0.5, 0.75, 1.0, 1.0])
-    assert np.isclose(cos.lr_at(9), 0.55)  # half-way through the decay
-    assert np.isclose(cos.lr_at(14), 0.1) and cos.lr_at(15) == 0.1 and cos.lr_at(100) == 0.1
-    assert cos.step() == 0.5 and cos.last_step == 1
+    warmup = [cos.lr_at(t) for t in (0, 1, 2, 3, 4)]
+    assert np.allclose(warmup, [0.25, 0.5, 0.75, 1.0, 1.0]), (
+        f"warm-up over 4 steps is base·(t+1)/4, then the decay starts at base_lr at step warmup_steps: expected "
+        f"[0.25, 0.5, 0.75, 1, 1], got {warmup}")
+    half_way = cos.lr_at(9)
+    assert np.isclose(half_way, 0.55), (f"half-way through the decay (step 9 of 4..14) the cosine gives "
+                                        f"min + (base - min)/2 = 0.55, got {half_way}: lr = min_lr + (base_lr - min_lr)·"
+                                        "(1 + cos(π·progress))/2 with progress = (t - W) / (T - W)")
+    after = [cos.lr_at(t) for t in (14, 15, 100)]
+    assert np.allclose(after, 0.1) and after[1:] == [0.1, 0.1], f"from total_steps on the rate stays at min_lr 0.1, got {after}"
+    stepped = cos.step()
+    assert stepped == 0.5 and cos.last_step == 1, \
+        f"step() moves to step 1 and returns its rate, 0.5; got {stepped} at last_step {cos.last_step}"
     print("✓ schedules: step decay, cosine with warm-up")
 
 
@@ -445,9 +459,16 @@ def accuracy(outputs: Any, targets: Any) -> float:
 # %%
 def test_unit_accuracy():
     logits = Tensor(np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 0.0, 5.0], [9.0, 0.0, 0.0]]))
-    assert accuracy(logits, Tensor(np.array([0, 1, 1, 2]))) == 0.5
-    assert accuracy(logits, np.array([0, 1, 2, 0])) == 1.0
-    assert accuracy(Tensor(np.array([[0.3], [-2.0], [1.0]])), [1, 0, 0]) == 2 / 3
+    try:
+        half = accuracy(logits, Tensor(np.array([0, 1, 1, 2])))
+    except ValueError as err:
+        raise AssertionError(f"accuracy of (4, 3) logits raised ValueError ({err}): take the arg-max over the last axis "
+                             "(the classes), one prediction per example") from None
+    assert half == 0.5, f"arg-maxes [0, 1, 2, 0] against targets [0, 1, 1, 2]: 2 of 4 right, 0.5; got {half}"
+    every = accuracy(logits, np.array([0, 1, 2, 0]))
+    assert every == 1.0, f"every arg-max matches its target: 1.0, got {every}"
+    one_score = accuracy(Tensor(np.array([[0.3], [-2.0], [1.0]])), [1, 0, 0])
+    assert one_score == 2 / 3, f"one score per example predicts class 1 when the logit > 0: 2 of 3 right, got {one_score}"
     print("✓ accuracy: arg-max over the classes, logit > 0 for one score")
 
 
@@ -725,12 +746,27 @@ print(f"{len(train_batches)} batches per epoch (the last one has {len(train_batc
 
 # %%
 def test_unit_trainer():
-    assert history["epoch"] == list(range(1, 11)) and len(history["train_loss"]) == 10
-    assert history["train_loss"][-1] < 0.5 * history["train_loss"][0]
-    assert history["val_accuracy"][-1] >= 0.9
-    assert trainer.step == 10 * len(train_batches) and np.isclose(optimizer.lr, 0.0)
+    assert history["epoch"] == list(range(1, 11)) and len(history["train_loss"]) == 10, \
+        f"10 epochs must record epochs 1 ... 10 and 10 training losses, got {history['epoch']}"
+    first, last = history["train_loss"][0], history["train_loss"][-1]
+    assert last < 0.5 * first, f"the training loss must at least halve in 10 epochs, went from {first:.3f} to {last:.3f}"
+    assert history["val_accuracy"][-1] >= 0.9, f"validation accuracy must reach 0.9, got {history['val_accuracy'][-1]:.3f}"
+    assert trainer.step == 10 * len(train_batches), \
+        f"one optimizer step per batch: {10 * len(train_batches)} steps, got {trainer.step}"
+    assert np.isclose(optimizer.lr, 0.0), (f"the scheduler steps after every optimizer step: at the end of its "
+                                           f"total_steps the cosine reaches 0, got lr {optimizer.lr}")
     assert model.training, "evaluate puts the model back in training mode"
-    print("✓ Trainer: loss falls, accuracy recorded, steps counted, schedule applied")
+    probe = Linear(2, 1, seed=0)
+    x_probe = Tensor(np.array([[1.0, 2.0], [3.0, -1.0]], dtype=np.float32))
+    y_probe = Tensor(np.array([[1.0], [0.0]], dtype=np.float32))
+    probe.weight.grad = Tensor(np.full(probe.weight.shape, 100.0, dtype=np.float32))  # left over from elsewhere
+    Trainer(probe, SGD(probe.parameters(), lr=0.0), MSELoss(), verbose=False).train_step(x_probe, y_probe)
+    fresh = Linear(2, 1, seed=0)
+    MSELoss()(fresh(x_probe), y_probe).backward()
+    assert np.allclose(probe.weight.grad.numpy(), fresh.weight.grad.numpy()), (
+        f"with a stale .grad of 100 in place, train_step left {probe.weight.grad.numpy().ravel()} in .grad instead of this "
+        f"batch's gradient {fresh.weight.grad.numpy().ravel()}: call optimizer.zero_grad() before backward()")
+    print("✓ Trainer: loss falls, accuracy recorded, steps counted, schedule applied, stale gradients cleared")
 
 
 test_unit_trainer()
@@ -1346,6 +1382,17 @@ def test_unit_checkpoint_resume():
         path = first.save(Path(tmp) / "run")
         resumed = make_run(seed_offset=100)  # different weights and dropout seed: all must come from the file
         resumed.load(path)
+        assert resumed.step == first.step, \
+            f"after load the step count must be {first.step}, got {resumed.step}: the step count must be saved in meta and returned"
+        assert resumed.scheduler.last_step == first.scheduler.last_step, (
+            f"after load the scheduler's last_step must be {first.scheduler.last_step}, got {resumed.scheduler.last_step}: "
+            "the scheduler's position (last_step) was not restored")
+        saved_state, loaded_state = first.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+        assert all(a.get("step") == b.get("step") and np.array_equal(a.get("exp_avg"), b.get("exp_avg"))
+                   for a, b in zip(saved_state, loaded_state)), \
+            "after load Adam's exp_avg and step differ from the saved run: the optimizer's state (Adam's moments and step counts) was not restored"
+        assert _generator_states(resumed.model) == _generator_states(first.model), \
+            "after load the dropout generators differ from the saved run's: restore each module's random generator state"
         resumed.fit(train_batches, epochs=2)
         size = path.stat().st_size
         other = make_run(seed_offset=7, groups=True)
@@ -1359,8 +1406,12 @@ def test_unit_checkpoint_resume():
         assert all(np.array_equal(b, p.numpy()) for b, p in zip(before, other.model.parameters())), \
             "a failed load must leave the model as it was"
     for (name, a), (_, b) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
-        assert np.array_equal(a.numpy(), b.numpy()), name
-    assert resumed.history["train_loss"] == straight.history["train_loss"] and resumed.step == straight.step
+        assert np.array_equal(a.numpy(), b.numpy()), (
+            f"{name} after 2 epochs + save/load + 2 epochs differs from 4 epochs straight (by up to "
+            f"{np.abs(a.numpy() - b.numpy()).max():.3g}): everything training depends on must be saved and restored")
+    assert resumed.history["train_loss"] == straight.history["train_loss"] and resumed.step == straight.step, (
+        f"2 epochs + save/load + 2 epochs must equal 4 epochs straight: losses {resumed.history['train_loss']} against "
+        f"{straight.history['train_loss']}, step {resumed.step} against {straight.step}")
     print(f"✓ checkpoint ({size:,} bytes): 2 + save/load + 2 epochs == 4 epochs, bit for bit; "
           "a misfit changes nothing")
 

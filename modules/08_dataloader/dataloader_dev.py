@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -175,11 +175,13 @@ def test_unit_tensor_dataset():
     x = np.arange(12, dtype=np.float32).reshape(6, 2)
     y = np.array([0, 1, 2, 0, 1, 2])
     ds = TensorDataset(x, y)
-    assert len(ds) == 6
+    assert len(ds) == 6, f"a dataset of 6 rows has len 6, got {len(ds)}"
     xi, yi = ds[4]
-    assert xi.numpy().tolist() == [8.0, 9.0] and yi.item() == 1 and yi.dtype == y.dtype
+    assert xi.numpy().tolist() == [8.0, 9.0] and yi.item() == 1 and yi.dtype == y.dtype, (
+        f"ds[4] is row 4 of every array: ([8, 9], 1) with y's dtype; got ({xi.numpy().tolist()}, {yi.numpy()}) {yi.dtype}")
     bx, by = ds.get_batch(np.array([5, 0, 3]))
-    assert bx.numpy().tolist() == [[10, 11], [0, 1], [6, 7]] and by.numpy().tolist() == [2, 0, 0]
+    assert bx.numpy().tolist() == [[10, 11], [0, 1], [6, 7]] and by.numpy().tolist() == [2, 0, 0], (
+        f"get_batch([5, 0, 3]) gathers those rows, in that order; got {bx.numpy().tolist()} and {by.numpy().tolist()}")
     try:
         TensorDataset(x, y[:5])
     except ValueError as err:
@@ -256,12 +258,18 @@ print("four (2, 3) examples ->", collate([np.full((2, 3), i, dtype=np.float32) f
 # %%
 def test_unit_collate():
     x, y = collate([(np.array([1.0, 2.0]), 3), (np.array([4.0, 5.0]), 7)])
-    assert x.numpy().tolist() == [[1, 2], [4, 5]] and x.dtype == np.float64
-    assert y.numpy().tolist() == [3, 7] and y.dtype == np.int64
-    assert collate([np.zeros((2, 3))] * 4).shape == (4, 2, 3), "a new first axis"
+    assert x.numpy().tolist() == [[1, 2], [4, 5]] and x.dtype == np.float64, (
+        f"pairs are collated field by field: the arrays stacked along a new first axis, [[1, 2], [4, 5]] float64 "
+        f"(arrays keep their dtype); got {x.numpy().tolist()} {x.dtype}")
+    assert y.numpy().tolist() == [3, 7] and y.dtype == np.int64, \
+        f"Python ints collate to int64 [3, 7], got {y.numpy().tolist()} {y.dtype}"
+    shape = collate([np.zeros((2, 3))] * 4).shape
+    assert shape == (4, 2, 3), f"four (2, 3) examples stack on a new first axis, (4, 2, 3); got {shape}"
     floats = collate([0.5, 1.5])
-    assert floats.dtype == np.float32 and floats.numpy().tolist() == [0.5, 1.5]
-    assert collate([{"a": 1}, {"a": 2}])["a"].numpy().tolist() == [1, 2]
+    assert floats.dtype == np.float32 and floats.numpy().tolist() == [0.5, 1.5], \
+        f"Python floats collate to float32 [0.5, 1.5], got {floats.numpy().tolist()} {floats.dtype}"
+    fields = collate([{"a": 1}, {"a": 2}])["a"].numpy().tolist()
+    assert fields == [1, 2], f"dicts collate key by key: {{'a': [1, 2]}}, got {fields}"
     print("✓ collate: arrays stacked on a new first axis, ints stay int64, floats become float32")
 
 
@@ -400,18 +408,29 @@ def test_unit_dataloader():
     y = np.arange(10)
     loader = DataLoader(TensorDataset(x, y), batch_size=4)
     batches = list(loader)
-    assert len(loader) == 3 and [len(b[1].numpy()) for b in batches] == [4, 4, 2]
-    assert np.concatenate([b[1].numpy() for b in batches]).tolist() == list(range(10))
-    assert len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)) == 2
+    sizes = [len(b[1].numpy()) for b in batches]
+    assert len(loader) == 3 and sizes == [4, 4, 2], (
+        f"10 examples in batches of 4: len 3, batches of [4, 4, 2] (with drop_last=False the short last batch counts "
+        f"and is kept); got len {len(loader)}, {sizes}")
+    order = np.concatenate([b[1].numpy() for b in batches]).tolist()
+    assert order == list(range(10)), f"without shuffle every example comes once, in order; got {order}"
+    dropped = len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True))
+    assert dropped == 2, f"drop_last=True drops the short last batch: 2 batches, got {dropped}"
 
     shuffled = DataLoader(TensorDataset(x, y), batch_size=3, shuffle=True, seed=42)
     epoch0 = np.concatenate([b[1].numpy() for b in shuffled])
     epoch1 = np.concatenate([b[1].numpy() for b in shuffled])
-    assert sorted(epoch0.tolist()) == list(range(10)) and sorted(epoch1.tolist()) == list(range(10))
-    assert epoch0.tolist() != epoch1.tolist() and epoch0.tolist() != list(range(10)) and shuffled.epoch == 2
+    assert sorted(epoch0.tolist()) == list(range(10)) and sorted(epoch1.tolist()) == list(range(10)), \
+        f"a shuffled epoch still holds every example exactly once; got {epoch0.tolist()} and {epoch1.tolist()}"
+    assert shuffled.epoch == 2, (f"two passes over the loader are epochs 0 and 1: epoch is 2 after them, got "
+                                 f"{shuffled.epoch}: each iteration starts the next epoch (__iter__ advances .epoch)")
+    assert epoch0.tolist() != list(range(10)) and epoch0.tolist() != epoch1.tolist(), \
+        f"shuffle=True: each epoch in a new order (default_rng([seed, epoch])); got {epoch0.tolist()} then {epoch1.tolist()}"
     again = DataLoader(TensorDataset(x, y), batch_size=3, shuffle=True, seed=42)
-    assert np.concatenate([b[1].numpy() for b in again]).tolist() == epoch0.tolist()
-    assert np.concatenate([b[0].numpy()[:, 0] for b in again]).tolist() == epoch1.tolist()  # x follows y
+    replay = np.concatenate([b[1].numpy() for b in again]).tolist()
+    assert replay == epoch0.tolist(), f"the same seed must give the same first epoch {epoch0.tolist()}, got {replay}"
+    followed = np.concatenate([b[0].numpy()[:, 0] for b in again]).tolist()
+    assert followed == epoch1.tolist(), "x must follow y: each batch gathers the same rows of every array"
     print("✓ DataLoader: batches, exactly once, seeded epochs, drop_last")
 
 
@@ -576,10 +595,11 @@ def seeded_run(seed):
 def test_unit_dataloader_feeds_trainer():
     a, loader = seeded_run(seed=7)
     b, _ = seeded_run(seed=7)
-    assert a.history["train_loss"] == b.history["train_loss"]
-    assert loader.epoch == 15 and a.step == 15 * len(loader)
+    assert a.history["train_loss"] == b.history["train_loss"], "two runs with the same seed must give the same losses"
+    assert loader.epoch == 15 and a.step == 15 * len(loader), \
+        f"15 epochs: loader.epoch 15 and {15 * len(loader)} steps; got {loader.epoch} and {a.step}"
     acc = a.evaluate(DataLoader(TensorDataset(*two_moons_like()), batch_size=64))["accuracy"]
-    assert acc > 0.9
+    assert acc > 0.9, f"after 15 epochs the training accuracy must exceed 0.9, got {acc:.3f}"
     print(f"✓ DataLoader → Trainer: seeded runs identical, training accuracy {acc:.3f}")
 
 

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -214,10 +214,12 @@ def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0) 
 
 # %%
 def test_unit_conv_output_size():
-    assert conv_output_size(5, 3) == 3 and conv_output_size(5, 3, 1, 1) == 5
-    assert conv_output_size(5, 3, stride=2) == 2 and conv_output_size(32, 3, 2, 1) == 16
-    assert conv_output_size(8, 2, 2) == 4 and conv_output_size(7, 7) == 1
-    assert isinstance(conv_output_size(5, 3), int)
+    for args, expected in (((5, 3), 3), ((5, 3, 1, 1), 5), ((5, 3, 2), 2), ((32, 3, 2, 1), 16), ((8, 2, 2), 4),
+                           ((7, 7), 1)):
+        got = conv_output_size(*args)
+        assert got == expected, (f"conv_output_size{args}: (size + 2·padding - kernel) // stride + 1 = {expected}, "
+                                 f"got {got}")
+    assert isinstance(conv_output_size(5, 3), int), f"the size must be an int, got {type(conv_output_size(5, 3)).__name__}"
     print("✓ conv_output_size")
 
 
@@ -440,15 +442,23 @@ print("same as the loops:", np.array_equal(as_matmul, hand_output))
 # %%
 def test_unit_im2col():
     cols = im2col(IMAGE_5x5[None, None], (3, 3), (1, 1))
-    assert cols.shape == (1, 9, 9) and np.array_equal(cols[0, :, 0], IMAGE_5x5[:3, :3].ravel())
-    assert np.array_equal(cols[0, :, 5], IMAGE_5x5[1:4, 2:5].ravel())  # output (1, 2) is column 1·3 + 2
+    assert cols.shape == (1, 9, 9), f"a 5x5 image, 3x3 kernel: (N, C·kh·kw, OH·OW) = (1, 9, 9), got {cols.shape}"
+    assert np.array_equal(cols[0, :, 0], IMAGE_5x5[:3, :3].ravel()), \
+        f"column 0 is the top-left window read row by row, {IMAGE_5x5[:3, :3].ravel().tolist()}; got {cols[0, :, 0].tolist()}"
+    assert np.array_equal(cols[0, :, 5], IMAGE_5x5[1:4, 2:5].ravel()), (  # output (1, 2) is column 1·3 + 2
+        f"output (1, 2) is column 1·3 + 2 = 5, the window at rows 1..3, columns 2..4: expected "
+        f"{IMAGE_5x5[1:4, 2:5].ravel().tolist()}, got {cols[0, :, 5].tolist()}")
     # two channels, stride 2, a 2×3 kernel: rows in (channel, kernel row, kernel column) order
     x = np.arange(2 * 2 * 5 * 6, dtype=np.float32).reshape(2, 2, 5, 6)
     cols = im2col(x, (2, 3), (2, 2))
-    assert cols.shape == (2, 12, 2 * 2) and cols.dtype == np.float32
-    assert np.array_equal(cols[1, 6:, 3], x[1, 1, 2:4, 2:5].ravel()), "channel 1's window of output (1, 1)"
+    assert cols.shape == (2, 12, 2 * 2) and cols.dtype == np.float32, \
+        f"2 images, 2 channels, a 2x3 kernel, stride 2 on 5x6: (2, 2·2·3, 2·2) float32, got {cols.shape} {cols.dtype}"
+    assert np.array_equal(cols[1, 6:, 3], x[1, 1, 2:4, 2:5].ravel()), (
+        f"column 3 is output (1, 1): its window starts at row 1·2, column 1·2 (window (r, q) starts at row r·sh, "
+        f"column q·sw), and rows 6 ... 11 hold channel 1 (rows in (channel, kernel row, kernel column) order); expected "
+        f"{x[1, 1, 2:4, 2:5].ravel().tolist()}, got {cols[1, 6:, 3].tolist()}")
     cols[:] = -1  # the result is its own memory, not a view of x
-    assert x.min() == 0
+    assert x.min() == 0, "writing into im2col's result changed x: the result must be a copy, not a view of x"
     print("✓ im2col")
 
 
@@ -535,22 +545,51 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 print("conv2d on the 5×5 example:\n", conv2d(IMAGE_5x5[None, None], EDGE_KERNEL[None, None]).numpy()[0, 0])
 
 
+def convolved(what: str, cause: str, *args, **kwargs) -> np.ndarray:
+    """conv2d(*args, **kwargs) as an array; a ValueError on these valid inputs is reported with its likely cause."""
+    try:
+        return conv2d(*args, **kwargs).numpy()
+    except ValueError as err:
+        raise AssertionError(f"conv2d {what} is valid, but it raised ValueError ({err}): {cause}") from None
+
+
 def test_unit_conv2d():
-    y = conv2d(IMAGE_5x5[None, None], EDGE_KERNEL[None, None])
-    assert np.array_equal(y.numpy()[0, 0], hand_output), "the 5×5 example of section 1"
+    y = convolved("of the 5×5 example", "the hand example of section 1", IMAGE_5x5[None, None], EDGE_KERNEL[None, None])
+    flipped = conv2d_by_loops(IMAGE_5x5[None, None], EDGE_KERNEL[None, None, ::-1, ::-1])[0, 0]
+    assert np.array_equal(y[0, 0], hand_output), (
+        f"the 5×5 example of section 1: expected {hand_output.tolist()}, got {y[0, 0].tolist()}" + (
+            ": conv2d flipped the kernel; a deep-learning convolution is a cross-correlation, the kernel as it is"
+            if np.allclose(y[0, 0], flipped) else ""))
     rng = np.random.default_rng(0)
     x, w, b = rng.standard_normal((2, 3, 7, 6)), rng.standard_normal((4, 3, 3, 2)), rng.standard_normal(4)
+    plain = convolved("without bias or padding", "the im2col matrix is (N, C·kh·kw, OH·OW) and the weight "
+                      "reshaped to (out, C·kh·kw)", x, w)
+    assert np.allclose(plain, conv2d_by_loops(x, w)), "conv2d without bias or padding differs from the loops of section 1"
+    biased = convolved("with a bias of (4,)", "the bias has one value per output channel: add it as (1, out, 1, 1)",
+                       x, w, b)
+    assert np.allclose(biased, conv2d_by_loops(x, w, b)), (
+        "conv2d with a bias differs from the loops: " + ("the bias was not added" if np.allclose(biased, plain) else
+                                                         "the bias has one value per output channel, added to every position"))
     for stride, padding in ((1, 0), (2, 1), ((2, 1), (0, 2))):
-        got = conv2d(x, w, b, stride=stride, padding=padding).numpy()
+        got = convolved(f"with stride {stride} and padding {padding}",
+                        "pad only H and W, by p on both sides: np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))",
+                        x, w, b, stride=stride, padding=padding)
         sh, sw = _pair(stride, "stride")
         ph, pw = _pair(padding, "padding", 0)
         xp_ = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         want = conv2d_by_loops(xp_, w, b)[:, :, ::sh, ::sw]  # stride = every s-th stride-1 output
-        assert got.shape == want.shape and np.allclose(got, want), (stride, padding)
+        assert got.shape == want.shape and np.allclose(got, want), (
+            f"stride {stride}, padding {padding}: expected shape {want.shape}, got {got.shape}" +
+            (f", values off by up to {np.abs(got - want).max():.3g}" if got.shape == want.shape else "") +
+            ": pad H and W on both sides, then window (r, q) starts at (r·sh, q·sw)")
     w32 = Tensor(w.astype(np.float32), requires_grad=True)
     y = conv2d(Tensor(x.astype(np.float32)), w32, stride=2, padding=1)
-    assert y.dtype == np.float32 and y._node.op == "conv2d" and y._node.inputs[1] is w32
-    assert set(y._node.saved) == {"cols", "stride", "padding"} and y._node.saved["cols"].shape == (2, 3 * 3 * 2, 4 * 4)
+    assert y.dtype == np.float32, f"float32 in must give float32 out, got {y.dtype}"
+    assert y._node is not None and y._node.op == "conv2d" and y._node.inputs[1] is w32, \
+        f"conv2d must record one op 'conv2d' with inputs (x, weight), got {y._node and y._node.op!r}"
+    saved = {k: getattr(v, "shape", v) for k, v in y._node.saved.items()}
+    assert set(saved) == {"cols", "stride", "padding"} and saved["cols"] == (2, 3 * 3 * 2, 4 * 4), \
+        f"conv2d saves cols (N, C·kh·kw, OH·OW) = (2, 18, 16), stride and padding; saved {saved}"
     for bad in (lambda: conv2d(x, rng.standard_normal((4, 2, 3, 3))),   # 3 channels in, weight expects 2
                 lambda: conv2d(x, rng.standard_normal((4, 3, 9, 3)))):  # kernel taller than the input
         try:
@@ -641,15 +680,20 @@ for s in (1, 2):
 # %%
 def test_unit_col2im():
     coverage = col2im(np.ones((1, 9, 9)), (1, 1, 5, 5), (3, 3), (1, 1))[0, 0]
-    assert coverage[0, 0] == 1 and coverage[0, 2] == 3 and coverage[2, 2] == 9, "overlapping windows add up"
+    assert coverage[0, 0] == 1 and coverage[0, 2] == 3 and coverage[2, 2] == 9, (
+        f"col2im of ones counts how many windows cover each pixel: 1, 3 and 9 at (0, 0), (0, 2), (2, 2); got "
+        f"{coverage[0, 0]}, {coverage[0, 2]}, {coverage[2, 2]}: overlapping windows add up (+=), never assign")
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 3, 7, 8)).astype(np.float32)
     for kernel, stride in (((3, 3), (1, 1)), ((3, 2), (2, 3)), ((2, 2), (2, 2))):
         cols = im2col(x, kernel, stride)
         c = rng.standard_normal(cols.shape).astype(np.float32)
         back = col2im(c, x.shape, kernel, stride)
-        assert back.shape == x.shape and back.dtype == np.float32
-        assert np.isclose((cols * c).sum(), (x * back).sum(), rtol=1e-4), "col2im is the adjoint of im2col"
+        assert back.shape == x.shape and back.dtype == np.float32, \
+            f"col2im must give back x's shape {x.shape} in float32, got {back.shape} {back.dtype}"
+        assert np.isclose((cols * c).sum(), (x * back).sum(), rtol=1e-4), (
+            f"col2im must be the adjoint of im2col (kernel {kernel}, stride {stride}): each column adds into the window "
+            "im2col read it from, the same slices, stepped by the stride")
     print("✓ col2im (overlaps add up; the adjoint of im2col)")
 
 
@@ -759,20 +803,53 @@ print("dx:\n", x5.grad.numpy()[0, 0])
 
 # %%
 from tinytorch.core.autograd import gradcheck
+from tinytorch.testing import numeric_vjp
+
+
+def conv_rule_check(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride, padding) -> None:
+    """conv2d's rule against central differences; a mismatch is reported with the classic mistake it shows."""
+    tensors = [Tensor(a, requires_grad=True) for a in (x, w, b)]
+    out = conv2d(*tensors, stride=stride, padding=padding)
+    g = np.random.default_rng(7).standard_normal(out.shape)
+    where = f"conv2d's backward (stride {stride}, padding {padding})"
+    try:
+        out.backward(g)
+    except RuntimeError as err:
+        said = str(err)
+        cause = ("cut the padding away from dx: col2im gives the PADDED input's gradient" if "input 0" in said else
+                 "db sums the gradient over axes (0, 2, 3): one number per output channel" if "input 2" in said else
+                 "return one gradient per input, each of its input's shape")
+        raise AssertionError(f"{where}: {cause} ({err})") from None
+    numeric = numeric_vjp(lambda *t: conv2d(*t, stride=stride, padding=padding), [x, w, b], g)
+    for name, t, expected in zip(("dx", "dW", "db"), tensors, numeric):
+        got = t.grad.numpy()
+        if np.allclose(got, expected, atol=1e-6):
+            continue
+        cause = ("dW must be summed over the batch, not averaged" if name == "dW" and np.allclose(got * len(x), expected)
+                 else "use the forward's stride (the saved one) to put the columns back" if name == "dx"
+                 and _pair(stride, "stride") != (1, 1) else
+                 "dW = Σ over the batch of dcols-weighted cols, dx = col2im(Wᵀ · dout) without the padding, "
+                 "db = dout summed over (0, 2, 3)")
+        raise AssertionError(f"{where}: {name} differs from central differences by up to "
+                             f"{np.abs(got - expected).max():.3g}: {cause}")
 
 
 def test_unit_conv2d_backward():
-    assert np.array_equal(k5.grad.numpy()[0, 0], [[10, 10, 13], [13, 13, 12], [10, 10, 9]])
+    assert np.array_equal(k5.grad.numpy()[0, 0], [[10, 10, 13], [13, 13, 12], [10, 10, 9]]), (
+        f"the hand example's weight gradient (each tap sums the pixels it touched): expected [[10, 10, 13], "
+        f"[13, 13, 12], [10, 10, 9]], got {k5.grad.numpy()[0, 0].tolist()}")
     rng = np.random.default_rng(2)
     x = Tensor(rng.standard_normal((2, 2, 5, 6)), requires_grad=True)
     w = Tensor(rng.standard_normal((3, 2, 3, 2)), requires_grad=True)
     b = Tensor(rng.standard_normal(3), requires_grad=True)
     for stride, padding in ((1, 0), (2, 1), ((2, 3), (1, 0))):
-        assert gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])
-    assert gradcheck(lambda x, w: conv2d(x, w, stride=2), [x, w])
+        conv_rule_check(x.numpy(), w.numpy(), b.numpy(), stride, padding)
+        gradcheck(lambda x, w, b: conv2d(x, w, b, stride, padding), [x, w, b])  # raises naming input and element
+    gradcheck(lambda x, w: conv2d(x, w, stride=2), [x, w])
     images = Tensor(rng.standard_normal((1, 2, 4, 4)))  # no gradient wanted: dx is skipped
     conv2d(images, w).sum().backward()
-    assert images.grad is None and w.grad is not None
+    assert images.grad is None and w.grad is not None, \
+        "input without requires_grad: no dx (return None for it), but the weight still gets its gradient"
     print("✓ conv2d backward (gradcheck: bias, strides, padding)")
 
 
@@ -898,16 +975,24 @@ print("dx (each gradient at its window's first maximum):\n", x4.grad.numpy()[0, 
 def test_unit_max_pool2d():
     x = Tensor(POOL_4x4[None, None], requires_grad=True)
     y = max_pool2d(x, 2)
-    assert np.array_equal(y.numpy()[0, 0], [[4, 2], [6, 3]]) and y.dtype == np.float64
-    assert y._node.op == "max_pool2d" and set(y._node.saved) == {"argmax", "kernel_size", "stride"}
-    assert np.array_equal(y._node.saved["argmax"][0, 0], [[2, 0], [1, 2]]) and y._node.saved["stride"] == (2, 2)
+    assert np.array_equal(y.numpy()[0, 0], [[4, 2], [6, 3]]) and y.dtype == np.float64, \
+        f"2x2 max pooling of the hand example: [[4, 2], [6, 3]] float64, got {y.numpy()[0, 0].tolist()} {y.dtype}"
+    assert y._node is not None and y._node.op == "max_pool2d" and set(y._node.saved) == {"argmax", "kernel_size", "stride"}, \
+        f"max_pool2d records op 'max_pool2d' saving argmax, kernel_size and stride; got {y._node and sorted(y._node.saved)}"
+    argmax = y._node.saved["argmax"][0, 0]
+    assert np.array_equal(argmax, [[2, 0], [1, 2]]) and y._node.saved["stride"] == (2, 2), (
+        f"argmax is each window's i·kw + j of its first maximum, [[2, 0], [1, 2]], and stride the pair (2, 2); got "
+        f"{argmax.tolist()} and {y._node.saved['stride']!r}")
     y.backward(POOL_GRAD[None, None])
-    assert np.array_equal(x.grad.numpy()[0, 0], [[0, 0, 2, 0], [1, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 0]])
+    routed = x.grad.numpy()[0, 0]
+    assert np.array_equal(routed, [[0, 0, 2, 0], [1, 0, 0, 0], [0, 3, 0, 0], [0, 0, 4, 0]]), \
+        f"each window's gradient goes to its maximum only: expected [[0, 0, 2, 0], [1, 0, 0, 0], ...], got {routed.tolist()}"
     rng = np.random.default_rng(3)
     z = Tensor(rng.permutation(2 * 3 * 7 * 6).reshape(2, 3, 7, 6) / 10.0, requires_grad=True)  # no ties
-    assert gradcheck(lambda t: max_pool2d(t, 3, stride=2), [z])  # overlapping windows
-    assert gradcheck(lambda t: max_pool2d(t, (2, 3), stride=(2, 1)), [z])
-    assert max_pool2d(Tensor(np.ones((1, 1, 5, 5), np.float32)), 2).shape == (1, 1, 2, 2)
+    gradcheck(lambda t: max_pool2d(t, 3, stride=2), [z])  # overlapping windows; raises naming the element
+    gradcheck(lambda t: max_pool2d(t, (2, 3), stride=(2, 1)), [z])
+    shape = max_pool2d(Tensor(np.ones((1, 1, 5, 5), np.float32)), 2).shape
+    assert shape == (1, 1, 2, 2), f"2x2 pooling of 5x5 drops the last row and column: (1, 1, 2, 2), got {shape}"
     print("✓ max_pool2d (values, argmax, gradient routing, ties, gradcheck)")
 
 
@@ -959,14 +1044,19 @@ def avg_pool2d_backward(grad: Any, node) -> tuple:
 def test_unit_avg_pool2d():
     x = Tensor(POOL_4x4[None, None], requires_grad=True)
     y = avg_pool2d(x, 2)
-    assert np.array_equal(y.numpy()[0, 0], [[2.5, 1.0], [3.25, 2.25]])
-    assert y._node.op == "avg_pool2d" and set(y._node.saved) == {"kernel_size", "stride"}
+    assert np.array_equal(y.numpy()[0, 0], [[2.5, 1.0], [3.25, 2.25]]), \
+        f"2x2 average pooling of the hand example: [[2.5, 1], [3.25, 2.25]], got {y.numpy()[0, 0].tolist()}"
+    assert y._node is not None and y._node.op == "avg_pool2d" and set(y._node.saved) == {"kernel_size", "stride"}, \
+        f"avg_pool2d records op 'avg_pool2d' saving kernel_size and stride; got {y._node and sorted(y._node.saved)}"
     y.backward(POOL_GRAD[None, None])
-    assert np.array_equal(x.grad.numpy()[0, 0], np.kron(POOL_GRAD, np.ones((2, 2))) / 4)
+    shared = x.grad.numpy()[0, 0]
+    assert np.array_equal(shared, np.kron(POOL_GRAD, np.ones((2, 2))) / 4), \
+        f"each window's gradient is shared equally by its 4 pixels (g / 4); got {shared.tolist()}"
     z = Tensor(np.random.default_rng(4).standard_normal((2, 2, 6, 7)), requires_grad=True)
-    assert gradcheck(lambda t: avg_pool2d(t, 3, stride=2), [z])
-    assert gradcheck(lambda t: avg_pool2d(t, (2, 3)), [z])
-    assert avg_pool2d(Tensor(np.ones((1, 1, 4, 4), np.float32)), 2).dtype == np.float32
+    gradcheck(lambda t: avg_pool2d(t, 3, stride=2), [z])  # raises naming the input and the element
+    gradcheck(lambda t: avg_pool2d(t, (2, 3)), [z])
+    dtype = avg_pool2d(Tensor(np.ones((1, 1, 4, 4), np.float32)), 2).dtype
+    assert dtype == np.float32, f"float32 in must give float32 out, got {dtype}"
     print("✓ avg_pool2d (values, gradient shared equally, gradcheck)")
 
 
@@ -1092,16 +1182,24 @@ class Flatten(Module):
 # %%
 def test_unit_layers():
     conv = Conv2d(3, 8, 3, padding=1, seed=0)
-    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,) and conv.weight.dtype == np.float32
-    assert np.abs(conv.weight.numpy()).max() <= 1 / math.sqrt(27) and np.abs(conv.weight.numpy()).max() > 0.15
-    assert [name for name, _ in conv.named_parameters()] == ["weight", "bias"]
-    assert np.array_equal(Conv2d(3, 8, 3, seed=1).weight.numpy(), Conv2d(3, 8, 3, rng=1).weight.numpy())
+    assert conv.weight.shape == (8, 3, 3, 3) and conv.bias.shape == (8,) and conv.weight.dtype == np.float32, \
+        f"Conv2d(3, 8, 3): weight (out, in, kh, kw) = (8, 3, 3, 3) float32 and bias (8,); got {conv.weight.shape}, {conv.bias.shape}"
+    largest = np.abs(conv.weight.numpy()).max()
+    assert 0.15 < largest <= 1 / math.sqrt(27), \
+        f"weights start uniform in ±1/√(in·kh·kw) = ±{1 / math.sqrt(27):.4f}; the largest is {largest:.4f}"
+    names = [name for name, _ in conv.named_parameters()]
+    assert names == ["weight", "bias"], f"parameters weight and bias, in that order; got {names}"
+    assert np.array_equal(Conv2d(3, 8, 3, seed=1).weight.numpy(), Conv2d(3, 8, 3, rng=1).weight.numpy()), \
+        "seed=1 and rng=1 must draw the same weights"
     x = Tensor(np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(np.float32))
     y = conv(x)
-    assert y.shape == (2, 8, 8, 8) and np.allclose(y.numpy(), conv2d(x, conv.weight, conv.bias, 1, 1).numpy())
-    assert Conv2d(3, 8, (3, 1), stride=(2, 1), bias=False).bias is None
-    assert MaxPool2d(2)(y).shape == (2, 8, 4, 4) and AvgPool2d(3, stride=1)(y).shape == (2, 8, 6, 6)
-    assert Flatten()(y).shape == (2, 512) and Flatten(0, 1)(y).shape == (16, 8, 8)
+    assert y.shape == (2, 8, 8, 8) and np.allclose(y.numpy(), conv2d(x, conv.weight, conv.bias, 1, 1).numpy()), \
+        f"Conv2d(3, 8, 3, padding=1) is conv2d with its weight, bias, stride 1, padding 1: (2, 8, 8, 8); got {y.shape}"
+    assert Conv2d(3, 8, (3, 1), stride=(2, 1), bias=False).bias is None, "bias=False: no bias"
+    shapes = (MaxPool2d(2)(y).shape, AvgPool2d(3, stride=1)(y).shape)
+    assert shapes == ((2, 8, 4, 4), (2, 8, 6, 6)), f"MaxPool2d(2) -> (2, 8, 4, 4), AvgPool2d(3, 1) -> (2, 8, 6, 6); got {shapes}"
+    flat = (Flatten()(y).shape, Flatten(0, 1)(y).shape)
+    assert flat == ((2, 512), (16, 8, 8)), f"Flatten() keeps the batch: (2, 512); Flatten(0, 1): (16, 8, 8); got {flat}"
     print(conv, MaxPool2d(2), Flatten(), sep="\n")
     print("✓ Conv2d, MaxPool2d, AvgPool2d, Flatten")
 

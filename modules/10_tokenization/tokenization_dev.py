@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -233,25 +233,37 @@ class CharTokenizer:
 
 
 # %%
-def expect_error(error: type, call, *facts: str) -> None:
-    """Inline-test helper: call() must raise `error` whose message mentions every fact."""
+def expect_error(error: type, call, *facts: str, what: str = "the call", cause: str = "") -> None:
+    """Inline-test helper: call() must raise `error` whose message mentions every fact.
+
+    what -- the call as the student reads it; cause -- the likely reason when it does not.
+    """
+    why = f": {cause}" if cause else ""
     try:
         call()
     except error as err:
         for fact in facts:
-            assert fact in str(err), f"{error.__name__} should mention {fact!r}: {err}"
+            assert fact in str(err), f"{what}: the {error.__name__} should mention {fact!r}, it says: {err}{why}"
         return
-    raise AssertionError(f"expected {error.__name__} from {call}")
+    raise AssertionError(f"{what} must raise {error.__name__}, but nothing was raised{why}")
 
 
 def test_unit_char_tokenizer():
     tok = CharTokenizer.from_text("hello world")
     assert tok.chars == [" ", "d", "e", "h", "l", "o", "r", "w"], f"vocabulary {tok.chars} must be sorted"
-    assert tok.encode("hello") == [3, 2, 4, 4, 5] and tok.decode([3, 2, 4, 4, 5]) == "hello"
-    assert tok.vocab_size == 8 and tok.decode(tok.encode("low world")) == "low world"
-    expect_error(ValueError, lambda: tok.encode("help"), "p")
-    expect_error(IndexError, lambda: tok.decode([8]), "8")
-    expect_error(IndexError, lambda: tok.decode([-1]), "-1")
+    ids = tok.encode("hello")
+    assert ids == [3, 2, 4, 4, 5], f"encode('hello'): each character's index in the sorted vocabulary, [3, 2, 4, 4, 5]; got {ids}"
+    text = tok.decode([3, 2, 4, 4, 5])
+    assert text == "hello", f"decode([3, 2, 4, 4, 5]) must give 'hello', got {text!r}"
+    assert tok.vocab_size == 8, f"'hello world' has 8 distinct characters: vocab_size 8, got {tok.vocab_size}"
+    round_trip = tok.decode(tok.encode("low world"))
+    assert round_trip == "low world", f"decode(encode('low world')) must give it back, got {round_trip!r}"
+    expect_error(ValueError, lambda: tok.encode("help"), "p", what="encode('help') ('p' is not in the vocabulary)",
+                 cause="an unknown character must raise ValueError naming it, not be skipped")
+    bad_id = ("check every id is in 0 ... vocab_size - 1 and raise IndexError naming the bad one (a negative id would "
+              "silently read from the end)")
+    expect_error(IndexError, lambda: tok.decode([8]), "8", what="decode([8]) with 8 characters", cause=bad_id)
+    expect_error(IndexError, lambda: tok.decode([-1]), "-1", what="decode([-1])", cause=bad_id)
     print("✓ CharTokenizer: sorted vocabulary, encode/decode, unknown characters and bad ids")
 
 
@@ -334,10 +346,13 @@ def count_pairs(ids: Any) -> dict[tuple[int, int], int]:
 
 # %%
 def test_unit_count_pairs():
-    assert count_pairs([1, 2, 3, 1, 2]) == {(1, 2): 2, (2, 3): 1, (3, 1): 1}
+    counts = count_pairs([1, 2, 3, 1, 2])
+    assert counts == {(1, 2): 2, (2, 3): 1, (3, 1): 1}, \
+        f"count_pairs([1, 2, 3, 1, 2]): every adjacent pair, {{(1, 2): 2, (2, 3): 1, (3, 1): 1}}; got {counts}"
     assert count_pairs(np.array([1, 1, 1])) == {(1, 1): 2}, "overlapping pairs count: [1, 1, 1] has (1, 1) twice"
-    assert count_pairs([7]) == {} and count_pairs([]) == {}
-    assert all(type(a) is int and type(n) is int for (a, _), n in count_pairs([300, 5, 300]).items())
+    assert count_pairs([7]) == {} and count_pairs([]) == {}, "fewer than two ids have no pairs: {}"
+    kinds = {(type(a).__name__, type(n).__name__) for (a, _), n in count_pairs([300, 5, 300]).items()}
+    assert kinds == {("int", "int")}, f"pairs and counts must be Python ints (not NumPy scalars), got {kinds}"
     print("✓ count_pairs: every adjacent pair, overlaps included")
 
 
@@ -399,12 +414,17 @@ def merge_pair(ids: Any, pair: tuple[int, int], new_id: int) -> np.ndarray:
 # %%
 def test_unit_merge_pair():
     assert merge_positions([1, 1, 1], (1, 1)).tolist() == [0], "left to right, never overlapping"
-    assert merge_positions([1, 1, 1, 1, 5, 1, 1], (1, 1)).tolist() == [0, 2, 5]
-    assert merge_positions([1, 2, 1, 2, 2], (1, 2)).tolist() == [0, 2]
-    assert merge_pair(np.array([1, 1, 1]), (1, 1), 9).tolist() == [9, 1]
+    for ids, pair, expected in (([1, 1, 1, 1, 5, 1, 1], (1, 1), [0, 2, 5]), ([1, 2, 1, 2, 2], (1, 2), [0, 2])):
+        got = merge_positions(ids, pair).tolist()
+        assert got == expected, f"merge_positions({ids}, {pair}): left to right, never overlapping, {expected}; got {got}"
+    got = merge_pair(np.array([1, 1, 1]), (1, 1), 9).tolist()
+    assert got == [9, 1], f"merge_pair([1, 1, 1], (1, 1), 9): the first two merge, the third stays: [9, 1]; got {got}"
     ids = np.array([5, 1, 2, 7, 1, 2])
-    assert merge_pair(ids, (1, 2), 256).tolist() == [5, 256, 7, 256] and ids.tolist() == [5, 1, 2, 7, 1, 2]
-    assert merge_pair(np.array([3]), (3, 3), 256).tolist() == [3]
+    got = merge_pair(ids, (1, 2), 256).tolist()
+    assert got == [5, 256, 7, 256], f"merge_pair([5, 1, 2, 7, 1, 2], (1, 2), 256) must be [5, 256, 7, 256], got {got}"
+    assert ids.tolist() == [5, 1, 2, 7, 1, 2], f"merge_pair changed its input to {ids.tolist()}: return a new array"
+    single = merge_pair(np.array([3]), (3, 3), 256).tolist()
+    assert single == [3], f"one id has no pair to merge: [3], got {single}"
     print("✓ merge_positions, merge_pair: left to right, overlaps skipped, input unchanged")
 
 
@@ -662,13 +682,33 @@ class BPETokenizer:
 # %%
 def test_unit_bpe_tokenizer():
     tok = BPETokenizer().train("aaabdaaabac", 259)
-    assert tok.merges == [(97, 97), (97, 98), (256, 257)], f"merges {tok.merges}; the hand example gives (97, 97), (97, 98), (256, 257)"
-    assert tok.vocab_size == 259 and tok.vocab[258] == b"aaab"
-    assert tok.encode("aaabdaaabac") == [258, 100, 258, 97, 99]
+    merges = tok.merges
+    if merges != [(97, 97), (97, 98), (256, 257)]:
+        cause = ("train makes vocab_size - 256 merges: vocab_size counts the 256 byte tokens too" if len(merges) != 3 else
+                 "merge k (counting from 0) makes the new id 256 + k" if (255, 256) in merges else
+                 "the pair counts disagree with a full recount: after a merge, subtract the pairs it destroyed and count "
+                 "the new ones at the merged positions")
+        raise AssertionError(f"merges {merges}; the hand example gives (97, 97), (97, 98), (256, 257): {cause}")
+    assert tok.vocab_size == 259 and tok.vocab[258] == b"aaab", \
+        f"256 bytes + 3 merges: vocab_size 259, and token 258 = 256 + 257 = b'aaab'; got {tok.vocab_size}, {tok.vocab.get(258)!r}"
+    ids = tok.encode("aaabdaaabac")
+    assert ids == [258, 100, 258, 97, 99], f"encode applies the merges in the order learned: [258, 100, 258, 97, 99]; got {ids}"
     for s in ("aaabdaaabac", "", "café 🙂 東京", "abracadabra"):
-        assert tok.decode(tok.encode(s)) == s, f"round trip failed for {s!r}"
-    assert BPETokenizer().decode([195]) == "\ufffd"
-    expect_error(IndexError, lambda: tok.decode([259]), "259")
+        try:
+            back = tok.decode(tok.encode(s))
+        except UnicodeDecodeError as err:
+            raise AssertionError(f"decode(encode({s!r})) raised UnicodeDecodeError ({err}): decode with "
+                                 "errors='replace'") from None
+        assert back == s, (f"round trip failed for {s!r}, got {back!r}: join the bytes of all tokens first, then decode "
+                           "once (a character's bytes may span tokens)")
+    try:
+        partial = BPETokenizer().decode([195])
+    except UnicodeDecodeError as err:
+        raise AssertionError(f"decode([195]) raised UnicodeDecodeError ({err}): decode with errors='replace'") from None
+    assert partial == "\ufffd", f"byte 195 alone is half a UTF-8 character: decode with errors='replace' (\ufffd), got {partial!r}"
+    expect_error(IndexError, lambda: tok.decode([259]), "259", what="decode([259]) with 259 tokens",
+                 cause="check every id is in 0 ... vocab_size - 1 and raise IndexError naming the bad one (a negative "
+                       "id would silently read from the end)")
     assert BPETokenizer().train("ab", 300).vocab_size == 257, "stops when no pair is left"
     print("✓ BPETokenizer: the hand example, encode/decode round trips, partial characters, bad ids")
 
@@ -800,10 +840,12 @@ def test_unit_save_load():
     tok = BPETokenizer().train("the cat sat on the mat; the end", 270)
     tok.save(os.path.join(folder, "t.json"))
     loaded = BPETokenizer.load(os.path.join(folder, "t.json"))
-    assert loaded.merges == tok.merges and loaded.vocab == tok.vocab
+    assert loaded.merges == tok.merges and loaded.vocab == tok.vocab, \
+        "BPETokenizer.load must give back the same merges (as tuples, in order) and vocabulary"
     ct = CharTokenizer.from_text("hello")
     ct.save(os.path.join(folder, "c.json"))
-    assert CharTokenizer.load(os.path.join(folder, "c.json")).chars == ct.chars
+    chars = CharTokenizer.load(os.path.join(folder, "c.json")).chars
+    assert chars == ct.chars, f"CharTokenizer.load must give back the characters {ct.chars}, got {chars}"
     expect_error(ValueError, lambda: CharTokenizer.load(os.path.join(folder, "t.json")), "bpe")
     print("✓ save and load: the same merges and vocabulary, wrong kind refused")
 

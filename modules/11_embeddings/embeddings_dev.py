@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -176,14 +176,18 @@ def scatter_add_rows(table: Any, ids: Any, rows: Any) -> Any:
 # %%
 def test_unit_scatter_add_rows():
     table = scatter_add_rows(np.zeros((5, 3)), ids, dY)
-    assert np.array_equal(table, one_hot.T @ dY), f"scatter_add_rows gave\n{table}\nexpected\n{one_hot.T @ dY}"
+    assert np.array_equal(table, one_hot.T @ dY), (
+        f"scatter_add_rows gave\n{table}\nexpected\n{one_hot.T @ dY}\nrepeated ids must add up: table[ids] += rows "
+        "writes a repeated id once (NumPy buffers it); use the unbuffered np.add.at (or a matmul with a one-hot)")
     rng = np.random.default_rng(0)
     many = rng.integers(0, 7, 200)
     rows = rng.standard_normal((200, 4))
     expected = np.ones((7, 4))
     np.add.at(expected, many, rows)
-    assert np.allclose(scatter_add_rows(np.ones((7, 4)), many, rows), expected), "repeated ids must add up"
-    assert np.array_equal(scatter_add_rows(np.ones((2, 2)), np.zeros(0, np.int64), np.zeros((0, 2))), np.ones((2, 2)))
+    assert np.allclose(scatter_add_rows(np.ones((7, 4)), many, rows), expected), \
+        "repeated ids must add up, into what the table already holds (a table of ones here): add, never overwrite"
+    empty = scatter_add_rows(np.ones((2, 2)), np.zeros(0, np.int64), np.zeros((0, 2)))
+    assert np.array_equal(empty, np.ones((2, 2))), f"no ids add nothing: the table stays all ones, got {empty.tolist()}"
     print("✓ scatter_add_rows: repeated ids add up, the hand example, empty ids")
 
 
@@ -349,15 +353,18 @@ def test_unit_embedding_op():
     table = Tensor(W, requires_grad=True)
     out = embedding(table, [[3, 0], [3, 4]])
     assert out.shape == (2, 2, 3) and np.array_equal(out.numpy()[1, 1], W[4]), "embedding must return weight[ids]"
-    assert out._node.op == "embedding" and out._node.inputs == (table,)
+    assert out._node is not None and out._node.op == "embedding" and out._node.inputs == (table,), \
+        f"embedding records op 'embedding' with inputs (weight,) (the ids take no gradient), got {out._node and out._node.op!r}"
     out.backward(np.ones((2, 2, 3)))
     assert np.array_equal(table.grad.numpy()[:, 0], [1, 0, 0, 2, 1]), "repeated ids must add their gradients"
     table.grad = None
     embedding(table, ids, padding_idx=3).backward(dY)
-    assert np.all(table.grad.numpy()[3] == 0) and np.array_equal(table.grad.numpy()[0], dY[1])
+    assert np.all(table.grad.numpy()[3] == 0), \
+        f"padding_idx=3: the padding row's gradient stays 0, got {table.grad.numpy()[3].tolist()}"
+    assert np.array_equal(table.grad.numpy()[0], dY[1]), "the other rows get their gradients as without padding_idx"
     rng = np.random.default_rng(2)
     weight = Tensor(rng.standard_normal((6, 4)), requires_grad=True)
-    assert gradcheck(lambda w: embedding(w, [[1, 5, 1], [0, 1, 2]]), [weight])
+    gradcheck(lambda w: embedding(w, [[1, 5, 1], [0, 1, 2]]), [weight])  # raises naming the element when wrong
     # with padding_idx the rule is *defined* as the plain gradient with the padding row zeroed
     g = rng.standard_normal((2, 3, 4))
     plain, padded = (Tensor(weight.numpy(), requires_grad=True) for _ in range(2))
@@ -365,12 +372,14 @@ def test_unit_embedding_op():
     embedding(padded, [[1, 5, 1], [0, 1, 2]], padding_idx=1).backward(g)
     expected = plain.grad.numpy().copy()
     expected[1] = 0
-    assert np.allclose(padded.grad.numpy(), expected)
+    assert np.allclose(padded.grad.numpy(), expected), \
+        "with padding_idx=1 the gradient must be the plain one with row 1 zeroed"
     for bad in ([0, 6], [-1]):
         try:
             embedding(weight, bad)
         except IndexError as err:
-            assert str(bad[-1]) in str(err) and "6" in str(err)
+            assert str(bad[-1]) in str(err) and "6" in str(err), \
+                f"the IndexError for ids {bad} must name the bad id and the table's 6 rows, it says: {err}"
         else:
             raise AssertionError(f"ids {bad} must raise IndexError")
     print("✓ embedding: lookup of any shape, scatter-add backward, padding row, gradcheck, bad ids")
@@ -431,16 +440,23 @@ class Embedding(Module):
 # %%
 def test_unit_embedding_layer():
     emb = Embedding(10, 4, padding_idx=0, seed=0)
-    assert emb.weight.shape == (10, 4) and emb.weight.dtype == np.float32 and emb.weight.requires_grad
+    assert emb.weight.shape == (10, 4) and emb.weight.dtype == np.float32 and emb.weight.requires_grad, \
+        f"Embedding(10, 4): a (10, 4) float32 table that requires gradients, got {emb.weight.shape} {emb.weight.dtype}"
     assert np.all(emb.weight.numpy()[0] == 0), "the padding row starts at zero"
-    assert [name for name, _ in emb.named_parameters()] == ["weight"]
+    names = [name for name, _ in emb.named_parameters()]
+    assert names == ["weight"], f"one parameter, 'weight', got {names}"
     spread = Embedding(1000, 64, seed=1).weight.numpy()
     assert abs(spread.std() - 1.0) < 0.02 and abs(spread.mean()) < 0.02, "N(0, 1) initialisation"
     out = emb(np.array([[1, 2, 0], [0, 0, 3]]))
-    assert out.shape == (2, 3, 4) and np.array_equal(out.numpy()[0, 1], emb.weight.numpy()[2])
+    assert out.shape == (2, 3, 4) and np.array_equal(out.numpy()[0, 1], emb.weight.numpy()[2]), \
+        f"ids (2, 3) give (2, 3, 4), each entry the table's row of its id; got {out.shape}"
     out.sum().backward()
-    assert np.array_equal(emb.weight.grad.numpy()[:, 0], [0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
-    assert Embedding(3, 2, padding_idx=-1, seed=0).padding_idx == 2
+    counts = emb.weight.grad.numpy()[:, 0]
+    assert np.array_equal(counts, [0, 1, 1, 1, 0, 0, 0, 0, 0, 0]), (
+        f"summing the output: each row's gradient counts its ids, except the padding row 0, which stays 0; expected "
+        f"[0, 1, 1, 1, 0, ...], got {counts.tolist()}")
+    last = Embedding(3, 2, padding_idx=-1, seed=0).padding_idx
+    assert last == 2, f"padding_idx=-1 counts from the end: row 2 of 3, got {last}"
     print("✓ Embedding: N(0, 1) table, padding row zero and frozen, ids of any shape")
 
 
@@ -605,18 +621,35 @@ class PositionalEmbedding(Module):
 def test_unit_positional_embedding():
     pos = PositionalEmbedding(6, 4, dtype=np.float64, seed=0)
     x = Tensor(np.random.default_rng(8).standard_normal((3, 5, 4)), requires_grad=True)
-    out = pos(x)
+    try:
+        out = pos(x)
+    except ValueError as err:
+        raise AssertionError(f"pos(x) for x (3, 5, 4) raised ValueError ({err}): positions run along axis -2 (the T "
+                             "tokens): add weight[start:start + T], the same rows for every batch item") from None
     assert np.allclose(out.numpy(), x.numpy() + pos.weight.numpy()[:5]), "x + weight[:T], the same rows for every batch item"
     out.backward(np.ones((3, 5, 4)))
-    assert np.allclose(pos.weight.grad.numpy()[:5], 3) and np.all(pos.weight.grad.numpy()[5] == 0)
-    assert np.allclose(pos(x, start=1).numpy(), x.numpy() + pos.weight.numpy()[1:6])
-    assert pos(Tensor(np.zeros((1, 6, 4)))).shape == (1, 6, 4)  # exactly max_len fits
-    for bad in (lambda: pos(Tensor(np.zeros((1, 7, 4)))), lambda: pos(x, start=2)):
+    grad = pos.weight.grad.numpy()
+    assert np.allclose(grad[:5], 3) and np.all(grad[5] == 0), (
+        f"rows 0 ... 4 are used by 3 batch items each (gradient 3), row 5 by none (0); got {grad[:, 0].tolist()}")
+    fits = "start + T <= max_len fits: the max_len check is off by one"
+    try:
+        shifted = pos(x, start=1).numpy()
+        shape = pos(Tensor(np.zeros((1, 6, 4)))).shape
+    except ValueError as err:
+        raise AssertionError(f"5 tokens from start 1, and 6 from 0, fit max_len 6, but it raised ValueError ({err}): "
+                             f"{fits}") from None
+    assert np.allclose(shifted, x.numpy() + pos.weight.numpy()[1:6]), \
+        "start=1 uses rows 1 ... 5 (positions start ... start + T - 1): the forward ignores `start`"
+    assert shape == (1, 6, 4), f"exactly max_len (6) positions fit, got {shape}"
+    for label, bad in (("7 tokens", lambda: pos(Tensor(np.zeros((1, 7, 4))))), ("5 tokens from start 2", lambda: pos(x, start=2))):
         try:
             bad()
         except ValueError:
             continue
-        raise AssertionError("a sequence past max_len must raise ValueError")
+        except IndexError as err:
+            raise AssertionError(f"{label} with max_len 6 reached the table lookup ({err}): refuse start + T > max_len "
+                                 "with a ValueError first: the max_len check is off by one") from None
+        raise AssertionError(f"{label} with max_len 6 must raise ValueError: the max_len check is off by one")
     print("✓ PositionalEmbedding: x + weight[start:start+T], batch gradients summed, max_len checked")
 
 
@@ -662,13 +695,20 @@ def sinusoidal_table(max_len: int, embed_dim: int) -> np.ndarray:
 # %%
 def test_unit_sinusoidal_table():
     pe = sinusoidal_table(50, 6)
-    assert pe.shape == (50, 6) and pe.dtype == np.float64
+    assert pe.shape == (50, 6) and pe.dtype == np.float64, f"sinusoidal_table(50, 6) is (50, 6) float64, got {pe.shape} {pe.dtype}"
     for pos in (0, 1, 7, 49):
         for i in range(3):
             angle = pos / 10000 ** (2 * i / 6)
-            assert np.isclose(pe[pos, 2 * i], np.sin(angle)), f"PE[{pos}, {2 * i}] should be sin({angle:.4f})"
-            assert np.isclose(pe[pos, 2 * i + 1], np.cos(angle)), f"PE[{pos}, {2 * i + 1}] should be cos({angle:.4f})"
-    assert sinusoidal_table(3, 5).shape == (3, 5) and np.isclose(sinusoidal_table(3, 5)[2, 4], np.sin(2 / 10000 ** 0.8))
+            formula = "PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i + 1] = cos(the same angle)"
+            if np.isclose(pe[pos, 2 * i], np.cos(angle)) and not np.isclose(pe[pos, 2 * i], np.sin(angle)):
+                formula = "sin and cos swapped: even columns are sines, odd columns cosines"
+            assert np.isclose(pe[pos, 2 * i], np.sin(angle)), \
+                f"PE[{pos}, {2 * i}] should be sin({angle:.4f}) = {np.sin(angle):.5f}, got {pe[pos, 2 * i]:.5f}: {formula}"
+            assert np.isclose(pe[pos, 2 * i + 1], np.cos(angle)), \
+                f"PE[{pos}, {2 * i + 1}] should be cos({angle:.4f}) = {np.cos(angle):.5f}, got {pe[pos, 2 * i + 1]:.5f}: {formula}"
+    odd = sinusoidal_table(3, 5)
+    assert odd.shape == (3, 5) and np.isclose(odd[2, 4], np.sin(2 / 10000 ** 0.8)), \
+        f"an odd width 5: shape (3, 5), the last column a sine, PE[2, 4] = sin(2 / 10000^0.8); got {odd.shape}, {odd[2, -1]:.5f}"
     print("✓ sinusoidal_table: the formula, entry by entry; odd widths")
 
 
@@ -755,14 +795,16 @@ class SinusoidalPositionalEncoding(Module):
 # %%
 def test_unit_sinusoidal_encoding():
     enc = SinusoidalPositionalEncoding(8, max_len=20)
-    assert enc.parameters() == [] and [n for n, _ in enc.named_buffers()] == ["pe"]
-    assert "pe" in enc.state_dict() and enc.pe.shape == (20, 8)
+    assert enc.parameters() == [] and [n for n, _ in enc.named_buffers()] == ["pe"], \
+        "the sinusoidal table is a buffer named 'pe', not a parameter: nothing to learn"
+    assert "pe" in enc.state_dict() and enc.pe.shape == (20, 8), f"the buffer is saved and (max_len, d) = (20, 8), got {enc.pe.shape}"
     x = Tensor(np.random.default_rng(9).standard_normal((2, 5, 8)), requires_grad=True)
     out = enc(x, start=3)
-    assert np.allclose(out.numpy(), x.numpy() + sinusoidal_table(20, 8)[3:8])
+    assert np.allclose(out.numpy(), x.numpy() + sinusoidal_table(20, 8)[3:8]), "start=3 adds rows 3 ... 7 of the table"
     out.backward(np.ones((2, 5, 8)))
-    assert np.allclose(x.grad.numpy(), 1)
-    assert enc(Tensor(np.zeros((1, 3, 8), np.float16))).dtype == np.float16
+    assert np.allclose(x.grad.numpy(), 1), "x + a constant: the gradient passes through unchanged"
+    dtype = enc(Tensor(np.zeros((1, 3, 8), np.float16))).dtype
+    assert dtype == np.float16, f"float16 in must give float16 out (cast the table to x's dtype), got {dtype}"
     try:
         enc(Tensor(np.zeros((1, 21, 8))))
     except ValueError:
@@ -842,9 +884,11 @@ def test_unit_position_shift_matrix():
     pe = sinusoidal_table(64, 10)
     for k in (0, 1, 7):
         M = position_shift_matrix(k, 10)
-        assert np.allclose(pe[k:] , pe[: 64 - k] @ M.T), f"PE[pos + {k}] must equal M_{k} @ PE[pos] for every pos"
+        backwards = np.allclose(pe[: 64 - k], pe[k:] @ M.T)
+        assert np.allclose(pe[k:] , pe[: 64 - k] @ M.T), (f"PE[pos + {k}] must equal M_{k} @ PE[pos] for every pos" + (
+            f": your M moves {k} steps back (it rotates by -k·ω); rotate by +k·ω" if backwards and k else ""))
         assert np.allclose(M @ M.T, np.eye(10)), "a rotation is orthogonal"
-    assert np.allclose(position_shift_matrix(0, 4), np.eye(4))
+    assert np.allclose(position_shift_matrix(0, 4), np.eye(4)), "a shift by 0 positions is the identity"
     try:
         position_shift_matrix(1, 5)
     except ValueError:

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -413,7 +413,9 @@ def expect_error(error: type, *calls, says: tuple = ()) -> None:
 
 def test_unit_causal_mask():
     causal = create_causal_mask(3)
-    assert causal.dtype == np.float32 and causal.shape == (3, 3), f"got {causal.dtype} {causal.shape}"
+    assert causal.dtype == np.float32 and causal.shape == (3, 3), (
+        f"create_causal_mask(3) must be a (3, 3) float32 Tensor of 1s and 0s, got {causal.dtype} {causal.shape}: "
+        "make the ones with dtype=np.float32")
     assert np.array_equal(causal.numpy(), [[1, 0, 0], [1, 1, 0], [1, 1, 1]]), \
         f"create_causal_mask(3) must be the lower triangle with its diagonal, got\n{causal.numpy()}"
     expect_error(ValueError, lambda: create_causal_mask(0))
@@ -451,9 +453,16 @@ def create_padding_mask(lengths: Any, max_length: int | None = None) -> Tensor:
 # %%
 def test_unit_padding_mask():
     pad = create_padding_mask([2, 3, 0], 4)
-    assert pad.shape == (3, 1, 1, 4), f"create_padding_mask([2, 3, 0], 4) must have shape (3, 1, 1, 4), got {pad.shape}"
-    assert np.array_equal(pad.numpy()[:, 0, 0], [[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]), pad.numpy()[:, 0, 0]
-    assert pad.dtype == np.float32 and create_padding_mask(np.array([1, 2])).shape == (2, 1, 1, 2)
+    assert pad.shape == (3, 1, 1, 4), (f"create_padding_mask([2, 3, 0], 4) must have shape (3, 1, 1, 4), got "
+                                       f"{pad.shape}: the padding mask blocks KEYS, the last axis; the two size-1 axes "
+                                       "broadcast over the heads and the queries")
+    expected = [[1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]
+    assert np.array_equal(pad.numpy()[:, 0, 0], expected), (
+        f"create_padding_mask([2, 3, 0], 4): expected rows {expected} (1 where position < length, 0 on the padding), "
+        f"got {pad.numpy()[:, 0, 0].astype(int).tolist()}")
+    assert pad.dtype == np.float32, f"the padding mask must be float32 (1.0 and 0.0), got {pad.dtype}"
+    default = create_padding_mask(np.array([1, 2])).shape
+    assert default == (2, 1, 1, 2), f"without max_length the mask is as long as the longest: (2, 1, 1, 2), got {default}"
     expect_error(ValueError, lambda: create_padding_mask([5], 4))
     print("✓ padding mask: (B, 1, 1, T), ones on the real tokens")
 
@@ -518,7 +527,8 @@ def test_unit_blocked_positions():
     both = _blocked_positions(create_padding_mask([1, 2], 2), True, (2, 1, 2, 2), np.zeros(1))
     assert np.array_equal(both[:, 0], [[[False, True], [False, True]], [[False, True], [False, False]]]), \
         f"a key blocked by the padding mask OR by causality is blocked, got\n{both}"
-    assert _blocked_positions(None, False, (2, 2), np.zeros(1)) is None
+    nothing = _blocked_positions(None, False, (2, 2), np.zeros(1))
+    assert nothing is None, f"no mask and is_causal=False block nothing: return None, got {nothing!r}"
     keep = np.ones((2, 2), dtype=bool)
     assert _blocked_positions(keep, False, (2, 2), np.zeros(1)) is not keep, "return a new array, not the caller's mask"
     expect_error(ValueError, lambda: _blocked_positions(np.ones((3, 3)), False, (2, 4, 4), np.zeros(1)))
@@ -727,36 +737,72 @@ def _close(a: np.ndarray, b: np.ndarray, atol: float) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=1e-4, equal_nan=True))
 
 
-def _compare(name: str, probe: str, got: tuple, expected: tuple, causes: list, atol: float = 1e-6) -> None:
+def _matches(got: tuple, expected: tuple, atol: float) -> bool:
+    """Every array the function returned (the output, and the weights when it returns them) is close."""
+    return all(_close(g, e, atol) for g, e in zip(got, expected) if g is not None)
+
+
+def _indices(hit: np.ndarray, size: int) -> str:
+    if len(hit) == size:
+        return f"all {size}" if size > 1 else "0"
+    shown = ", ".join(map(str, hit[:8].tolist())) + (", ..." if len(hit) > 8 else "")
+    return f"[{shown}] of {size}"
+
+
+def _where_they_differ(mine: np.ndarray, right: np.ndarray, last_two: tuple, atol: float) -> str:
+    """Which batch items, heads, rows and columns hold the differences, e.g. "heads [1] of 3, query rows all 5"."""
+    bad = ~np.isclose(mine, right, atol=atol, rtol=1e-4, equal_nan=True)
+    lead = {0: (), 1: ("batch item",), 2: ("batch item", "head")}.get(bad.ndim - 2, ("leading index",) * (bad.ndim - 2))
+    parts = []
+    for axis, label in enumerate(lead + last_two):
+        others = tuple(i for i in range(bad.ndim) if i != axis)
+        parts.append(f"{label}s {_indices(np.flatnonzero(bad.any(axis=others)), bad.shape[axis])}")
+    return ", ".join(parts)
+
+
+def _compare(name: str, probe: str, got: tuple, expected: tuple, causes: list, atol: float = 1e-6,
+             after_weights: str = "the product weights @ V", steps: str = "section 2's table") -> None:
     """Raise AttentionBug unless `got` = (out, weights or None) matches `expected`.
 
-    The weights are compared when the function returns them, else the output. `causes` is a
-    list of (cause, (out, weights)) that classic mistakes would produce: when the numbers
-    match one of them, the message names it.
+    Compares every array the function returned: the output, and the weights when it returns
+    them. `causes` is a list of (cause, (out, weights)) that classic mistakes would produce:
+    when the numbers match one of them in everything returned (a mistake that leaves the
+    weights right is recognised by its output too), the message names it. Otherwise the
+    message says what differs (weights or output), where (which batch items, heads,
+    positions) and by how much, and guesses nothing. Right weights with a wrong output put
+    the difference in `after_weights`, the steps that come after the weights.
     """
-    which = 1 if got[1] is not None else 0
-    what = ("output", "weights")[which]
-    mine, right = got[which], expected[which]
-    if _close(mine, right, atol) and (which == 0 or _close(got[0], expected[0], atol)):
+    if _matches(got, expected, atol):
         return
-    if mine.shape != right.shape:
-        raise AttentionBug(f"{name}: {what} of shape {mine.shape}, expected {right.shape} ({probe}).")
+    for label, mine, right in (("output", got[0], expected[0]), ("weights", got[1], expected[1])):
+        if mine is not None and mine.shape != right.shape:
+            raise AttentionBug(f"{name}: {label} of shape {mine.shape}, expected {right.shape} ({probe}).")
+    wrong_parts = [label for label, mine, right in (("output", got[0], expected[0]), ("weights", got[1], expected[1]))
+                   if mine is not None and not _close(mine, right, atol)]
     for cause, wrong in causes:
-        if _close(mine, wrong[which], atol):
-            raise AttentionBug(f"{name}: wrong {what} ({probe}): {cause}.")
-    if which == 1 and np.allclose(right.sum(-1), 1) and not np.allclose(mine.sum(-1), 1):
+        if _matches(got, wrong, atol):
+            raise AttentionBug(f"{name}: wrong {' and '.join(wrong_parts)} ({probe}): {cause}.")
+    mine = got[1]
+    if mine is not None and np.allclose(expected[1].sum(-1), 1) and not np.allclose(mine.sum(-1), 1):
         if np.allclose(mine.sum(-2), 1):
             raise AttentionBug(f"{name}: the weights of each query do not sum to 1, the columns do ({probe}): "
                                f"{SOFTMAX_AXIS}.")
         raise AttentionBug(f"{name}: the weights of each query must sum to 1 over the keys (axis -1); the first "
                            f"rows sum to {np.round(mine.reshape(-1, mine.shape[-1]).sum(-1)[:4], 3).tolist()} ({probe}).")
-    if which == 1 and _close(mine, right, atol):
-        what, mine, right = "output", got[0], expected[0]  # the weights are right, the output is not
-    finite = np.isfinite(mine)
-    gap = float(np.abs(mine - right)[finite].max()) if finite.any() else float("nan")
-    extra = "" if finite.all() else " It has NaN or inf where the reference is finite."
-    raise AttentionBug(f"{name}: {what} differs from the reference by up to {gap:.3g} ({probe}).{extra} "
-                       "None of the classic mistakes explains it: compare your steps with section 2's table.")
+    said = []
+    for label, mine, right, last_two in (("weights", got[1], expected[1], ("query row", "key column")),
+                                         ("output", got[0], expected[0], ("query row", "output column"))):
+        if mine is None or _close(mine, right, atol):
+            continue
+        finite = np.isfinite(mine)
+        gap = float(np.abs(mine - right)[finite].max()) if finite.any() else float("nan")
+        extra = "; it has NaN or inf where the reference is finite" if not finite.all() else ""
+        said.append(f"the {label} {'differ' if label == 'weights' else 'differs'} from the reference by up to {gap:.3g} in "
+                    f"{_where_they_differ(mine, right, last_two, atol)}{extra}")
+    if got[1] is not None and _close(got[1], expected[1], atol):
+        said.insert(0, f"the weights are right, so the difference comes after them ({after_weights})")
+    raise AttentionBug(f"{name} ({probe}): {'; '.join(said)}. No classic mistake produces exactly these numbers: "
+                       f"compare each step with {steps}.")
 
 
 def _random(shape: tuple, seed: int) -> np.ndarray:
@@ -939,7 +985,12 @@ def check_attention(attn: Callable, name: str | None = None) -> None:
 def _grads(attn: Callable, arrays: list, cotangent: np.ndarray, **kwargs: Any) -> list[np.ndarray]:
     tensors = [Tensor(a, requires_grad=True) for a in arrays]
     result = attn(*tensors, **kwargs)
-    (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    try:
+        (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    except ValueError as err:
+        raise AttentionBug(f"{_name(attn, None)}: the backward pass raised ValueError ({err}) for Q {arrays[0].shape}, "
+                           f"K {arrays[1].shape}: a transpose is missing or misplaced: dV = Wᵀ dO, dQ = dS K · scale, "
+                           "dK = dSᵀ Q · scale") from None
     return [np.zeros(a.shape) if t.grad is None else np.asarray(to_host(t.grad), dtype=np.float64)
             for a, t in zip(arrays, tensors)]
 
@@ -1086,11 +1137,16 @@ def _masked_softmax_(scores: Any, blocked: Any) -> Any:
 
 # %%
 def test_unit_masked_softmax():
+    small = _masked_softmax_(np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 4.0]]), None)
+    assert np.allclose(small.sum(-1), 1), (f"each row (one query's scores over the keys) must sum to 1, the rows sum "
+                                           f"to {small.sum(-1).round(4).tolist()}: normalise over the last axis, -1")
     s = np.array([[1000.0, 1001.0, 1002.0], [1.0, 2.0, 3.0], [0.0, 5.0, 1.0]])
     blocked = np.array([[False, False, False], [False, True, False], [True, True, True]])
     out = _masked_softmax_(s, blocked)
     assert out is s, "_masked_softmax_ must work in place and return `scores` itself"
-    assert np.allclose(out[0], [0.09003, 0.24473, 0.66524], atol=1e-5), f"row 0: {out[0]}"
+    assert np.allclose(out[0], [0.09003, 0.24473, 0.66524], atol=1e-5), (
+        f"row 0, scores [1000, 1001, 1002]: expected the softmax [0.09003, 0.24473, 0.66524], got {out[0]}: subtract "
+        "the row maximum before exp (exp(1000) overflows), then divide by the row sum")
     assert out[1, 1] == 0 and np.isclose(out[1].sum(), 1), f"a blocked entry must be exactly 0: {out[1]}"
     assert not np.isnan(out[2]).any(), \
         f"a fully blocked row gave {out[2]}: its maximum is -inf and -inf - (-inf) = NaN; replace it by a finite number"
@@ -1104,7 +1160,8 @@ def test_unit_masked_softmax():
     assert np.all(heads[..., 0, 1] == 0) and np.allclose(heads[..., 1, :], 0.5), \
         "a broadcast mask must block the same key in every batch item and head"
     plain = _masked_softmax_(np.array([[1.0, 2.0], [3.0, 3.0]]), None)
-    assert np.allclose(plain.sum(-1), 1) and np.allclose(plain[1], 0.5), f"rows must sum to 1: {plain}"
+    assert np.allclose(plain.sum(-1), 1) and np.allclose(plain[1], 0.5), \
+        f"blocked=None: each row must sum to 1 and [3, 3] give [0.5, 0.5]; got {plain.tolist()}"
     print("✓ masked softmax: in place, stable, blocked entries 0, fully blocked rows 0")
 
 
@@ -1185,6 +1242,8 @@ DROPOUT_NOT_RESCALED = "the kept weights are not rescaled by 1/(1-p)"
 DROPOUT_MISSING = "dropout_p > 0 with training=True dropped no weight"
 DROPOUT_BACKWARD = ("the backward ignores dropout: the forward used W = P ⊙ M/(1-p), so multiply dW = dO Vᵀ "
                     "by the same M/(1-p) before the softmax rule")
+DROPOUT_DV = ("dV is computed from the probabilities before dropout: dV = Wᵀ dO with W the weights as applied to V "
+              "(saved `weights`), not `probs`")
 
 
 # ---- dropout (scaled_dot_product_attention's dropout_p, training and rng) -----------------------
@@ -1193,6 +1252,11 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
     name = _name(attn, name)
     x = Tensor(np.ones((1, 40, 4)))
     uniform = 1 / 40
+    v = np.arange(160.0).reshape(1, 40, 4)
+    out, weights = _run(attn, x, x, Tensor(v), dropout_p=0.25, rng=2)
+    if not np.allclose(out, weights @ v):  # first: every check below reads the returned weights
+        raise AttentionBug(f"{name}: with dropout_p=0.25 the returned weights are not the ones applied to V "
+                           "(output != weights @ V): return the weights after dropout, as applied.")
     w = _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]
     values = set(np.unique(w.round(9)).tolist())
     if values == {round(uniform, 9)}:
@@ -1202,26 +1266,25 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
                            f"expected {uniform / 0.75:.4f}).")
     if values != {0.0, round(uniform / 0.75, 9)} or not 0.15 < np.mean(w == 0) < 0.35:
         raise AttentionBug(f"{name}: with dropout_p=0.25 each weight must be 0 (about a quarter of them) or "
-                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}.")
+                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}, "
+                           f"{np.mean(w == 0):.0%} of them 0: p is the probability of DROPPING a weight "
+                           "(keep = random >= p).")
     if not np.array_equal(w, _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]):
         raise AttentionBug(f"{name}: the same rng=1 gave a different dropout mask: draw it from make_rng(rng).")
-    v = np.arange(160.0).reshape(1, 40, 4)
-    out, weights = _run(attn, x, x, Tensor(v), dropout_p=0.25, rng=2)
-    if not np.allclose(out, weights @ v):
-        raise AttentionBug(f"{name}: the returned weights must be the ones applied to V (after dropout).")
     if not np.allclose(_run(attn, x, x, x, dropout_p=0.25, training=False)[1], uniform):
         raise AttentionBug(f"{name}: {DROPOUT_IN_EVAL}.")
 
 
-def _fused_rule(q, k, v, g, probs, drop, scale, with_dropout) -> list[np.ndarray]:
-    """The fused backward in NumPy, with or without the dropout factor in dW (to name that mistake)."""
+def _fused_rule(q, k, v, g, probs, drop, scale, with_dropout=True, dv_from_probs=False) -> list[np.ndarray]:
+    """The fused backward in NumPy; the switches make the dropout mistakes (to name them)."""
     weights = probs * drop
     out = weights @ v
     d_w = g @ np.swapaxes(v, -1, -2)
     if with_dropout:
         d_w = d_w * drop
     d_s = probs * (d_w - (g * out).sum(-1, keepdims=True))
-    return [d_s @ k * scale, np.swapaxes(d_s, -1, -2) @ q * scale, np.swapaxes(weights, -1, -2) @ g]
+    d_v = np.swapaxes(probs if dv_from_probs else weights, -1, -2) @ g
+    return [d_s @ k * scale, np.swapaxes(d_s, -1, -2) @ q * scale, d_v]
 
 
 def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
@@ -1237,9 +1300,11 @@ def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
     probs = _run(attn, *(Tensor(a) for a in arrays), training=False)[1]
     weights = _run(attn, *(Tensor(a) for a in arrays), **kwargs)[1]
     drop = np.divide(weights, probs, out=np.zeros_like(weights), where=probs > 0)
-    ignored = _fused_rule(*arrays, g, probs, drop, 1 / math.sqrt(3), with_dropout=False)
-    if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, ignored)):
-        raise AttentionBug(f"{name}: wrong gradients with dropout_p=0.5: {DROPOUT_BACKWARD}.")
+    for cause, switch in ((DROPOUT_BACKWARD, {"with_dropout": False}), (DROPOUT_DV, {"dv_from_probs": True}),
+                          (f"{DROPOUT_BACKWARD}; and {DROPOUT_DV}", {"with_dropout": False, "dv_from_probs": True})):
+        wrong = _fused_rule(*arrays, g, probs, drop, 1 / math.sqrt(3), **switch)
+        if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, wrong)):
+            raise AttentionBug(f"{name}: wrong gradients with dropout_p=0.5: {cause}.")
     worst = max(range(3), key=lambda i: np.abs(mine[i] - numeric[i]).max())
     raise AttentionBug(f"{name}: with dropout_p=0.5 (rng=7), d{'QKV'[worst]} differs from central differences "
                        f"by up to {np.abs(mine[worst] - numeric[worst]).max():.3g}.")
@@ -1254,7 +1319,11 @@ def test_unit_sdpa_forward():
     assert out._node.op == "sdpa" and out._node.inputs == (Q, Q, Q), "record one op 'sdpa' with inputs (Q, K, V)"
     assert w._node.op == "sdpa_weights" and w._node.inputs == (Q, Q), "the weights: op 'sdpa_weights', inputs (Q, K)"
     saved = out._node.saved
-    assert set(saved) >= {"weights", "probs", "drop", "out", "scale"} and saved["drop"] is None and saved["scale"] == 0.5
+    missing = {"weights", "probs", "drop", "out", "scale"} - set(saved)
+    assert not missing, f"'sdpa' must save weights, probs, drop, out and scale; {sorted(missing)} missing"
+    assert saved["drop"] is None and saved["scale"] == 0.5, (
+        f"without dropout 'sdpa' saves drop=None, and the hand example's scale 1/√4 = 0.5; got drop={saved['drop']!r}, "
+        f"scale={saved['scale']!r}")
     print("✓ scaled_dot_product_attention forward: the checks pass, dropout, one recorded op")
 
 
@@ -1337,7 +1406,8 @@ def sdpa_flops(node, out_shape: tuple, grads: Any = None) -> int:
 # (`sdpa_weights`' rule comes next; these tests differentiate the output only.)
 
 # %%
-from tinytorch.core.autograd import gradcheck
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
+from tinytorch.testing import numeric_vjp
 
 
 def _grads_of(fn, arrays, cotangent):
@@ -1347,7 +1417,24 @@ def _grads_of(fn, arrays, cotangent):
     return out.numpy(), w.numpy(), [t.grad.numpy() for t in tensors]
 
 
+def rules_leave_the_gradient_alone(ops: tuple, **kwargs: Any) -> None:
+    """Each rule of `ops` gets a gradient array it must not change (module 05: the engine may share it)."""
+    rng = np.random.default_rng(0)
+    Q, K, V = (Tensor(rng.standard_normal((2, 3, 4)), requires_grad=True) for _ in range(3))
+    for op, made in zip(("sdpa", "sdpa_weights"), scaled_dot_product_attention(Q, K, V, rng=1, **kwargs)):
+        if op not in ops:
+            continue
+        grad = rng.standard_normal(made.shape)
+        before = grad.copy()
+        BACKWARD_RULES[op](grad, made._node)
+        assert np.array_equal(grad, before), (
+            f"the {op} rule changed the gradient it was given in place ({kwargs or 'no dropout'}): make a new array "
+            "(e.g. grad * drop, not grad *= drop); the engine may pass the same array to other rules")
+
+
 def test_unit_sdpa_backward():
+    for dropout in (0.0, 0.5):
+        rules_leave_the_gradient_alone(("sdpa",), dropout_p=dropout)
     for check in GRADIENT_CHECKS:
         check(scaled_dot_product_attention)
     check_dropout_backward(scaled_dot_product_attention)
@@ -1359,9 +1446,14 @@ def test_unit_sdpa_backward():
                          ([[1, 0, 1, 0, 0, 0]] + [[0] * 6] + [[1] * 6] * 3, False)):
         a = _grads_of(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
         b = _grads_of(lambda q, k, v: composed_attention(q, k, v, mask=mask, is_causal=causal), arrays, g)
-        assert np.allclose(a[0], b[0], atol=1e-12) and np.allclose(a[1], b[1], atol=1e-12)
-        for ga, gb in zip(a[2], b[2]):
-            assert np.allclose(ga, gb, atol=1e-12), f"fused and composed gradients differ (mask={mask is not None}, causal={causal})"
+        assert np.allclose(a[0], b[0], atol=1e-12) and np.allclose(a[1], b[1], atol=1e-12), (
+            f"fused and composed attention give different values (mask={mask is not None}, causal={causal}): output "
+            f"by up to {np.abs(a[0] - b[0]).max():.3g}, weights by up to {np.abs(a[1] - b[1]).max():.3g}")
+        for name, ga, gb in zip("QKV", a[2], b[2]):
+            assert np.allclose(ga, gb, atol=1e-12), (
+                f"fused and composed d{name} differ by up to {np.abs(ga - gb).max():.3g} (mask={mask is not None}, "
+                f"causal={causal}): composed attention's gradients come from module 05's rules, so look for the "
+                "difference in your sdpa rule, step by step against the derivation above")
     print("✓ fused backward: central differences with masks and dropout, the same gradients as composed")
 
 
@@ -1409,12 +1501,40 @@ def sdpa_weights_flops(node, out_shape: tuple, grads: Any = None) -> int:
 
 
 # %%
+def weights_rule_mistake(dq: np.ndarray, dk: np.ndarray, q: np.ndarray, k: np.ndarray, g: np.ndarray,
+                         node) -> str:
+    """The classic mistake of the sdpa_weights rule that gives exactly (dq, dk), if one does."""
+    probs, drop, scale = node.saved["probs"], node.saved["drop"], node.saved["scale"]
+
+    def rule(with_drop=True, with_rowsum=True, with_scale=True):
+        d_p = g * drop if (drop is not None and with_drop) else g
+        d_s = probs * (d_p - (d_p * probs).sum(-1, keepdims=True) if with_rowsum else d_p)
+        factor = scale if with_scale else 1.0
+        return d_s @ k * factor, np.swapaxes(d_s, -1, -2) @ q * factor
+
+    for cause, switch in (("the dropout factor is missing: dP = dW ⊙ drop", {"with_drop": False}),
+                          ("the softmax step lost its row sum: dS = P ⊙ (dP − rowsum(dP ⊙ P))", {"with_rowsum": False}),
+                          (GRAD_SCALE, {"with_scale": False})):
+        wrong_q, wrong_k = rule(**switch)
+        if np.allclose(dq, wrong_q, atol=1e-8) and np.allclose(dk, wrong_k, atol=1e-8):
+            return f"it matches a known mistake: {cause}"
+    return "compare each step with the derivation: dP = dW ⊙ drop, dS = P ⊙ (dP − rowsum(dP ⊙ P)), dQ = dS K · scale"
+
+
 def test_unit_sdpa_weights_backward():
+    for dropout in (0.0, 0.5):
+        rules_leave_the_gradient_alone(("sdpa_weights",), dropout_p=dropout)
     rng = np.random.default_rng(2)
-    Q, K = (Tensor(rng.standard_normal((2, 4, 3)), requires_grad=True) for _ in range(2))
-    V = Tensor(rng.standard_normal((2, 4, 2)))
+    q, k, v = rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 3)), rng.standard_normal((2, 4, 2))
+    g = rng.standard_normal((2, 4, 4))
     for kwargs in ({"is_causal": True}, {"mask": [[1, 1, 0, 0]] * 3 + [[0] * 4]}, {"dropout_p": 0.3, "rng": 5}):
-        assert gradcheck(lambda q, k: scaled_dot_product_attention(q, k, V, **kwargs)[1], [Q, K]), kwargs
+        weights = scaled_dot_product_attention(Tensor(q, requires_grad=True), Tensor(k, requires_grad=True), v, **kwargs)[1]
+        dq, dk = BACKWARD_RULES["sdpa_weights"](g.copy(), weights._node)
+        numeric = numeric_vjp(lambda a, b: scaled_dot_product_attention(a, b, v, **kwargs)[1], [q, k], g)
+        for name, mine, expected in (("dQ", dq, numeric[0]), ("dK", dk, numeric[1])):
+            assert np.allclose(mine, expected, atol=1e-6), (
+                f"the sdpa_weights rule's {name} differs from central differences by up to "
+                f"{np.abs(mine - expected).max():.3g} ({kwargs}): " + weights_rule_mistake(dq, dk, q, k, g, weights._node))
     print("✓ the weights' rule: gradcheck with a causal mask, a fully blocked query and dropout")
 
 
@@ -1445,12 +1565,14 @@ def fwd_bwd_peak(attn, T: int = 512) -> tuple[float, int]:
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((4, T, 64), dtype=np.float32) for _ in range(4)]
     tracemalloc.start()
-    q, k, v = (Tensor(a, requires_grad=True) for a in arrays[:3])
-    out = attn(q, k, v, is_causal=True)[0]
-    ops = graph_size(out)
-    out.backward(arrays[3])
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    try:  # stop tracing even when attn raises: tracing left on slows every later cell
+        q, k, v = (Tensor(a, requires_grad=True) for a in arrays[:3])
+        out = attn(q, k, v, is_causal=True)[0]
+        ops = graph_size(out)
+        out.backward(arrays[3])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     return peak / 2**20, ops
 
 
@@ -1489,14 +1611,19 @@ def test_unit_gradient_flow():
     rng = np.random.default_rng(4)
     Q, K, V = (Tensor(rng.standard_normal(s), requires_grad=True) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 2)))
     mask = np.array([[1, 1, 1, 0, 0]] * 2 + [[0] * 5])
-    assert gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask)[0], [Q, K, V])
-    assert gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.7)[0], [Q, K, V])
-    assert gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask)[1], [Q, K, V])
+    # gradcheck raises naming the op, the input and the element when a gradient is wrong
+    gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask)[0], [Q, K, V])
+    gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.7)[0], [Q, K, V])
+    gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask=mask)[1], [Q, K, V])
     for t in (Q, K, V):
         t.grad = None
     scaled_dot_product_attention(Q, K, V, mask=mask)[0].sum().backward()
-    assert np.all(K.grad.numpy()[:, 3:] == 0) and np.all(V.grad.numpy()[:, 3:] == 0)
-    assert np.all(Q.grad.numpy()[:, 2] == 0)
+    leaked = max(np.abs(K.grad.numpy()[:, 3:]).max(), np.abs(V.grad.numpy()[:, 3:]).max())
+    assert leaked == 0, (f"keys 3 and 4 are blocked for every query, yet dK or dV reaches {leaked:.3g} there: blocked "
+                         "positions have weight 0, so no gradient may reach them")
+    blocked_query = np.abs(Q.grad.numpy()[:, 2]).max()
+    assert blocked_query == 0, (f"query 2 sees no key at all, yet its dQ reaches {blocked_query:.3g}: a fully blocked "
+                                "row has weights 0, output 0 and gradient 0")
     print("✓ gradients: gradcheck with masks, Tq != Tk, dv != dk; blocked keys get none")
 
 
@@ -1687,6 +1814,9 @@ HEAD_SPLIT = ("the heads are split by reshaping (B, T, E) straight to (B, H, T, 
 HEAD_MERGE = ("the heads are merged by reshaping (B, H, T, D) straight to (B, T, E): move the head axis "
               "behind T first, then reshape")
 MHA_DROPOUT_IN_EVAL = "MultiHeadAttention applied dropout after .eval(): pass training=self.training"
+_AFTER_WEIGHTS_MHA = "v_proj, the weighted sum of the values, the merge of the heads, or out_proj"
+VALUES_PROJECTED_WITH = "the values are projected with {} instead of v_proj"
+OUT_PROJ_MISSING = "out_proj is missing: the merged heads (B, Tq, E) go through self.out_proj"
 PADDING_AS_ATTN_MASK = ("key_padding_mask (B, Tk) was read as a (Tq, Tk) mask: it must become (B, 1, 1, Tk), "
                         "blocking the keys of its own batch item for every head and query")
 
@@ -1699,11 +1829,13 @@ def _project(linear: Any, x: np.ndarray) -> np.ndarray:
 
 
 def reference_multi_head(mha: Any, query: np.ndarray, key: np.ndarray, value: np.ndarray, keep: Any = None,
-                         split: str = "right", merge: str = "right") -> tuple[np.ndarray, np.ndarray]:
+                         split: str = "right", merge: str = "right", value_proj: str = "v_proj",
+                         out_proj: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """NumPy multi-head attention with `mha`'s weights: (output (B, Tq, E), weights (B, H, Tq, Tk)).
 
-    split="reshape" or merge="reshape" reproduce the head-layout mistakes (a reshape without
-    moving the head axis), so that a check can name them.
+    The switches reproduce classic mistakes, so that a check can name them: split="reshape" or
+    merge="reshape" (a reshape without moving the head axis), value_proj="q_proj" or "k_proj"
+    (the values projected with another projection), out_proj=False (no output projection).
     """
     H = mha.num_heads
     D = mha.embed_dim // H
@@ -1712,11 +1844,12 @@ def reference_multi_head(mha: Any, query: np.ndarray, key: np.ndarray, value: np
         B, T, _ = x.shape
         return x.reshape(B, H, T, D) if split == "reshape" else x.reshape(B, T, H, D).transpose(0, 2, 1, 3)
 
-    q, k, v = heads(_project(mha.q_proj, query)), heads(_project(mha.k_proj, key)), heads(_project(mha.v_proj, value))
+    q, k = heads(_project(mha.q_proj, query)), heads(_project(mha.k_proj, key))
+    v = heads(_project(getattr(mha, value_proj), value))
     out, weights = reference_attention(q, k, v, keep)
     B, _, Tq, _ = out.shape
     merged = out.reshape(B, Tq, H * D) if merge == "reshape" else out.transpose(0, 2, 1, 3).reshape(B, Tq, H * D)
-    return _project(mha.out_proj, merged), weights
+    return (_project(mha.out_proj, merged) if out_proj else merged), weights
 
 
 def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
@@ -1731,10 +1864,18 @@ def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> N
             ("self-attention (2, 5, 12), is_causal=True", None, {"is_causal": True}, _causal_keep(5, 5)),
             ("cross-attention with a (2, 1, 1, 7) padding mask", memory, {"mask": pad}, pad)):
         context = x if key is None else key
-        got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        try:
+            got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        except ValueError as err:
+            raise AttentionBug(f"{name} ({probe}) raised ValueError ({err}): the keys and values have their own "
+                               "length Tk, which differs from the queries' Tq in cross-attention") from None
         causes = [(cause, reference_multi_head(mha, x, context, context, keep, split, merge))
                   for cause, split, merge in layouts]
-        _compare(name, probe, got, reference_multi_head(mha, x, context, context, keep), causes)
+        causes += [(VALUES_PROJECTED_WITH.format(proj), reference_multi_head(mha, x, context, context, keep, value_proj=proj))
+                   for proj in ("q_proj", "k_proj")]
+        causes += [(OUT_PROJ_MISSING, reference_multi_head(mha, x, context, context, keep, out_proj=False))]
+        _compare(name, probe, got, reference_multi_head(mha, x, context, context, keep), causes,
+                 after_weights=_AFTER_WEIGHTS_MHA, steps="section 9's diagram")
 
 
 def check_key_padding_mask(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
@@ -1748,7 +1889,8 @@ def check_key_padding_mask(mha_class: Callable, name: str = "MultiHeadAttention"
         got = _run(mha, Tensor(x), key_padding_mask=keep, **kwargs)
         wrong = keep if not kwargs else keep * _causal_keep(4, 4)
         _compare(name, probe, got, reference_multi_head(mha, x, x, x, full),
-                 [(PADDING_AS_ATTN_MASK, reference_multi_head(mha, x, x, x, wrong))])
+                 [(PADDING_AS_ATTN_MASK, reference_multi_head(mha, x, x, x, wrong))],
+                 after_weights=_AFTER_WEIGHTS_MHA, steps="section 9's diagram")
 
 
 def check_multi_head_dropout(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
@@ -1770,14 +1912,18 @@ def test_unit_multi_head_attention():
     check_key_padding_mask(MultiHeadAttention)
     check_multi_head_dropout(MultiHeadAttention)
     mha = MultiHeadAttention(16, 4)
-    assert count_parameters(mha) == 4 * (16 * 16 + 16) and mha.q_proj.weight.shape == (16, 16)
-    assert count_parameters(MultiHeadAttention(64, 8)) == 16640
+    count = count_parameters(mha)
+    assert count == 4 * (16 * 16 + 16), f"four 16x16 projections with biases hold {4 * (16 * 16 + 16)} parameters, got {count}"
     x = Tensor(np.random.default_rng(7).standard_normal((2, 5, 16)).astype(np.float32))
     out, w = mha(x, is_causal=True)
-    assert out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 5) and out.dtype == np.float32
+    assert out.shape == (2, 5, 16) and w.shape == (2, 4, 5, 5), \
+        f"expected output (B, Tq, E) = (2, 5, 16) and weights (B, H, Tq, Tk) = (2, 4, 5, 5), got {out.shape} and {w.shape}"
+    assert out.dtype == np.float32, f"float32 in must give float32 out, got {out.dtype}"
     mem = Tensor(np.random.default_rng(8).standard_normal((2, 7, 16)).astype(np.float32))
     out3, w3 = mha(x, mem, mask=np.broadcast_to(np.array([1, 1, 1, 0, 0, 0, 0]), (2, 5, 7)))
-    assert np.all(w3.numpy()[:, :, :, 3:] == 0)
+    leaked = np.abs(w3.numpy()[:, :, :, 3:]).max()
+    assert leaked == 0, (f"a (B, Tq, Tk) mask blocking keys 3 ... 6 left weights up to {leaked:.3g} on them: it must "
+                         "reach scaled_dot_product_attention as mask=keep (the checked mask _keep built)")
     expect_error(ValueError, lambda: MultiHeadAttention(10, 3), lambda: mha(Tensor(np.zeros((2, 5, 8)))),
                  lambda: mha(x, Tensor(np.zeros((2, 7, 12)))), lambda: mha(x, mask=np.ones((3, 3))),
                  lambda: mha(x, key_padding_mask=np.ones((5, 2))), lambda: mha(x, Tensor(np.zeros((2, 0, 16)))))
@@ -1815,8 +1961,14 @@ def test_unit_self_attention():
     x = Tensor(np.random.default_rng(7).standard_normal((2, 5, 16)).astype(np.float32))
     sa = SelfAttention(16, 4, causal=True, seed=0)
     out, w = sa(x)
-    assert np.allclose(out.numpy(), sa.attention(x, x, x, is_causal=True)[0].numpy()) and np.allclose(np.triu(w.numpy(), 1), 0)
-    assert np.all(sa(x, key_padding_mask=[[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])[1].numpy()[1, :, :, 2:] == 0)
+    above = np.abs(np.triu(w.numpy(), 1)).max()
+    assert above == 0, (f"SelfAttention(causal=True) left weights up to {above:.3g} above the diagonal: pass "
+                        "is_causal=self.causal to the attention")
+    assert np.allclose(out.numpy(), sa.attention(x, x, x, is_causal=True)[0].numpy()), \
+        "SelfAttention(x) must be self.attention(x, x, x, is_causal=self.causal): queries, keys and values all x"
+    padded = sa(x, key_padding_mask=[[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])[1].numpy()[1, :, :, 2:]
+    assert np.all(padded == 0), (f"key_padding_mask blocks keys 2 ... 4 of item 1, yet they get weights up to "
+                                 f"{np.abs(padded).max():.3g}: pass key_padding_mask on to the attention")
     print("✓ self-attention: Q = K = V, causal flag, key_padding_mask passed on")
 
 
@@ -2057,7 +2209,10 @@ def check_flash_attention(flash: Callable, name: str = "flash_attention") -> Non
 def test_unit_flash_attention():
     check_flash_attention(flash_attention)  # every forward check, one key block and many
     out = flash_attention(Tensor(HAND_X, requires_grad=True), Tensor(HAND_X), Tensor(HAND_X), block_size=2)
-    assert out._node.op == "flash_attention" and set(out._node.saved) >= {"out", "lse", "blocked", "scale"}
+    assert out._node is not None and out._node.op == "flash_attention", \
+        f"flash_attention must record one op named 'flash_attention', got {out._node and out._node.op!r}"
+    missing = {"out", "lse", "blocked", "is_causal", "block_size", "scale"} - set(out._node.saved)
+    assert not missing, f"'flash_attention' must save out, lse, blocked, is_causal, block_size and scale; {sorted(missing)} missing"
     print("✓ flash attention forward: the checks pass with one key block and with many")
 
 
@@ -2177,10 +2332,11 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, chunk: int = 128, is_caus
 def peak_memory(fn) -> float:
     """Peak bytes allocated (as seen by tracemalloc, which NumPy reports to) while fn runs."""
     tracemalloc.start()
-    fn()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
+    try:  # stop tracing even when fn raises: tracing left on slows every later cell
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 rng = np.random.default_rng(8)
@@ -2416,15 +2572,19 @@ def test_unit_plots():
     w = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
     path = os.path.join(tempfile.mkdtemp(), "w.png")
     fig = plot_attention(Tensor(w), list("abcd"), list("abcd"), path=path)
-    assert hasattr(fig, "savefig") and os.path.getsize(path) > 1000
+    assert hasattr(fig, "savefig") and os.path.getsize(path) > 1000, "plot_attention must return the figure and write a PNG"
     with open(path, "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG file"
     fig2 = plot_attention_heads(np.stack([w, w.T, w, w.T, w]), path=path, cols=2)
-    assert len([ax for ax in fig2.axes if ax.images]) == 5
+    drawn = len([ax for ax in fig2.axes if ax.images])
+    assert drawn == 5, f"plot_attention_heads of 5 heads must draw 5 heat maps, drew {drawn}"
     expect_error(ValueError, lambda: plot_attention(np.ones((2, 3, 3))), lambda: plot_attention(w, list("abc")),
                  lambda: plot_attention_heads(w))
-    assert np.allclose(patterns["uniform"].numpy(), 1 / 8) and np.all(np.triu(patterns["triangle"].numpy(), 1) == 0)
-    assert np.allclose(row_entropy(patterns["uniform"].numpy()), math.log(8))
+    assert np.allclose(patterns["uniform"].numpy(), 1 / 8), \
+        f"scale=0 makes every score 0: each weight must be 1/8, got {patterns['uniform'].numpy()[0, :3].round(4)} ..."
+    assert np.all(np.triu(patterns["triangle"].numpy(), 1) == 0), "is_causal=True must leave nothing above the diagonal"
+    entropy = row_entropy(patterns["uniform"].numpy())
+    assert np.allclose(entropy, math.log(8)), f"uniform rows over 8 keys have entropy ln 8 = {math.log(8):.3f}, got {entropy[:3]}"
     _pyplot().close("all")
     print("✓ heat maps: figures returned, PNG written, shapes checked; the four patterns look as they should")
 

@@ -5,7 +5,7 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -245,34 +245,120 @@ class LayerNorm(Module):
 
 
 # %%
-from tinytorch.core.autograd import gradcheck, topological_order
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck, topological_order
+from tinytorch.testing import numeric_vjp
+
+
+def layer_norm_mistake(got: np.ndarray, x: Any, weight: Any = None, bias: Any = None) -> str:
+    """Why `got` is not LayerNorm of x: the classic mistake that gives exactly these numbers, if one does."""
+    x = np.asarray(x, dtype=np.float64)
+    w = 1.0 if weight is None else np.asarray(weight, dtype=np.float64)
+    b = 0.0 if bias is None else np.asarray(bias, dtype=np.float64)
+
+    def made_with(axis=-1, ddof=0, eps_outside=False, gain=True, shift=True):
+        centred = x - x.mean(axis, keepdims=True)
+        var = x.var(axis, keepdims=True, ddof=ddof)
+        xhat = centred / (np.sqrt(var) + 1e-5 if eps_outside else np.sqrt(var + 1e-5))
+        return xhat * (w if gain else 1.0) + (b if shift else 0.0)
+
+    for cause, switch in (("normalise each token over its LAST axis (its features), not over tokens or the batch",
+                           {"axis": 0}),
+                          ("normalise each token over its LAST axis (its features), not over tokens or the batch",
+                           {"axis": -2}),
+                          ("use the biased variance (divide by D, not D - 1), as PyTorch does", {"ddof": 1}),
+                          ("put eps inside the square root: sqrt(var + eps), not sqrt(var) + eps",
+                           {"eps_outside": True}),
+                          ("add the bias: xhat * weight + bias", {"shift": False}),
+                          ("multiply by the weight: xhat * weight + bias", {"gain": False})):
+        if x.ndim < 2 and "axis" in switch:
+            continue
+        wrong = made_with(**switch)
+        if wrong.shape == np.shape(got) and np.allclose(got, wrong, atol=1e-6):
+            return f"it matches a known mistake: {cause}"
+    return ("no classic mistake gives these numbers: compare each step with (x - mean) / sqrt(var + eps) * weight "
+            "+ bias, the statistics over the last axis")
+
+
+def layer_norm_backward_mistake(grads: list, x: np.ndarray, w: np.ndarray, g: np.ndarray) -> str:
+    """The classic mistake of layer_norm's backward rule that gives exactly `grads` (dx, dweight), if one does."""
+    mean, rstd = x.mean(-1, keepdims=True), 1 / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    xhat = (x - mean) * rstd
+    g_hat = g * w
+    reduce = lambda a: a.reshape(-1, a.shape[-1]).sum(0)  # noqa: E731 (what the engine's unbroadcast does)
+    for cause, dx in (("g_hat = grad * weight is the gradient reaching xhat: the weight is missing", rstd * (
+                           g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))),
+                      ("the term through the variance, - xhat * mean(g_hat * xhat), is missing",
+                       rstd * (g_hat - g_hat.mean(-1, keepdims=True))),
+                      ("the term through the mean, - mean(g_hat), is missing",
+                       rstd * (g_hat - xhat * (g_hat * xhat).mean(-1, keepdims=True))),
+                      ("the factor rstd is missing",
+                       g_hat - g_hat.mean(-1, keepdims=True) - xhat * (g_hat * xhat).mean(-1, keepdims=True))):
+        if np.allclose(grads[0], dx, atol=1e-6):
+            return f"layer_norm's gradient for x is wrong: {cause}"
+    if not np.allclose(grads[1], reduce(g * xhat), atol=1e-6):
+        return "layer_norm's gradient for the weight is wrong: dweight = grad * xhat (the engine sums it over tokens)"
+    return ("layer_norm's gradient for x is wrong: dx = rstd * (g_hat - mean(g_hat) - xhat * mean(g_hat * xhat)) "
+            "with g_hat = grad * weight, both means over the last axis")
 
 
 def test_unit_layer_norm():
-    out = layer_norm(Tensor([[1.0, 2.0, 3.0, 4.0]]), Tensor(np.ones(4, np.float32)))
-    assert np.allclose(out.numpy(), [[-1.34164, -0.44721, 0.44721, 1.34164]], atol=1e-5), out.numpy()
-    assert out.dtype == np.float32 and out._node is None  # nothing required a gradient
+    x_hand, expected = [[1.0, 2.0, 3.0, 4.0]], [[-1.34164, -0.44721, 0.44721, 1.34164]]
+    def normed(*args: Any) -> Tensor:
+        """layer_norm(*args); a ValueError on these valid inputs is reported with its likely cause."""
+        try:
+            return layer_norm(*args)
+        except ValueError as err:
+            raise AssertionError(f"layer_norm of an input of shape {np.shape(as_tensor(args[0]).data)} raised ValueError "
+                                 f"({err}): keep the normalised axes as size 1 (keepdims=True) in the mean, the "
+                                 "variance and rstd, so that they broadcast against x") from None
+
+    out = normed(Tensor(x_hand), Tensor(np.ones(4, np.float32)))
+    assert np.allclose(out.numpy(), expected, atol=1e-5), (
+        f"layer_norm([1, 2, 3, 4]): expected {expected}, got {np.round(out.numpy().astype(float), 5).tolist()}: "
+        + layer_norm_mistake(out.numpy(), x_hand))
+    assert out.dtype == np.float32, f"layer_norm changed the dtype: float32 in, {out.dtype} out; keep x's dtype"
+    assert out._node is None, "nothing required a gradient, so layer_norm must record no op (record_op decides)"
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 6)) * 5 + 3
     w, b = rng.standard_normal(6), rng.standard_normal(6)
     ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
-    assert np.allclose(layer_norm(x, w, b).numpy(), ref)
+    got = normed(x, w, b).numpy()
+    assert np.allclose(got, ref), (f"layer_norm of a (2, 3, 6) input with weight and bias differs from the reference "
+                                   f"by up to {np.abs(got - ref).max():.3g}: " + layer_norm_mistake(got, x, w, b))
     tiny = rng.standard_normal((2, 5)) * 1e-3  # σ ≈ 1e-3: where eps matters
     ref_tiny = (tiny - tiny.mean(-1, keepdims=True)) / np.sqrt(tiny.var(-1, keepdims=True) + 1e-5)
-    assert np.allclose(layer_norm(tiny, np.ones(5)).numpy(), ref_tiny)
+    got = normed(tiny, np.ones(5)).numpy()
+    assert np.allclose(got, ref_tiny), (f"layer_norm of tokens with σ ≈ 1e-3 differs from the reference by up to "
+                                        f"{np.abs(got - ref_tiny).max():.3g}: " + layer_norm_mistake(got, tiny))
     huge = layer_norm(Tensor(np.array([[1e20, -1e20, 1e20, -1e20]], np.float32)), Tensor(np.ones(4, np.float32)))
     assert huge.dtype == np.float32 and np.allclose(huge.numpy(), [[1, -1, 1, -1]], atol=1e-5), (
         f"float32 values near ±1e20 gave {huge.numpy()}, expected ±1 in float32: square the centred values in "
         "float64 (a float32 square overflows above about 1.8e19) and cast rstd back to x's dtype")
     xt = Tensor(x, requires_grad=True)
     y = layer_norm(xt, Tensor(w, requires_grad=True), Tensor(b, requires_grad=True))
-    assert y._node.op == "layer_norm" and len(y._node.inputs) == 3 and y._node.saved["axes"] == (-1,)
-    assert y._node.saved["rstd"].shape == (2, 3, 1)
+    node = y._node
+    assert node is not None and node.op == "layer_norm", \
+        f"layer_norm must record ONE op named 'layer_norm', got {node and node.op!r}"
+    assert len(node.inputs) == 3 and node.saved.get("axes") == (-1,), \
+        f"expected inputs (x, weight, bias) and saved axes (-1,), got {len(node.inputs)} inputs, axes {node.saved.get('axes')}"
+    rstd = node.saved.get("rstd")
+    assert rstd is not None and rstd.shape == (2, 3, 1), \
+        f"saved rstd must have x's shape with the normalised axis kept as size 1, (2, 3, 1); got {getattr(rstd, 'shape', rstd)}"
+    grad = rng.standard_normal(x.shape)
+    untouched = grad.copy()
+    d_x, d_w, d_b = BACKWARD_RULES["layer_norm"](grad, node)
+    assert np.array_equal(grad, untouched), ("layer_norm's backward changed the gradient it was given in place: "
+                                             "make new arrays (g_hat = grad * weight), never grad *= ...")
+    numeric = numeric_vjp(lambda *t: layer_norm(*t), [x, w, b], grad)
+    mine = [d_x, np.asarray(d_w).reshape(-1, 6).sum(0), np.asarray(d_b).reshape(-1, 6).sum(0)]
+    assert all(np.allclose(m, n, atol=1e-6) for m, n in zip(mine, numeric)), \
+        layer_norm_backward_mistake([d_x, mine[1]], x, w, grad)
     xs = [Tensor(a, requires_grad=True) for a in (x[:, :2, :4], w[:4], b[:4])]
-    assert gradcheck(lambda x, w, b: layer_norm(x, w, b), xs)
-    assert gradcheck(lambda x, w: layer_norm(x, w), xs[:2])
+    gradcheck(lambda x, w, b: layer_norm(x, w, b), xs)  # raises, naming the input and the element, when wrong
+    gradcheck(lambda x, w: layer_norm(x, w), xs[:2])  # without a bias: inputs (x, weight)
     ln = LayerNorm(4)
-    assert np.allclose(ln(Tensor([[1.0, 2.0, 3.0, 4.0]])).numpy(), out.numpy())
+    assert np.allclose(ln(Tensor(x_hand)).numpy(), out.numpy()), \
+        f"LayerNorm(4) must give layer_norm's result, got {np.round(ln(Tensor(x_hand)).numpy().astype(float), 5).tolist()}"
     print("✓ layer_norm: hand example, random values, tiny variance, values near 1e20, one op, gradcheck")
 
 
@@ -379,14 +465,32 @@ from tinytorch.core.layers import count_parameters
 
 def test_unit_mlp():
     mlp = MLP(8, 32, seed=0)
-    assert count_parameters(mlp) == 8 * 32 + 32 + 32 * 8 + 8
+    count = count_parameters(mlp)
+    assert count == 8 * 32 + 32 + 32 * 8 + 8, \
+        f"MLP(8, 32) must hold fc (8x32 + 32) and proj (32x8 + 8) = {8 * 32 + 32 + 32 * 8 + 8} parameters, got {count}"
     x = np.random.default_rng(3).standard_normal((2, 5, 8)).astype(np.float32)
-    h = x @ mlp.fc.weight.numpy() + mlp.fc.bias.numpy()
-    h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
-    ref = h @ mlp.proj.weight.numpy() + mlp.proj.bias.numpy()
-    assert np.allclose(mlp(Tensor(x)).numpy(), ref, atol=1e-5)
-    assert count_parameters(MLP(8, 32, bias=False)) == 2 * 8 * 32
-    print("✓ MLP: fc, GELU, proj; parameter count; bias=False")
+    fc = x @ mlp.fc.weight.numpy() + mlp.fc.bias.numpy()
+    gelu_tanh = lambda h: 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))  # noqa: E731
+    proj = lambda h: h @ mlp.proj.weight.numpy() + mlp.proj.bias.numpy()  # noqa: E731
+    got = mlp(Tensor(x)).numpy()
+    if not np.allclose(got, proj(gelu_tanh(fc)), atol=1e-5):
+        causes = {"there is no activation: two Linear layers in a row are one linear map": proj(fc),
+                  "ReLU instead of GELU": proj(np.maximum(fc, 0)), "the GELU comes after proj": gelu_tanh(proj(fc))}
+        cause = next((c for c, wrong in causes.items() if np.allclose(got, wrong, atol=1e-5)), "")
+        raise AssertionError(f"MLP output differs from proj(GELU(fc(x))) by up to "
+                             f"{np.abs(got - proj(gelu_tanh(fc))).max():.3g}: fc first, then the GELU activation, then "
+                             "proj, then dropout" + (f"; it matches a known mistake: {cause}" if cause else ""))
+    count = count_parameters(MLP(8, 32, bias=False))
+    assert count == 2 * 8 * 32, f"MLP(8, 32, bias=False) must hold two weights, 2·8·32 = 512 parameters, got {count}"
+    noisy = MLP(8, 32, dropout=0.5, seed=1)
+    ones = Tensor(np.ones((40, 8), np.float32))
+    train_rows = noisy(ones).numpy()
+    assert not np.allclose(train_rows, train_rows[0]), \
+        "MLP(dropout=0.5) in training mode gave every row the same output: apply self.dropout to proj's output"
+    noisy.eval()
+    eval_rows = noisy(ones).numpy()
+    assert np.allclose(eval_rows, eval_rows[0]), "after .eval() the MLP's dropout must do nothing, but rows differ"
+    print("✓ MLP: fc, GELU, proj, dropout; parameter count; bias=False")
 
 
 test_unit_mlp()
@@ -486,19 +590,74 @@ class ListCache:
         return Tensor(self.k), Tensor(self.v)
 
 
+def through_cache(attn: CausalSelfAttention, x: Tensor, chunks: list[int]) -> tuple[np.ndarray, ListCache]:
+    """attn's output for x fed `chunks` tokens at a time through one ListCache, and the cache."""
+    cache, outputs, start = ListCache(), [], 0
+    for n in chunks:
+        outputs.append(attn(x[:, start:start + n], cache=cache)[0].numpy())
+        start += n
+    return np.concatenate(outputs, axis=1), cache
+
+
+def cached_attention_mistake(attn: CausalSelfAttention, x: Tensor, chunks: list[int], got: np.ndarray) -> str:
+    """Why the cached path's output `got` differs from attention over the whole sequence, when a classic mistake says."""
+    def cached(mask_for, project=True):
+        cache, outputs, start = ListCache(), [], 0
+        for n in chunks:
+            part = x[:, start:start + n]
+            past = cache.length
+            q, k, v = (attn._split_heads(proj, part) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
+            k, v = cache.update(k, v)
+            out = scaled_dot_product_attention(q, k, v, **mask_for(n, past))[0]
+            merged = attn._merge_heads(out)
+            outputs.append((attn.out_proj(merged) if project else merged).reshape(part.shape).numpy())
+            start += n
+        return np.concatenate(outputs, axis=1)
+
+    right_mask = lambda n, past: {"mask": cached_causal_mask(n, past)}  # noqa: E731
+    for cause, wrong in (
+            ("module 12's is_causal is top-left aligned (query row i sees key columns 0 ... i), which is wrong "
+             "when Tq < Tk: a new query must see every cached key and itself; pass mask=cached_causal_mask(T, past)",
+             cached(lambda n, past: {"is_causal": True})),
+            ("out_proj is missing: apply self.out_proj to the merged heads", cached(right_mask, project=False))):
+        if np.allclose(got, wrong, atol=1e-10):
+            return f"it matches a known mistake: {cause}"
+    return ("project x to q, k, v heads with _split_heads, let cache.update(k, v) extend k and v, attend with "
+            "mask=cached_causal_mask(T, past), merge the heads with _merge_heads and apply out_proj")
+
+
 def test_unit_causal_self_attention():
-    assert np.array_equal(cached_causal_mask(3, 0), np.tril(np.ones((3, 3), bool)))
-    assert np.array_equal(cached_causal_mask(1, 3), [[True] * 4])
-    assert np.array_equal(cached_causal_mask(2, 2), [[1, 1, 1, 0], [1, 1, 1, 1]])
+    for new, past in ((3, 0), (1, 3), (2, 2)):
+        got = np.asarray(cached_causal_mask(new, past))
+        expected = np.arange(past + new)[None, :] <= np.arange(past, past + new)[:, None]
+        assert got.shape == expected.shape and np.array_equal(got, expected), (
+            f"cached_causal_mask({new}, {past}): query i sits at position {past} + i and sees keys 0 ... {past} + i, "
+            f"itself included, and nothing after it; expected\n{expected.astype(int)}\ngot\n{got.astype(int)}")
     attn = CausalSelfAttention(8, 2, seed=0, dtype=np.float64)
     x = Tensor(np.random.default_rng(4).standard_normal((2, 5, 8)))
     full, w = attn(x)
-    assert np.allclose(np.triu(w.numpy(), 1), 0), "without a cache the attention must be causal"
-    cache = ListCache()
-    first, _ = attn(x[:, :3], cache=cache)   # three tokens at once, then one at a time
-    rows = [first.numpy()] + [attn(x[:, t:t + 1], cache=cache)[0].numpy() for t in (3, 4)]
-    assert np.allclose(np.concatenate(rows, axis=1), full.numpy(), atol=1e-12)
-    print("✓ causal self-attention: causal, and token by token through a cache equals all at once")
+    above = np.abs(np.triu(w.numpy(), 1)).max()
+    assert above == 0, (f"without a cache the attention must be causal (is_causal=True): token t attends only to "
+                        f"tokens 0 ... t, but weights above the diagonal reach {above:.3g}")
+    got, cache = through_cache(attn, x, [3, 1, 1])  # three tokens at once, then one at a time
+    assert cache.length == 5, (f"after 5 tokens the cache holds {cache.length}: the cached path must hand every new "
+                               "token's keys and values to cache.update(k, v) and attend to what it returns")
+    assert np.allclose(got, full.numpy(), atol=1e-12), (
+        f"attention through the cache (3 tokens, then 1, then 1) differs from attention over the whole sequence by up "
+        f"to {np.abs(got - full.numpy()).max():.3g}: " + cached_attention_mistake(attn, x, [3, 1, 1], got))
+    noisy = CausalSelfAttention(8, 2, dropout=0.5, seed=1, dtype=np.float64)
+    visible = np.tril(np.ones((5, 5), dtype=bool))
+    _, w_train = noisy(x, cache=ListCache())
+    assert np.any(w_train.numpy()[..., visible] == 0), (
+        "CausalSelfAttention(dropout=0.5) in training mode dropped no attention weight on the cached path: pass "
+        "dropout_p=self.dropout, training=self.training, rng=self.rng as module 12's forward does")
+    noisy.eval()
+    full_eval = noisy(x)[0].numpy()
+    cached_eval, w_eval = noisy(x, cache=ListCache())
+    assert np.all(w_eval.numpy()[..., visible] > 0) and np.allclose(cached_eval.numpy(), full_eval, atol=1e-12), (
+        "after .eval() the cached path still drops attention weights (dropout=0.5): pass training=self.training to "
+        "scaled_dot_product_attention, so that model.eval() (and generate) switch dropout off")
+    print("✓ causal self-attention: causal; through a cache, token by token, equals all at once; dropout only in training")
 
 
 test_unit_causal_self_attention()
@@ -566,17 +725,68 @@ class TransformerBlock(Module):
 
 
 # %%
+class DropEverything(Module):
+    """A stand-in for a Dropout that drops every value: shows where a block applies its dropout."""
+
+    def forward(self, x: Any) -> Tensor:
+        return as_tensor(x) * 0.0
+
+
+def block_mistake(block: TransformerBlock, x: Tensor, got: np.ndarray) -> str:
+    """The classic arrangement mistake that gives exactly `got` for block(x), if one does."""
+    attn = lambda h: block.attn(h)[0]  # noqa: E731
+    a = x + attn(block.ln1(x))
+    post = block.ln1(x + attn(x))
+    for cause, wrong in (("that is post-norm, x = ln(x + f(x)); GPT is pre-norm: x = x + attn(ln1(x)), then "
+                          "x = x + mlp(ln2(x)), no LayerNorm on the residual stream itself", block.ln2(post + block.mlp(post))),
+                         ("the residual connections are missing: each sub-layer must ADD its output to the stream",
+                          block.mlp(block.ln2(attn(block.ln1(x))))),
+                         ("the MLP's output replaces the stream instead of being added to it: x + mlp(ln2(x))",
+                          block.mlp(block.ln2(a))),
+                         ("the attention's output replaces the stream instead of being added to it: x + attn(ln1(x))",
+                          attn(block.ln1(x)) + block.mlp(block.ln2(attn(block.ln1(x))))),
+                         ("the MLP reads the stream without ln2: x + mlp(ln2(x))", a + block.mlp(a)),
+                         ("the MLP reads the stream through ln1: use ln2 for the MLP", a + block.mlp(block.ln1(a))),
+                         ("the attention reads the stream through ln2: use ln1 for the attention",
+                          (x + attn(block.ln2(x))) + block.mlp(block.ln2(x + attn(block.ln2(x))))),
+                         ("the attention reads the stream without ln1: x + attn(ln1(x))",
+                          (x + attn(x)) + block.mlp(block.ln2(x + attn(x))))):
+        if np.allclose(got, wrong.numpy(), atol=1e-10):
+            return f"it matches a known mistake: {cause}"
+    return "pre-norm block: x = x + dropout(attn(ln1(x))[0]), then x = x + mlp(ln2(x)), in this order"
+
+
 def test_unit_transformer_block():
     block = TransformerBlock(8, 2, seed=0, dtype=np.float64)
     x = Tensor(np.random.default_rng(5).standard_normal((2, 4, 8)) * 3)
+    for ln, gain in ((block.ln1, 0.5), (block.ln2, 2.0)):  # two different LayerNorms: a mix-up shows
+        ln.weight.data = np.full(8, gain)
     a = x + block.attn(block.ln1(x))[0]
-    expected = a + block.mlp(block.ln2(a))
-    assert np.allclose(block(x).numpy(), expected.numpy()), "pre-norm: x + attn(ln1(x)), then + mlp(ln2(x))"
+    expected = (a + block.mlp(block.ln2(a))).numpy()
+    got = block(x).numpy()
+    assert np.allclose(got, expected), (f"the block's output differs from x + attn(ln1(x)), then + mlp(ln2(x)), by up "
+                                        f"to {np.abs(got - expected).max():.3g}: " + block_mistake(block, x, got))
+    cache = ListCache()
+    step_by_step = np.concatenate([block(x[:, :3], cache=cache).numpy(), block(x[:, 3:], cache=cache).numpy()], 1)
+    assert cache.length == 4 and np.allclose(step_by_step, expected), (
+        f"the block fed 3 tokens and then 1 through a cache differs from the block over all 4 (the cache holds "
+        f"{cache.length} tokens, expected 4): hand the cache to the attention, self.attn(self.ln1(x), cache=cache)")
+    block.dropout = DropEverything()  # dropout=0 in the MLP, every attention output dropped here
+    got, wanted = block(x).numpy(), (x + block.mlp(block.ln2(x))).numpy()
+    if not np.allclose(got, wanted):
+        missing = np.allclose(got, expected)
+        raise AssertionError("with a dropout that drops everything, the block must give x + mlp(ln2(x)): " + (
+            "the block never applies self.dropout to the attention's output; x = x + self.dropout(attended)"
+            if missing else "self.dropout belongs on the attention's output only, before it is added: "
+            "x = x + self.dropout(attended)"))
     for lin in (block.attn.out_proj, block.mlp.proj):  # sub-layers that write nothing: the block is the identity
         lin.weight.data = np.zeros_like(lin.weight.data)
         lin.bias.data = np.zeros_like(lin.bias.data)
-    assert np.allclose(block(x).numpy(), x.numpy()), "the residual stream must pass through unchanged"
-    print("✓ transformer block: pre-norm, residuals")
+    block.dropout = Dropout(0.0)
+    assert np.allclose(block(x).numpy(), x.numpy()), (
+        "with attn.out_proj and mlp.proj zeroed (sub-layers that write nothing) the block must return its input "
+        "unchanged: the residual stream passes through, nothing normalises it")
+    print("✓ transformer block: pre-norm, residuals, the cache handed on, dropout on the attention's output")
 
 
 test_unit_transformer_block()
@@ -823,17 +1033,103 @@ class GPT(Module):
 
 
 # %%
+class ListKVCache:
+    """A whole model's cache in the simplest form: one ListCache per block (section 8 builds the real one)."""
+
+    def __init__(self, num_layers: int):
+        self.layers = [ListCache() for _ in range(num_layers)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+
+def check_initialisation(model: GPT) -> None:
+    """GPT-2's initialisation, parameter by parameter (std measured on the model's own draws)."""
+    L = model.num_layers
+    for name, p in model.named_parameters():
+        values = p.numpy()
+        if name.endswith(("attn.out_proj.weight", "mlp.proj.weight")):
+            wanted = 0.02 / math.sqrt(2 * L)
+            assert abs(values.std() / wanted - 1) < 0.1, (
+                f"{name} has std {values.std():.4f}, expected {wanted:.4f}: the residual projections (attn.out_proj, "
+                f"mlp.proj) are drawn with std 0.02/sqrt(2·num_layers)")
+        elif p.ndim == 2:
+            assert abs(values.std() / 0.02 - 1) < 0.1 and abs(values.mean()) < 0.005, (
+                f"{name} has mean {values.mean():.4f} and std {values.std():.4f}, expected 0 and 0.02: every Linear "
+                "weight and both embedding tables start as normal(0, 0.02)")
+        elif name.endswith("bias"):
+            assert np.all(values == 0), \
+                f"{name} must start at 0 (every Linear bias is set to 0), got values up to {np.abs(values).max():.3g}"
+        else:
+            assert np.all(values == 1), f"{name} (a LayerNorm weight) must start at 1, got {values[:4]} ..."
+
+
+def gpt_by_hand(model: GPT, idx: np.ndarray, with_ln_f: bool = True, with_positions: bool = True) -> np.ndarray:
+    """GPT's logits from its own parts: embeddings, the blocks, ln_f, the tied head (switches: classic mistakes)."""
+    h = model.token_embedding.weight.numpy()[idx]
+    if with_positions:
+        h = h + model.position_embedding.weight.numpy()[np.arange(idx.shape[1])]
+    h = Tensor(h)
+    for block in model.blocks:
+        h = block(h)
+    h = model.ln_f(h) if with_ln_f else h
+    return h.numpy() @ model.token_embedding.weight.numpy().T
+
+
 def test_unit_gpt_forward():
+    check_initialisation(GPT(50, 64, 3, 4, 32, seed=0))
     model = GPT(vocab_size=11, embed_dim=16, num_layers=2, num_heads=2, max_seq_len=8, seed=0)
     idx = np.random.default_rng(6).integers(0, 11, (3, 8))
     logits, loss = model(idx)
-    assert logits.shape == (3, 8, 11) and loss is None and logits.dtype == np.float32
+    assert logits.shape == (3, 8, 11) and logits.dtype == np.float32, \
+        f"logits must be (B, T, vocab_size) = (3, 8, 11) float32, got {logits.shape} {logits.dtype}"
+    assert loss is None, f"without targets the loss must be None, got {loss!r}"
+    expected = gpt_by_hand(model, idx)
+    if not np.allclose(logits.numpy(), expected, atol=1e-5):
+        causes = {"ln_f is missing: apply the final LayerNorm before the head": gpt_by_hand(model, idx, with_ln_f=False),
+                  "the position embedding is missing: add position_embedding(positions 0 ... T-1)":
+                      gpt_by_hand(model, idx, with_positions=False)}
+        cause = next((c for c, wrong in causes.items() if np.allclose(logits.numpy(), wrong, atol=1e-5)), "")
+        raise AssertionError(
+            f"GPT's logits differ by up to {np.abs(logits.numpy() - expected).max():.3g} from the model computed by "
+            "hand: token_embedding(ids) + position_embedding(0 ... T-1), the blocks in order, ln_f, then @ "
+            "token_embedding.weight transposed" + (f"; it matches a known mistake: {cause}" if cause else ""))
     _, loss = model(idx, targets=np.random.default_rng(7).integers(0, 11, (3, 8)))
-    assert loss.shape == () and abs(loss.item() - math.log(11)) < 0.1
-    assert model.lm_head is None and count_parameters(model) == (11 + 8) * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16
-    w = model.blocks[1].mlp.proj.weight.numpy()
-    assert abs(w.std() / (0.02 / math.sqrt(4)) - 1) < 0.15 and abs(model.blocks[0].mlp.fc.weight.numpy().std() / 0.02 - 1) < 0.1
-    print("✓ GPT forward: shapes, loss near ln(11), tied head, parameter count, initialisation")
+    assert loss.shape == () and abs(loss.item() - math.log(11)) < 0.1, (
+        f"a fresh model's loss must be a scalar close to ln(11) = {math.log(11):.3f}, got {loss.shape} "
+        f"{loss.numpy()}: cross_entropy(logits, targets), the mean over every position")
+    assert model.lm_head is None, "with tie_weights=True (the default) there is no lm_head: the head is the token table"
+    count = count_parameters(model)
+    wanted = (11 + 8) * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16
+    assert count == wanted, f"GPT(11, 16, 2, 2, 8) must have {wanted} parameters, got {count}"
+    model(np.zeros((1, 8), dtype=np.int64), targets=np.ones((1, 8), dtype=np.int64))[1].backward()
+    grad = model.token_embedding.weight.grad
+    assert grad is not None and np.abs(grad.numpy()[2:]).sum() > 0, (
+        "token rows never looked up got no gradient: the output layer must use token_embedding.weight itself "
+        "(transposed), not a copy, so the tied table also learns from the head")
+    zeros = Tensor(np.zeros((3, 8, 16), np.float32))
+    for block in model.blocks:
+        zeros = block(zeros)
+    dropped = model.ln_f(zeros).numpy() @ model.token_embedding.weight.numpy().T
+    model.dropout = DropEverything()  # every embedding dropped: the blocks see zeros
+    assert np.allclose(model(idx)[0].numpy(), dropped, atol=1e-5), \
+        "apply self.dropout to token_embedding(ids) + position_embedding(positions), before the first block"
+    model.dropout = Dropout(0.0)
+    positions = GPT(9, 8, 1, 2, 8, seed=1, dtype=np.float64)
+    for block in positions.blocks:  # sub-layers that write nothing: a token's logits depend on its id and position
+        for lin in (block.attn.out_proj, block.mlp.proj):
+            lin.weight.data = np.zeros_like(lin.weight.data)
+    ids = np.random.default_rng(5).integers(0, 9, (1, 6))
+    full, cache = positions(ids)[0].numpy(), ListKVCache(1)
+    with no_grad():
+        positions(ids[:, :4], cache=cache)
+        step = positions(ids[:, 4:5], cache=cache)[0].numpy()
+    assert np.allclose(step[:, 0], full[:, 4], atol=1e-12), (
+        "with a cache holding `past` tokens, the new tokens sit at positions past ... past + T - 1: look the position "
+        "embedding up at xp.arange(cache.length, cache.length + T), and hand block i cache.layers[i]")
+    print("✓ GPT forward: initialisation, the model's parts in order, loss near ln(11), tied head, parameter count, "
+          "dropout, positions after a cache")
 
 
 test_unit_gpt_forward()
@@ -879,8 +1175,11 @@ def test_unit_causality():
         changed = idx.copy()
         changed[:, t] = (changed[:, t] + 1) % 13
         out = model(changed)[0].numpy()
-        assert np.allclose(out[:, :t], base[:, :t], atol=1e-12), f"changing token {t} changed an earlier logit"
-        assert not np.allclose(out[:, t], base[:, t])
+        gap = np.abs(out[:, :t] - base[:, :t]).max() if t else 0.0
+        assert gap <= 1e-12, (f"changing token {t} changed a logit before position {t} (by up to {gap:.3g}): a "
+                              "position may only see itself and earlier tokens; the attention must be causal")
+        assert not np.allclose(out[:, t], base[:, t]), \
+            f"changing token {t} did not change the logits at position {t}: each position must see its own token"
     print("✓ causality: changing token t changes no logit before t")
 
 
@@ -1031,17 +1330,34 @@ print("greedy:         ", sample_next_token(logits, temperature=0))
 # %%
 def test_unit_sampling():
     z = np.array([[2.0, 1.0, 0.5, 0.0, -1.0], [0.0, 3.0, 0.0, 1.0, 0.0]])
-    e = np.exp(z / 0.5 - (z / 0.5).max(-1, keepdims=True))
-    assert np.allclose(next_token_probs(z, 0.5), e / e.sum(-1, keepdims=True))
+    softmax_rows = lambda a: np.exp(a - a.max(-1, keepdims=True)) / np.exp(a - a.max(-1, keepdims=True)).sum(-1, keepdims=True)  # noqa: E731
+    got = next_token_probs(z, 0.5)
+    if not np.allclose(got, softmax_rows(z / 0.5)):
+        hint = {"the temperature divides the logits before the softmax (dividing the probabilities afterwards and "
+                "renormalising changes nothing)": softmax_rows(z),
+                "divide the logits by the temperature, do not multiply them": softmax_rows(z * 0.5)}
+        cause = next((c for c, wrong in hint.items() if np.allclose(got, wrong)), "softmax(logits / temperature)")
+        raise AssertionError(f"next_token_probs(z, temperature=0.5): expected {softmax_rows(z / 0.5)[0].round(4)} "
+                             f"for the first row, got {np.asarray(got)[0].round(4)}: {cause}")
     p = next_token_probs(z, 1.0, top_k=2)
-    assert np.array_equal((p > 0).sum(-1), [2, 2]) and np.allclose(p.sum(-1), 1)
-    assert p[0, 0] > p[0, 1] > 0 and p[1, 1] > p[1, 3] > 0
-    assert np.array_equal(next_token_probs([[1.0, 1.0, 0.0]], 1.0, top_k=1) > 0, [[True, True, False]])  # ties kept
-    assert np.array_equal(sample_next_token(z, 0), [0, 1])
+    kept = (p > 0).sum(-1)
+    assert np.array_equal(kept, [2, 2]), (f"top_k=2 must leave exactly 2 tokens per row with non-zero probability "
+                                          f"(the 2 largest logits), got {kept.tolist()}")
+    assert np.allclose(p.sum(-1), 1), f"after top-k each row must still sum to 1, got {p.sum(-1)}"
+    assert p[0, 0] > p[0, 1] > 0 and p[1, 1] > p[1, 3] > 0, \
+        f"top_k=2 must keep the two LARGEST logits of each row (tokens 0, 1 and 1, 3), got probabilities\n{p.round(3)}"
+    ties = next_token_probs([[1.0, 1.0, 0.0]], 1.0, top_k=1)
+    assert np.array_equal(ties > 0, [[True, True, False]]), \
+        f"tokens tied with the k-th largest logit are kept: top_k=1 of [1, 1, 0] keeps two, got {ties.round(3)}"
+    greedy = sample_next_token(z, 0)
+    assert np.array_equal(greedy, [0, 1]), f"temperature 0 is greedy, the argmax of each row [0, 1]; got {greedy}"
     draws = sample_next_token(np.repeat(z[:1], 20000, axis=0), 1.0, top_k=3, rng=np.random.default_rng(1))
-    assert np.allclose(np.bincount(draws, minlength=5) / 20000, next_token_probs(z[:1], 1.0, 3)[0], atol=0.015)
-    assert np.array_equal(sample_next_token(z, 1.0, rng=np.random.default_rng(2)),
-                          sample_next_token(z, 1.0, rng=np.random.default_rng(2)))
+    freq, probs = np.bincount(draws, minlength=5) / 20000, next_token_probs(z[:1], 1.0, 3)[0]
+    assert np.allclose(freq, probs, atol=0.015), (
+        f"20,000 draws came out with frequencies {freq.round(3)}, but the probabilities are {probs.round(3)}: the "
+        "draw is the first token whose cumulative probability exceeds u = rng.random((B, 1)) · total")
+    first, again = (sample_next_token(z, 1.0, rng=np.random.default_rng(2)) for _ in range(2))
+    assert np.array_equal(first, again), f"the same generator must give the same draw, got {first} then {again}"
     print("✓ sampling: temperature before softmax, top-k keeps k, greedy at 0, draws follow the probabilities")
 
 
@@ -1172,14 +1488,25 @@ def test_unit_kv_cache():
     rng = np.random.default_rng(11)
     k1, v1, k2, v2 = (rng.standard_normal((2, 3, n, 4)) for n in (2, 2, 1, 1))
     keys, values = cache.update(Tensor(k1), Tensor(v1))
-    assert cache.length == 2 and np.array_equal(keys.numpy(), k1) and np.array_equal(values.numpy(), v1)
+    assert cache.length == 2, f"after storing 2 positions, length must be 2, got {cache.length}: advance it by n"
+    assert keys.shape == (2, 3, 2, 4) and np.array_equal(keys.numpy(), k1), (
+        f"after the first update the keys must be the 2 stored, (2, 3, 2, 4), got shape {keys.shape}: store them at "
+        "positions length ... length + n - 1 (0 and 1 here) and return the buffers up to the new length")
+    assert np.array_equal(values.numpy(), v1), "LayerKVCache.update: the new VALUES must be stored too, next to their keys"
     keys, values = cache.update(Tensor(k2), Tensor(v2))
-    assert cache.length == 3 and keys.shape == (2, 3, 3, 4)
-    assert np.array_equal(keys.numpy(), np.concatenate([k1, k2], 2)) and \
-        np.array_equal(values.numpy(), np.concatenate([v1, v2], 2)), "keys and values, old ones first"
-    assert np.shares_memory(keys.numpy(), cache.keys), "update returns views of the buffers"
+    assert cache.length == 3, f"after storing 3 positions, length must be 3, got {cache.length}"
+    assert keys.shape == (2, 3, 3, 4) and values.shape == (2, 3, 3, 4), (
+        f"update returns all keys and values so far, (B, H, length, D) = (2, 3, 3, 4); got {keys.shape} and "
+        f"{values.shape}")
+    assert np.array_equal(keys.numpy(), np.concatenate([k1, k2], 2)), \
+        "keys must be stored at positions length ... length + n - 1, old ones first, new ones after them"
+    assert np.array_equal(values.numpy(), np.concatenate([v1, v2], 2)), \
+        "LayerKVCache.update: the new VALUES must be stored too, at the same positions as their keys"
+    assert np.shares_memory(keys.numpy(), cache.keys) and np.shares_memory(values.numpy(), cache.values), \
+        "update returns views of the preallocated buffers (Tensor(self.keys[:, :, :length])), not copies"
     model = GPT(10, 16, 3, 2, 12)
-    assert model.make_cache(5).nbytes == 2 * 3 * 2 * 12 * 8 * 4 * 5  # 2·layers·heads·T·head_dim·bytes, 5 sequences
+    nbytes, wanted = model.make_cache(5).nbytes, 2 * 3 * 2 * 12 * 8 * 4 * 5
+    assert nbytes == wanted, f"the cache of 5 sequences must take 2·layers·heads·T·head_dim·bytes·5 = {wanted}, got {nbytes}"
     print("✓ KV cache: appends in order, returns views, memory = 2·layers·heads·T·head_dim·bytes")
 
 
@@ -1282,6 +1609,19 @@ def cached_logits(model: GPT, idx: np.ndarray, chunks: list[int]) -> np.ndarray:
     return np.concatenate(out, axis=1)
 
 
+def generated(model: GPT, prompt: Any, n: int, **kwargs: Any) -> np.ndarray:
+    """model.generate(...) as an array; a ValueError (a sequence past max_seq_len) becomes a failure that says why."""
+    try:
+        return model.generate(prompt, n, **kwargs).numpy()
+    except ValueError as err:
+        cached = kwargs.get("use_cache", True)
+        raise AssertionError(
+            f"generate({'with' if cached else 'without'} the cache) failed past max_seq_len ({err}): " + (
+                "when the cache is full (cache.length == max_seq_len), make a new cache and prefill it with the "
+                "last max_seq_len tokens" if cached else
+                "crop a prompt longer than max_seq_len: feed the model only the last max_seq_len tokens")) from None
+
+
 def test_unit_generate():
     for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
         model = GPT(17, 16, 2, 2, 12, seed=3, dtype=dtype)
@@ -1289,18 +1629,40 @@ def test_unit_generate():
         with no_grad():
             full = model(idx)[0].numpy()
         for chunks in ([1] * 10, [4, 1, 1, 3, 1]):
-            assert np.allclose(cached_logits(model, idx, chunks), full, atol=tol, rtol=0), f"{dtype.__name__} {chunks}"
+            gap = np.abs(cached_logits(model, idx, chunks) - full).max()
+            assert gap <= tol, (f"{np.dtype(dtype).name} logits fed {chunks} tokens at a time through the KV cache "
+                                f"differ from the full forward pass by {gap:.1e} (allowed {tol:.0e})")
     prompt = np.random.default_rng(13).integers(0, 17, (2, 5))
-    with_cache = model.generate(prompt, 20, seed=0).numpy()   # 25 tokens: past max_seq_len=12
-    without = model.generate(prompt, 20, seed=0, use_cache=False).numpy()
-    assert with_cache.shape == (2, 25) and np.array_equal(with_cache[:, :5], prompt)
-    assert np.array_equal(with_cache, without), "cached and uncached generation must give the same tokens"
+    with_cache = generated(model, prompt, 20, seed=0)   # 25 tokens: past max_seq_len=12
+    without = generated(model, prompt, 20, seed=0, use_cache=False)
+    assert with_cache.shape == (2, 25) and np.array_equal(with_cache[:, :5], prompt), \
+        f"generate returns the prompt (2, 5) followed by 20 new tokens: (2, 25), got {with_cache.shape}"
+    with no_grad():
+        last = model(without[:, :5])[0].numpy()[:, -1]
+    greedy = generated(model, prompt, 1, temperature=0, use_cache=False)[:, -1]
+    assert np.array_equal(greedy, last.argmax(-1)), (f"greedy generation must pick the argmax of the logits of the "
+                                                      f"last position ({last.argmax(-1)}), got {greedy}")
+    assert np.array_equal(with_cache[:, :12], without[:, :12]), \
+        "cached and uncached generation must give the same tokens (within max_seq_len)"
+    assert np.array_equal(with_cache, without), (
+        "past max_seq_len cached and uncached generation must still agree: rebuild the cache from the last "
+        "max_seq_len tokens when it is full")
     one = model.generate(list(prompt[0]), 3, temperature=0)
-    assert one.shape == (8,) and one.dtype == np.int64 and model.training
+    assert one.shape == (8,) and one.dtype == np.int64, \
+        f"a 1-D prompt of 5 gives a 1-D int64 result of 8 tokens, got {one.shape} {one.dtype}"
+    assert model.training, "generate must switch the model back to the training mode it found"
     long_prompt = np.random.default_rng(14).integers(0, 17, 30)
-    out = model.generate(long_prompt, 4, seed=1).numpy()
-    assert np.array_equal(out[:30], long_prompt) and np.array_equal(out[30:], model.generate(long_prompt[-12:], 4, seed=1).numpy()[12:])
-    print("✓ generate: cached logits = full logits, cached tokens = uncached tokens, prompt cropped to the context")
+    out, cropped = generated(model, long_prompt, 4, seed=1), generated(model, long_prompt[-12:], 4, seed=1)
+    assert np.array_equal(out[:30], long_prompt) and np.array_equal(out[30:], cropped[12:]), (
+        "a prompt longer than max_seq_len: the result starts with the whole prompt, and the model sees only its "
+        "last max_seq_len tokens")
+    noisy = GPT(17, 16, 2, 2, 12, dropout=0.5, seed=4)
+    noisy_cached, noisy_plain = generated(noisy, prompt, 10, seed=2), generated(noisy, prompt, 10, seed=2, use_cache=False)
+    assert np.array_equal(noisy_cached, noisy_plain), (
+        "GPT(dropout=0.5): cached and uncached generation differ. generate runs in eval mode, where dropout does "
+        "nothing; the cached path must pass training=self.training to scaled_dot_product_attention")
+    assert noisy.training, "generate must switch the model back to training mode afterwards"
+    print("✓ generate: cached logits = full logits, cached tokens = uncached tokens (dropout too), prompt cropped")
 
 
 test_unit_generate()

@@ -29,10 +29,11 @@ def _backward_peak(retain_intermediates: bool) -> int:
             if t._node is not None:
                 t.retain_grad()
     tracemalloc.start()
-    loss.backward()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return peak
+    try:  # tracing left on (backward raised) would slow every later test
+        loss.backward()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def test_leaves_only_backward_needs_less_memory_than_keeping_every_grad():

@@ -453,10 +453,11 @@ def test_flash_memory_is_linear():
 
     def peak(fn):
         tracemalloc.start()
-        fn()
-        result = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        return result
+        try:  # tracing left on (fn raised) would slow every later test
+            fn()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
 
     rng = np.random.default_rng(0)
     peaks = {}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tinytorch.core.autograd import no_grad
-from tinytorch.core.layers import count_parameters
-from tinytorch.core.tensor import Tensor
+from tinytorch.core.layers import Module, count_parameters
+from tinytorch.core.tensor import Tensor, as_tensor
 from tinytorch.models.transformer import (GPT, MLP, CausalSelfAttention, TransformerBlock,
                                           cached_causal_mask, layer_norm)
 from tinytorch.testing import numeric_vjp
@@ -130,6 +130,60 @@ def test_block_residual_stream():
                 "x = x + attn(ln1(x))[0], then x = x + mlp(ln2(x))")
         pytest.fail("with attn.out_proj and mlp.proj zeroed (sub-layers that write nothing), the block must "
                     "return its input unchanged, but it did not: " + hint)
+
+
+class DropEverything(Module):
+    """A Dropout that drops every value: where a block applies its dropout shows in the output."""
+
+    def forward(self, x):
+        return as_tensor(x) * 0.0
+
+
+def test_block_dropout_is_on_the_attention_output():
+    block = TransformerBlock(8, 2, seed=8, dtype=np.float64)
+    x = Tensor(np.random.default_rng(8).standard_normal((2, 4, 8)))
+    a = x + block.attn(block.ln1(x))[0]
+    without_dropout = (a + block.mlp(block.ln2(a))).numpy()
+    block.dropout = DropEverything()
+    got = block(x).numpy()
+    assert np.allclose(got, (x + block.mlp(block.ln2(x))).numpy(), atol=1e-12), (
+        "with a dropout that drops everything the block must give x + mlp(ln2(x)): "
+        + ("the block never applies self.dropout to the attention's output; x = x + self.dropout(attended)"
+           if np.allclose(got, without_dropout) else
+           "self.dropout belongs on the attention's output only, before it is added: x = x + self.dropout(attended)"))
+
+
+@pytest.mark.parametrize("mode", ["training", "eval"])
+def test_block_dropout_follows_the_mode(mode):
+    block = TransformerBlock(8, 2, dropout=0.5, seed=9, dtype=np.float64)
+    x = Tensor(np.random.default_rng(9).standard_normal((2, 6, 8)))
+    if mode == "eval":
+        block.eval()
+    first, second = block(x).numpy(), block(x).numpy()
+    if mode == "training":
+        assert not np.allclose(first, second), "TransformerBlock(dropout=0.5) in training mode must drop at random"
+        return
+    a = x + block.attn(block.ln1(x))[0]
+    assert np.allclose(first, second) and np.allclose(first, (a + block.mlp(block.ln2(a))).numpy(), atol=1e-12), \
+        "after .eval() a block with dropout=0.5 must drop nothing: x + attn(ln1(x)), then + mlp(ln2(x))"
+
+
+@pytest.mark.parametrize("mode", ["training", "eval"])
+def test_cached_attention_dropout_follows_the_mode(mode):
+    attn = CausalSelfAttention(8, 2, dropout=0.5, seed=10, dtype=np.float64)
+    x = Tensor(np.random.default_rng(10).standard_normal((2, 6, 8)))
+    visible = np.tril(np.ones((6, 6), dtype=bool))
+    if mode == "training":
+        _, weights = attn(x, cache=ConcatCache())
+        assert np.any(weights.numpy()[..., visible] == 0), (
+            "CausalSelfAttention(dropout=0.5) in training mode dropped no weight on the cached path: pass "
+            "dropout_p=self.dropout, training=self.training, rng=self.rng as module 12's forward does")
+        return
+    attn.eval()
+    out, weights = attn(x, cache=ConcatCache())
+    assert np.all(weights.numpy()[..., visible] > 0) and np.allclose(out.numpy(), attn(x)[0].numpy(), atol=1e-12), (
+        "after .eval() the cached path still drops attention weights (dropout=0.5): pass training=self.training to "
+        "scaled_dot_product_attention, so that model.eval() (and generate) switch dropout off")
 
 
 def test_block_values():

@@ -208,6 +208,21 @@ def test_cached_generation_equals_uncached(dtype, top_k, temperature):
         "max_seq_len tokens when it is full")
 
 
+@pytest.mark.parametrize("mode", ["training", "eval"])
+def test_cached_generation_with_dropout_equals_uncached(mode):
+    """generate runs in eval mode, whatever mode it finds: with dropout > 0 both paths must agree."""
+    model = GPT(19, 16, 2, 2, 12, dropout=0.5, seed=11)
+    if mode == "eval":
+        model.eval()
+    prompt = np.random.default_rng(11).integers(0, 19, (2, 4))
+    cached = model.generate(prompt, 8, seed=3).numpy()
+    uncached = model.generate(prompt, 8, seed=3, use_cache=False).numpy()
+    assert np.array_equal(cached, uncached), (
+        f"GPT(dropout=0.5) in {mode} mode: cached and uncached generation differ. generate runs in eval mode, where "
+        "dropout does nothing; the cached path must pass training=self.training to scaled_dot_product_attention")
+    assert model.training == (mode == "training"), "generate must switch the model back to the mode it found"
+
+
 def test_long_prompt_is_cropped():
     model = GPT(7, 8, 1, 2, 6, seed=6)
     prompt = np.random.default_rng(9).integers(0, 7, 15)

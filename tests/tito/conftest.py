@@ -6,18 +6,23 @@ edit their modules.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pytest
+from rich.console import Console
 
 from tito.course import CourseModule, Settings, load_settings, resolve_module
 
 REPO = Path(__file__).resolve().parents[2]
+TITO_ENV = {"COLUMNS": "250", "NO_COLOR": "1"}  # every tito a test runs, in its process or its own: whole lines, no colour
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
 
 # A tiny module for the cases module 01 cannot show (broken notebooks, failing tests).
@@ -98,13 +103,50 @@ class CourseCopy:
                 for p in sorted(lib.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
     def env(self, **extra: str) -> dict[str, str]:
-        return dict(os.environ, PYTHONPATH=str(self.root), COLUMNS="250", NO_COLOR="1", **extra)
+        return dict(os.environ, PYTHONPATH=str(self.root), **TITO_ENV, **extra)
 
     def command(self, *args: str, prefix: Sequence[str] = ()) -> list[str]:
         return [*prefix, sys.executable, "-m", "tito", *args]
 
-    def tito(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-             prefix: Sequence[str] = (), **popen) -> subprocess.CompletedProcess:
+    def tito(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """`tito ARGS` from `cwd` (default: deep inside the copy), run in this test's own process.
+
+        The command line's own code (`tito.cli.main`), with what `env()` gives a process (250
+        columns, no colour), output and exit status as `python -m tito` gives them, less the
+        second it takes to start Python and import nbdev and jupytext: most tests check what
+        tito does and says. Tests of the process itself (signals, kills, limits, the environment
+        it is started with, the `python -m tito` entry) use `tito_process`; what tito starts
+        (scripts, pytest, a kernel) are real processes either way.
+        """
+        from tito import cli
+
+        out, err = io.StringIO(), io.StringIO()
+        saved_env = {name: os.environ.get(name) for name in TITO_ENV}
+        saved_signals = {name: signal.getsignal(getattr(signal, name)) for name in ("SIGTERM", "SIGHUP")}
+        saved_console, saved_cwd = cli.console, os.getcwd()
+        os.environ.update(TITO_ENV)
+        cli.console = Console(file=out, width=int(TITO_ENV["COLUMNS"]), soft_wrap=True, color_system=None)
+        os.chdir(cwd or self.root / "modules" / "01_tensor")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = cli.main(list(args))
+                except SystemExit as stop:  # argparse: a usage error (2) or --help (0)
+                    code = stop.code if isinstance(stop.code, int) else 1
+        finally:
+            os.chdir(saved_cwd)
+            cli.console = saved_console
+            for name, handler in saved_signals.items():
+                signal.signal(getattr(signal, name), handler)
+            for name, value in saved_env.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        return subprocess.CompletedProcess(["tito", *args], code, out.getvalue(), err.getvalue())
+
+    def tito_process(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                     prefix: Sequence[str] = (), **popen) -> subprocess.CompletedProcess:
         """`python -m tito ARGS` with this copy's tito, from `cwd` (default: deep inside the copy).
 
         `env` replaces the environment (see `env()`); `prefix` goes before python (e.g. `UNPRIVILEGED`).
@@ -115,11 +157,11 @@ class CourseCopy:
             **popen,
         )
 
-    def start_tito(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start_tito(self, *args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
         """A tito running in the background, in its own process group (so a test can kill it all)."""
         return subprocess.Popen(self.command(*args), cwd=self.root, env=env or self.env(),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, **popen)
 
     def add_tests(self, key: str, text: str) -> Path:
         folder = self.root / "tests" / key
@@ -151,6 +193,12 @@ def unprivileged() -> list[str]:
 @pytest.fixture
 def course(tmp_path: Path) -> CourseCopy:
     return CourseCopy(copy_course(tmp_path / "course"))
+
+
+@pytest.fixture(scope="module")
+def new_course(tmp_path_factory) -> Callable[[str], CourseCopy]:
+    """Makes a fresh copy, `new_course("name")`, for a file's own module-scoped fixtures."""
+    return lambda name: CourseCopy(copy_course(tmp_path_factory.mktemp(name) / "course"))
 
 
 @pytest.fixture(scope="module")

@@ -53,11 +53,11 @@ def _leftovers(course) -> list[str]:
 ])
 def test_a_kill_during_export_leaves_a_package_that_imports(course, fault, outcome):
     old = _old_then_new(course)
-    killed = course.tito("export", "--all", env=course.env(TITO_TEST_FAULT=fault))
+    killed = course.tito_process("export", "--all", env=course.env(TITO_TEST_FAULT=fault))
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     assert _leftovers(course), "the kill left nothing to clean up: the fault point was not reached"
 
-    after = course.tito("milestone", "list")  # any tito command finishes or rolls back first
+    after = course.tito_process("milestone", "list")  # any tito command finishes or rolls back first
     assert after.returncode == 0, after.stdout
     assert ("Finished an export" if outcome == "new" else "Rolled back an export") in after.stdout
     assert _leftovers(course) == []
@@ -82,7 +82,7 @@ def test_a_read_only_subfolder_changes_nothing(course, unprivileged):
     locked = course.settings.lib_path / "extra"
     locked.chmod(0o555)
     try:
-        result = course.tito("export", "--all", prefix=unprivileged)
+        result = course.tito_process("export", "--all", prefix=unprivileged)
     finally:
         locked.chmod(0o755)
     out = course.flat(result.stdout)
@@ -90,7 +90,7 @@ def test_a_read_only_subfolder_changes_nothing(course, unprivileged):
     assert "Could not write the package" in out and "Permission denied" in out and "Nothing was changed" in out
     assert "Traceback" not in result.stdout + result.stderr
     assert course.package_bytes() == before and _leftovers(course) == []
-    assert course.tito("export", "--all").returncode == 0  # writable again: the export goes through
+    assert course.tito_process("export", "--all").returncode == 0  # writable again: the export goes through
 
 
 def _file_size_limit(limit: int):
@@ -106,7 +106,7 @@ def test_a_full_disk_changes_nothing(course):
     tensor = course.module("01").notebook
     tensor.write_text(tensor.read_text(encoding="utf-8") + "\n# %%\n#| export\nNEW_NAME = 42\n", encoding="utf-8")
     before = course.package_bytes()
-    result = course.tito("export", "--all", preexec_fn=_file_size_limit(4096))
+    result = course.tito_process("export", "--all", preexec_fn=_file_size_limit(4096))
     out = course.flat(result.stdout)
     assert result.returncode == 1, out + result.stderr
     assert "Could not write the package" in out and "File too large" in out and "Nothing was changed" in out

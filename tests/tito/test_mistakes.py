@@ -28,8 +28,11 @@ message = "multiply by 2"
 """
 
 
-def _toy(course, catalogue: str, tests: str = TOY_TESTS):
-    course.add_module("02_toy", course.TOY.replace("assert double(3) == 6", "assert double(4) == 8"))
+INLINE_NAMES_IT = 'assert double(4) == 8, "double(4) must be 8: multiply by 2, not add 2"'
+
+
+def _toy(course, catalogue: str, tests: str = TOY_TESTS, inline: str = "assert double(4) == 8"):
+    course.add_module("02_toy", course.TOY.replace("assert double(3) == 6", inline))
     folder = course.root / "tests" / "02_toy"
     folder.mkdir()
     (folder / "test_toy.py").write_text(tests, encoding="utf-8")
@@ -38,17 +41,35 @@ def _toy(course, catalogue: str, tests: str = TOY_TESTS):
 
 
 def test_a_caught_mistake_names_the_test_that_caught_it(course):
-    module = _toy(course, CAUGHT)
+    module = _toy(course, CAUGHT, inline=INLINE_NAMES_IT)
     [size, check] = check_release(course.settings, [module], stubs=False)
     assert not size.ok and "at least 8" in size.problem  # one mistake is not a catalogue
+    assert check.ok, check.problem
+    assert check.caught_by == "inline test_unit_double"  # the inline tests run first: theirs is the first failure
+
+
+def test_pytest_is_shown_when_the_inline_tests_pass(course):
+    """The inline tests do not look at double(3): pytest's first failure is the one a student reads."""
+    module = _toy(course, CAUGHT.replace("return x + 2", "return 7 if x == 3 else 2 * x"), inline="assert double(4) == 8")
+    [check] = check_release(course.settings, [module], stubs=False, only="adds-two")
     assert check.ok, check.problem
     assert check.caught_by == "tests/02_toy/test_toy.py::test_double_of_three"
 
 
 def test_a_mistake_whose_failure_does_not_name_the_cause_is_a_problem(course):
-    module = _toy(course, CAUGHT, TOY_TESTS.replace(', "double(3) must be 6: multiply by 2, not add 2"', ""))
+    module = _toy(course, CAUGHT)  # the inline test catches it first, with a bare assert
     [check] = check_release(course.settings, [module], stubs=False, only="adds-two")
     assert not check.ok and "does not say 'multiply by 2'" in check.problem
+    assert "first failure a student sees (inline test_unit_double)" in check.problem
+
+
+def test_the_cause_must_be_in_the_first_failure_not_in_a_later_one(course):
+    later = TOY_TESTS.replace("def test_double_of_three():", "def test_double_of_five():\n    assert double(5) == 10\n\n\n"
+                                                             "def test_double_of_three():")
+    module = _toy(course, CAUGHT.replace("return x + 2", "return x + 6 if x in (3, 5) else 2 * x"), later)
+    [check] = check_release(course.settings, [module], stubs=False, only="adds-two")
+    assert not check.ok and check.caught_by == "tests/02_toy/test_toy.py::test_double_of_five", check
+    assert "does not say 'multiply by 2'" in check.problem  # test_double_of_three says it, but comes second
 
 
 def test_a_mistake_no_test_catches_is_a_problem(course):

@@ -28,17 +28,17 @@ def test_list_reads_docstrings_without_importing(milestones):
 
 
 def test_run_passes_output_and_exit_status_through(course, milestones):
-    done = course.tito("milestone", "run", "xor", "--fast")
+    done = course.tito_process("milestone", "run", "xor", "--fast")
     assert done.returncode == 3
     assert "fast" in done.stdout and "slow" not in done.stdout
-    listing = course.tito("milestone", "list")
+    listing = course.tito_process("milestone", "list")
     assert listing.returncode == 0 and "Learn XOR with a two-layer MLP." in listing.stdout
 
 
 def test_an_unknown_name_lists_the_valid_ones(course, milestones):
     with pytest.raises(CourseError, match="Valid names: broken, xor"):
         find_program(milestones, "xr", "milestone")
-    bench = course.tito("bench", "nothing")
+    bench = course.tito_process("bench", "nothing")
     assert bench.returncode == 1 and "Unknown benchmark 'nothing'" in bench.stdout
 
 
@@ -48,13 +48,13 @@ def test_run_all_runs_every_milestone_and_fails_if_one_fails(course):
     (folder / "good.py").write_text('"""Passes."""\nprint("good ran")\n', encoding="utf-8")
     (folder / "bad.py").write_text('"""Fails."""\nimport sys\nprint("bad ran")\nsys.exit(2)\n',
                                    encoding="utf-8")
-    done = course.tito("milestone", "run", "--all")
+    done = course.tito_process("milestone", "run", "--all")
     assert done.returncode == 1
     assert "good ran" in done.stdout and "bad ran" in done.stdout
     assert "Summary: 1 passed, 1 failed" in done.stdout
     (folder / "bad.py").unlink()
-    assert course.tito("milestone", "run", "--all").returncode == 0
-    neither = course.tito("milestone", "run")
+    assert course.tito_process("milestone", "run", "--all").returncode == 0
+    neither = course.tito_process("milestone", "run")
     assert neither.returncode == 1 and "--all" in neither.stdout
 
 
@@ -68,14 +68,14 @@ def test_device_reaches_the_milestone_in_every_form(course):
             encoding="utf-8")
     for argv in (["one", "--device", "cuda"], ["--device", "cuda", "one"], ["one", "--fast", "--device", "cuda"],
                  ["--fast", "--device", "cuda", "one"]):
-        done = course.tito("milestone", "run", *argv)
+        done = course.tito_process("milestone", "run", *argv)
         assert done.returncode == 0, done.stdout + done.stderr
         got = next(line for line in done.stdout.splitlines() if line.startswith("one got"))
         assert "--device cuda" in got and ("--fast" in got) == ("--fast" in argv), (argv, got)
-    both = course.tito("milestone", "run", "--all", "--fast", "--device", "cuda")
+    both = course.tito_process("milestone", "run", "--all", "--fast", "--device", "cuda")
     assert both.returncode == 0, both.stdout + both.stderr
     assert "one got --fast --device cuda" in both.stdout and "two got --fast --device cuda" in both.stdout
-    wrong = course.tito("milestone", "run", "--device", "tpu", "one")
+    wrong = course.tito_process("milestone", "run", "--device", "tpu", "one")
     assert wrong.returncode != 0 and "invalid choice" in wrong.stdout + wrong.stderr
 
 
@@ -89,7 +89,7 @@ def test_run_all_follows_the_course_order(course):
     (folder / "anything.py").write_text('"""No module named."""\nprint("anything ran")\n', encoding="utf-8")
     assert [p.name for p in in_course_order(list_programs(folder))] == [
         "anything", "spirals", "xor", "shakespeare", "quantize"]
-    done = course.tito("milestone", "run", "--all")
+    done = course.tito_process("milestone", "run", "--all")  # the milestones print from their own processes
     assert done.returncode == 0
     order = [done.stdout.index(f"{name} ran") for name in ("anything", "spirals", "xor", "shakespeare", "quantize")]
     assert order == sorted(order), done.stdout

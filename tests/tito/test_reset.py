@@ -92,7 +92,7 @@ def test_reset_exports_the_stub_first_and_keeps_the_notebook_when_that_fails(cou
     core = course.settings.lib_path / "core"
     core.chmod(0o555)
     try:
-        result = course.tito("module", "reset", "01", prefix=unprivileged)
+        result = course.tito_process("module", "reset", "01", prefix=unprivileged)
     finally:
         core.chmod(0o755)
     out = course.flat(result.stdout)
@@ -180,7 +180,7 @@ def test_reset_checks_it_can_write_the_notebook_before_it_exports(course, unpriv
     before = course.package_bytes()
     module.folder.chmod(0o555)
     try:
-        result = course.tito("module", "reset", "01", prefix=unprivileged)
+        result = course.tito_process("module", "reset", "01", prefix=unprivileged)
     finally:
         module.folder.chmod(0o755)
     out = course.flat(result.stdout)
@@ -195,7 +195,7 @@ def test_reset_refuses_a_read_only_notebook(course, unprivileged):
     before = course.package_bytes()
     module.notebook.chmod(0o444)
     try:
-        result = course.tito("module", "reset", "01", prefix=unprivileged)
+        result = course.tito_process("module", "reset", "01", prefix=unprivileged)
     finally:
         module.notebook.chmod(0o644)
     assert result.returncode == 1 and "is read-only" in course.flat(result.stdout), result.stdout

@@ -112,45 +112,72 @@ def test_the_notebook_runs_in_a_jupyter_kernel_and_fails_with_whole_lines(course
 
 
 # ---------------------------------------------------------------------------- issue 9, row 9
+# A hung run waits out its whole time limit. The two hung tito runs start together, in the
+# background (the fixture below), so they and the hung kernel run wait side by side.
+
+HUNG_LIMIT_S = 15  # each limit: time for a child to start and reach its loop on a busy machine, several times over
+HUNG_LOOP = "while double(3) == 6:"
 
 
-def test_a_hung_inline_test_is_stopped_at_the_settings_limit_naming_its_cell(course):
-    settings_file = course.root / "settings.ini"
+@pytest.fixture(scope="module")
+def hung_runs(new_course):
+    """{"inline": (course, its notebook, tito, started), "pytest": ...}: `tito test 02` runs left to hang."""
+    inline = new_course("hung-inline")
+    settings_file = inline.root / "settings.ini"
     settings_file.write_text(settings_file.read_text(encoding="utf-8").replace(
-        "test_timeout_minutes = 10", "test_timeout_minutes = 0.5"), encoding="utf-8")  # 30 seconds
+        "test_timeout_minutes = 10", f"test_timeout_minutes = {HUNG_LIMIT_S / 60}"), encoding="utf-8")
     # The budget covers the whole module, the export check before the inline run included:
     # it must leave the child time to start Python and reach the loop, even on a busy machine.
-    text = course.TOY.replace("    assert double(3) == 6\n", "    while double(3) == 6:\n        pass\n")
-    course.add_module("02_toy", text)
-    export_modules(course.settings, [course.module("02")])
+    text = inline.TOY.replace("    assert double(3) == 6\n", f"    {HUNG_LOOP}\n        pass\n")
+    inline.add_module("02_toy", text)
+    export_modules(inline.settings, [inline.module("02")])
+
+    hangs = new_course("hung-pytest")
+    hangs.add_module("02_toy", hangs.TOY)
+    hangs.add_tests("02_toy", "import time\n\n\ndef test_fast():\n    assert 1 + 1 == 2\n\n\n"
+                              "def test_hangs():\n    while True:\n        time.sleep(0.05)\n")
+    export_modules(hangs.settings, [hangs.module("02")])
+
     started = time.monotonic()
-    # tito started as a background job is (CI runners, `nohup … &`): SIGINT ignored, which every
-    # child inherits unless tito hands them a handler; its Ctrl-C at the timeout must still work.
-    result = course.tito("test", "02", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    assert time.monotonic() - started < 90
-    out = course.flat(result.stdout)
-    assert result.returncode == 1, out
-    line = course.line_of(text, "while double(3) == 6")
-    assert f"timed out after 30 s: it was running test_unit_double at toy_dev.py line {line} (cell 4)" in out
+    runs = {
+        # tito started as a background job is (CI runners, `nohup … &`): SIGINT ignored, which every
+        # child inherits unless tito hands them a handler; its Ctrl-C at the timeout must still work.
+        "inline": (inline, text, inline.start_tito(
+            "test", "02", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)), started),
+        "pytest": (hangs, None, hangs.start_tito("test", "02", "--timeout", str(HUNG_LIMIT_S / 60)), started),
+    }
+    yield runs
+    for _, _, run, _ in runs.values():
+        if run.poll() is None:  # a test failed before waiting for it
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
 
 
-def test_a_hung_pytest_test_is_stopped_by_the_timeout_flag_naming_the_test(course):
-    course.add_module("02_toy", course.TOY)
-    course.add_tests("02_toy", "import time\n\n\ndef test_fast():\n    assert 1 + 1 == 2\n\n\n"
-                               "def test_hangs():\n    while True:\n        time.sleep(0.05)\n")
-    export_modules(course.settings, [course.module("02")])
-    result = course.tito("test", "02", "--timeout", "0.25")
-    out = course.flat(result.stdout)
-    assert result.returncode == 1, out
-    assert "timed out after 15 s: it was running tests/02_toy/test_toy.py::test_hangs" in out
-    assert load_results(course.settings)["02_toy"].verdict == "failed"
-
-
-def test_a_hung_notebook_cell_in_the_kernel_is_named(course):
+def test_a_hung_notebook_cell_in_the_kernel_is_named(course, hung_runs):
+    """Runs while the two tito runs of `hung_runs` wait out their limits."""
     course.add_module("02_toy", course.TOY + "\n# %%\nimport time\nwhile True:\n    time.sleep(0.05)\n")
-    part = run_in_kernel(course.settings, course.module("02"), timeout_s=20)
-    assert part.failed and part.summary == "timed out after 20 s: it was running cell 5"
+    part = run_in_kernel(course.settings, course.module("02"), timeout_s=HUNG_LIMIT_S)
+    assert part.failed and part.summary == f"timed out after {HUNG_LIMIT_S} s: it was running cell 5"
     assert "while True:" in part.detail
+
+
+def test_a_hung_inline_test_is_stopped_at_the_settings_limit_naming_its_cell(hung_runs):
+    course, text, run, started = hung_runs["inline"]
+    output = run.communicate(timeout=300)[0]
+    assert time.monotonic() - started < HUNG_LIMIT_S + 45, output  # the limit, not the loop, ended it
+    out = course.flat(output)
+    assert run.returncode == 1, out
+    line = course.line_of(text, HUNG_LOOP)
+    assert (f"timed out after {HUNG_LIMIT_S} s: it was running test_unit_double at toy_dev.py line {line} (cell 4)"
+            in out)
+
+
+def test_a_hung_pytest_test_is_stopped_by_the_timeout_flag_naming_the_test(hung_runs):
+    course, _, run, _ = hung_runs["pytest"]
+    out = course.flat(run.communicate(timeout=300)[0])
+    assert run.returncode == 1, out
+    assert f"timed out after {HUNG_LIMIT_S} s: it was running tests/02_toy/test_toy.py::test_hangs" in out
+    assert load_results(course.settings)["02_toy"].verdict == "failed"
 
 
 def test_a_child_left_running_does_not_keep_a_finished_test_waiting(course, tmp_path):
@@ -319,14 +346,14 @@ def test_the_first_failure_in_full_then_how_many_more_and_the_command(course):
     course.add_module("02_toy", course.TOY)
     course.add_tests("02_toy", FAILING_TESTS)
     export_modules(course.settings, [course.module("02")])
-    result = course.tito("test", "02", env=_plain_env(course))
+    result = course.tito_process("test", "02", env=_plain_env(course))
     out = result.stdout
     assert result.returncode == 1
     assert "\x1b[" not in out  # piped: no colour codes
     assert "tests/02_toy/test_toy.py::test_two" in out and "assert double(2) == 5" in out
     assert f"AssertionError: SECOND_REASON {'x' * 150}" in out  # the reason is not cut to 80 columns
     assert "THIRD_REASON" not in out and "FOURTH_REASON" not in out  # one failure in full, not all
-    assert "2 more failures in 02_toy; `tito test 02_toy -v` shows everything." in course.flat(out)
+    assert "2 more failures in 02_toy (2 pytest); `tito test 02_toy -v` shows everything." in course.flat(out)
 
 
 def test_x_and_v_are_passed_to_pytest(course):

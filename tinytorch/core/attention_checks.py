@@ -5,13 +5,13 @@ __all__ = ['HAND_X', 'HAND_WEIGHTS', 'HAND_OUTPUT', 'TRANSPOSE', 'SCALE_BY_D', '
            'SOFTMAX_AXIS', 'INVERTED', 'PADDING_ON_QUERIES', 'CAUSAL_DIAGONAL', 'CAUSAL_NEXT', 'CAUSAL_IGNORED',
            'CAUSAL_UNASKED', 'CAUSAL_BOTTOM_RIGHT', 'COMBINED_WITH_AND', 'MASK_IGNORED', 'NAN_ROWS', 'UNIFORM_ROWS',
            'FLOAT16_OVERFLOW', 'GRAD_SCALE', 'ATTENTION_CHECKS', 'GRADIENT_CHECKS', 'DROPOUT_IN_EVAL',
-           'DROPOUT_NOT_RESCALED', 'DROPOUT_MISSING', 'DROPOUT_BACKWARD', 'HEAD_SPLIT', 'HEAD_MERGE',
-           'MHA_DROPOUT_IN_EVAL', 'PADDING_AS_ATTN_MASK', 'FLASH_RESCALE', 'CLASSIC_BUGS', 'AttentionBug',
-           'reference_attention', 'check_key_order', 'check_rows_sum_to_one', 'check_scale', 'check_padding',
-           'check_causal', 'check_padding_and_causal', 'check_fully_blocked', 'check_float16', 'check_shapes',
-           'check_attention', 'check_gradients', 'check_fully_blocked_gradients', 'check_dropout',
-           'check_dropout_backward', 'reference_multi_head', 'check_multi_head', 'check_key_padding_mask',
-           'check_multi_head_dropout', 'check_flash_attention', 'demonstrate_bugs']
+           'DROPOUT_NOT_RESCALED', 'DROPOUT_MISSING', 'DROPOUT_BACKWARD', 'DROPOUT_DV', 'HEAD_SPLIT', 'HEAD_MERGE',
+           'MHA_DROPOUT_IN_EVAL', 'VALUES_PROJECTED_WITH', 'OUT_PROJ_MISSING', 'PADDING_AS_ATTN_MASK', 'FLASH_RESCALE',
+           'CLASSIC_BUGS', 'AttentionBug', 'reference_attention', 'check_key_order', 'check_rows_sum_to_one',
+           'check_scale', 'check_padding', 'check_causal', 'check_padding_and_causal', 'check_fully_blocked',
+           'check_float16', 'check_shapes', 'check_attention', 'check_gradients', 'check_fully_blocked_gradients',
+           'check_dropout', 'check_dropout_backward', 'reference_multi_head', 'check_multi_head',
+           'check_key_padding_mask', 'check_multi_head_dropout', 'check_flash_attention', 'demonstrate_bugs']
 
 # %% ../../modules/12_attention/attention_dev.py #d2bf02f4
 # Given code for lesson 12, shared by the lesson and the tests: the hand example, a plain-NumPy
@@ -63,7 +63,7 @@ def reference_attention(q: Any, k: Any, v: Any, keep: Any = None, scale: float |
         weights = np.where(nothing_visible, np.nan if blocked_rows == "nan" else 1.0 / scores.shape[-1], weights)
     return weights @ v, weights
 
-# %% ../../modules/12_attention/attention_dev.py #01315b10
+# %% ../../modules/12_attention/attention_dev.py #b8f0a290
 # The causes the forward and gradient checks name: what each classic mistake does, in a few words.
 TRANSPOSE = "the scores are Q @ K instead of Q @ Kᵀ (transpose the last two axes of K)"
 SCALE_BY_D = "the scores are divided by d_k instead of √d_k"
@@ -111,36 +111,72 @@ def _close(a: np.ndarray, b: np.ndarray, atol: float) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=1e-4, equal_nan=True))
 
 
-def _compare(name: str, probe: str, got: tuple, expected: tuple, causes: list, atol: float = 1e-6) -> None:
+def _matches(got: tuple, expected: tuple, atol: float) -> bool:
+    """Every array the function returned (the output, and the weights when it returns them) is close."""
+    return all(_close(g, e, atol) for g, e in zip(got, expected) if g is not None)
+
+
+def _indices(hit: np.ndarray, size: int) -> str:
+    if len(hit) == size:
+        return f"all {size}" if size > 1 else "0"
+    shown = ", ".join(map(str, hit[:8].tolist())) + (", ..." if len(hit) > 8 else "")
+    return f"[{shown}] of {size}"
+
+
+def _where_they_differ(mine: np.ndarray, right: np.ndarray, last_two: tuple, atol: float) -> str:
+    """Which batch items, heads, rows and columns hold the differences, e.g. "heads [1] of 3, query rows all 5"."""
+    bad = ~np.isclose(mine, right, atol=atol, rtol=1e-4, equal_nan=True)
+    lead = {0: (), 1: ("batch item",), 2: ("batch item", "head")}.get(bad.ndim - 2, ("leading index",) * (bad.ndim - 2))
+    parts = []
+    for axis, label in enumerate(lead + last_two):
+        others = tuple(i for i in range(bad.ndim) if i != axis)
+        parts.append(f"{label}s {_indices(np.flatnonzero(bad.any(axis=others)), bad.shape[axis])}")
+    return ", ".join(parts)
+
+
+def _compare(name: str, probe: str, got: tuple, expected: tuple, causes: list, atol: float = 1e-6,
+             after_weights: str = "the product weights @ V", steps: str = "section 2's table") -> None:
     """Raise AttentionBug unless `got` = (out, weights or None) matches `expected`.
 
-    The weights are compared when the function returns them, else the output. `causes` is a
-    list of (cause, (out, weights)) that classic mistakes would produce: when the numbers
-    match one of them, the message names it.
+    Compares every array the function returned: the output, and the weights when it returns
+    them. `causes` is a list of (cause, (out, weights)) that classic mistakes would produce:
+    when the numbers match one of them in everything returned (a mistake that leaves the
+    weights right is recognised by its output too), the message names it. Otherwise the
+    message says what differs (weights or output), where (which batch items, heads,
+    positions) and by how much, and guesses nothing. Right weights with a wrong output put
+    the difference in `after_weights`, the steps that come after the weights.
     """
-    which = 1 if got[1] is not None else 0
-    what = ("output", "weights")[which]
-    mine, right = got[which], expected[which]
-    if _close(mine, right, atol) and (which == 0 or _close(got[0], expected[0], atol)):
+    if _matches(got, expected, atol):
         return
-    if mine.shape != right.shape:
-        raise AttentionBug(f"{name}: {what} of shape {mine.shape}, expected {right.shape} ({probe}).")
+    for label, mine, right in (("output", got[0], expected[0]), ("weights", got[1], expected[1])):
+        if mine is not None and mine.shape != right.shape:
+            raise AttentionBug(f"{name}: {label} of shape {mine.shape}, expected {right.shape} ({probe}).")
+    wrong_parts = [label for label, mine, right in (("output", got[0], expected[0]), ("weights", got[1], expected[1]))
+                   if mine is not None and not _close(mine, right, atol)]
     for cause, wrong in causes:
-        if _close(mine, wrong[which], atol):
-            raise AttentionBug(f"{name}: wrong {what} ({probe}): {cause}.")
-    if which == 1 and np.allclose(right.sum(-1), 1) and not np.allclose(mine.sum(-1), 1):
+        if _matches(got, wrong, atol):
+            raise AttentionBug(f"{name}: wrong {' and '.join(wrong_parts)} ({probe}): {cause}.")
+    mine = got[1]
+    if mine is not None and np.allclose(expected[1].sum(-1), 1) and not np.allclose(mine.sum(-1), 1):
         if np.allclose(mine.sum(-2), 1):
             raise AttentionBug(f"{name}: the weights of each query do not sum to 1, the columns do ({probe}): "
                                f"{SOFTMAX_AXIS}.")
         raise AttentionBug(f"{name}: the weights of each query must sum to 1 over the keys (axis -1); the first "
                            f"rows sum to {np.round(mine.reshape(-1, mine.shape[-1]).sum(-1)[:4], 3).tolist()} ({probe}).")
-    if which == 1 and _close(mine, right, atol):
-        what, mine, right = "output", got[0], expected[0]  # the weights are right, the output is not
-    finite = np.isfinite(mine)
-    gap = float(np.abs(mine - right)[finite].max()) if finite.any() else float("nan")
-    extra = "" if finite.all() else " It has NaN or inf where the reference is finite."
-    raise AttentionBug(f"{name}: {what} differs from the reference by up to {gap:.3g} ({probe}).{extra} "
-                       "None of the classic mistakes explains it: compare your steps with section 2's table.")
+    said = []
+    for label, mine, right, last_two in (("weights", got[1], expected[1], ("query row", "key column")),
+                                         ("output", got[0], expected[0], ("query row", "output column"))):
+        if mine is None or _close(mine, right, atol):
+            continue
+        finite = np.isfinite(mine)
+        gap = float(np.abs(mine - right)[finite].max()) if finite.any() else float("nan")
+        extra = "; it has NaN or inf where the reference is finite" if not finite.all() else ""
+        said.append(f"the {label} {'differ' if label == 'weights' else 'differs'} from the reference by up to {gap:.3g} in "
+                    f"{_where_they_differ(mine, right, last_two, atol)}{extra}")
+    if got[1] is not None and _close(got[1], expected[1], atol):
+        said.insert(0, f"the weights are right, so the difference comes after them ({after_weights})")
+    raise AttentionBug(f"{name} ({probe}): {'; '.join(said)}. No classic mistake produces exactly these numbers: "
+                       f"compare each step with {steps}.")
 
 
 def _random(shape: tuple, seed: int) -> np.ndarray:
@@ -323,7 +359,12 @@ def check_attention(attn: Callable, name: str | None = None) -> None:
 def _grads(attn: Callable, arrays: list, cotangent: np.ndarray, **kwargs: Any) -> list[np.ndarray]:
     tensors = [Tensor(a, requires_grad=True) for a in arrays]
     result = attn(*tensors, **kwargs)
-    (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    try:
+        (result[0] if isinstance(result, tuple) else result).backward(cotangent)
+    except ValueError as err:
+        raise AttentionBug(f"{_name(attn, None)}: the backward pass raised ValueError ({err}) for Q {arrays[0].shape}, "
+                           f"K {arrays[1].shape}: a transpose is missing or misplaced: dV = Wᵀ dO, dQ = dS K · scale, "
+                           "dK = dSᵀ Q · scale") from None
     return [np.zeros(a.shape) if t.grad is None else np.asarray(to_host(t.grad), dtype=np.float64)
             for a, t in zip(arrays, tensors)]
 
@@ -371,12 +412,14 @@ def check_fully_blocked_gradients(attn: Callable, name: str | None = None) -> No
 
 GRADIENT_CHECKS = [check_gradients, check_fully_blocked_gradients]
 
-# %% ../../modules/12_attention/attention_dev.py #53e41009
+# %% ../../modules/12_attention/attention_dev.py #86acf945
 DROPOUT_IN_EVAL = "dropout was applied with training=False (eval mode): dropout is for training only"
 DROPOUT_NOT_RESCALED = "the kept weights are not rescaled by 1/(1-p)"
 DROPOUT_MISSING = "dropout_p > 0 with training=True dropped no weight"
 DROPOUT_BACKWARD = ("the backward ignores dropout: the forward used W = P ⊙ M/(1-p), so multiply dW = dO Vᵀ "
                     "by the same M/(1-p) before the softmax rule")
+DROPOUT_DV = ("dV is computed from the probabilities before dropout: dV = Wᵀ dO with W the weights as applied to V "
+              "(saved `weights`), not `probs`")
 
 
 # ---- dropout (scaled_dot_product_attention's dropout_p, training and rng) -----------------------
@@ -385,6 +428,11 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
     name = _name(attn, name)
     x = Tensor(np.ones((1, 40, 4)))
     uniform = 1 / 40
+    v = np.arange(160.0).reshape(1, 40, 4)
+    out, weights = _run(attn, x, x, Tensor(v), dropout_p=0.25, rng=2)
+    if not np.allclose(out, weights @ v):  # first: every check below reads the returned weights
+        raise AttentionBug(f"{name}: with dropout_p=0.25 the returned weights are not the ones applied to V "
+                           "(output != weights @ V): return the weights after dropout, as applied.")
     w = _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]
     values = set(np.unique(w.round(9)).tolist())
     if values == {round(uniform, 9)}:
@@ -394,26 +442,25 @@ def check_dropout(attn: Callable, name: str | None = None) -> None:
                            f"expected {uniform / 0.75:.4f}).")
     if values != {0.0, round(uniform / 0.75, 9)} or not 0.15 < np.mean(w == 0) < 0.35:
         raise AttentionBug(f"{name}: with dropout_p=0.25 each weight must be 0 (about a quarter of them) or "
-                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}.")
+                           f"{uniform / 0.75:.4f} (1/40 rescaled by 1/(1-p)); got values {sorted(values)[:4]}, "
+                           f"{np.mean(w == 0):.0%} of them 0: p is the probability of DROPPING a weight "
+                           "(keep = random >= p).")
     if not np.array_equal(w, _run(attn, x, x, x, dropout_p=0.25, rng=1)[1]):
         raise AttentionBug(f"{name}: the same rng=1 gave a different dropout mask: draw it from make_rng(rng).")
-    v = np.arange(160.0).reshape(1, 40, 4)
-    out, weights = _run(attn, x, x, Tensor(v), dropout_p=0.25, rng=2)
-    if not np.allclose(out, weights @ v):
-        raise AttentionBug(f"{name}: the returned weights must be the ones applied to V (after dropout).")
     if not np.allclose(_run(attn, x, x, x, dropout_p=0.25, training=False)[1], uniform):
         raise AttentionBug(f"{name}: {DROPOUT_IN_EVAL}.")
 
 
-def _fused_rule(q, k, v, g, probs, drop, scale, with_dropout) -> list[np.ndarray]:
-    """The fused backward in NumPy, with or without the dropout factor in dW (to name that mistake)."""
+def _fused_rule(q, k, v, g, probs, drop, scale, with_dropout=True, dv_from_probs=False) -> list[np.ndarray]:
+    """The fused backward in NumPy; the switches make the dropout mistakes (to name them)."""
     weights = probs * drop
     out = weights @ v
     d_w = g @ np.swapaxes(v, -1, -2)
     if with_dropout:
         d_w = d_w * drop
     d_s = probs * (d_w - (g * out).sum(-1, keepdims=True))
-    return [d_s @ k * scale, np.swapaxes(d_s, -1, -2) @ q * scale, np.swapaxes(weights, -1, -2) @ g]
+    d_v = np.swapaxes(probs if dv_from_probs else weights, -1, -2) @ g
+    return [d_s @ k * scale, np.swapaxes(d_s, -1, -2) @ q * scale, d_v]
 
 
 def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
@@ -429,19 +476,24 @@ def check_dropout_backward(attn: Callable, name: str | None = None) -> None:
     probs = _run(attn, *(Tensor(a) for a in arrays), training=False)[1]
     weights = _run(attn, *(Tensor(a) for a in arrays), **kwargs)[1]
     drop = np.divide(weights, probs, out=np.zeros_like(weights), where=probs > 0)
-    ignored = _fused_rule(*arrays, g, probs, drop, 1 / math.sqrt(3), with_dropout=False)
-    if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, ignored)):
-        raise AttentionBug(f"{name}: wrong gradients with dropout_p=0.5: {DROPOUT_BACKWARD}.")
+    for cause, switch in ((DROPOUT_BACKWARD, {"with_dropout": False}), (DROPOUT_DV, {"dv_from_probs": True}),
+                          (f"{DROPOUT_BACKWARD}; and {DROPOUT_DV}", {"with_dropout": False, "dv_from_probs": True})):
+        wrong = _fused_rule(*arrays, g, probs, drop, 1 / math.sqrt(3), **switch)
+        if all(np.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(mine, wrong)):
+            raise AttentionBug(f"{name}: wrong gradients with dropout_p=0.5: {cause}.")
     worst = max(range(3), key=lambda i: np.abs(mine[i] - numeric[i]).max())
     raise AttentionBug(f"{name}: with dropout_p=0.5 (rng=7), d{'QKV'[worst]} differs from central differences "
                        f"by up to {np.abs(mine[worst] - numeric[worst]).max():.3g}.")
 
-# %% ../../modules/12_attention/attention_dev.py #0b318c44
+# %% ../../modules/12_attention/attention_dev.py #e89346c1
 HEAD_SPLIT = ("the heads are split by reshaping (B, T, E) straight to (B, H, T, D): reshape to (B, T, H, D), "
               "then move the head axis in front of T")
 HEAD_MERGE = ("the heads are merged by reshaping (B, H, T, D) straight to (B, T, E): move the head axis "
               "behind T first, then reshape")
 MHA_DROPOUT_IN_EVAL = "MultiHeadAttention applied dropout after .eval(): pass training=self.training"
+_AFTER_WEIGHTS_MHA = "v_proj, the weighted sum of the values, the merge of the heads, or out_proj"
+VALUES_PROJECTED_WITH = "the values are projected with {} instead of v_proj"
+OUT_PROJ_MISSING = "out_proj is missing: the merged heads (B, Tq, E) go through self.out_proj"
 PADDING_AS_ATTN_MASK = ("key_padding_mask (B, Tk) was read as a (Tq, Tk) mask: it must become (B, 1, 1, Tk), "
                         "blocking the keys of its own batch item for every head and query")
 
@@ -454,11 +506,13 @@ def _project(linear: Any, x: np.ndarray) -> np.ndarray:
 
 
 def reference_multi_head(mha: Any, query: np.ndarray, key: np.ndarray, value: np.ndarray, keep: Any = None,
-                         split: str = "right", merge: str = "right") -> tuple[np.ndarray, np.ndarray]:
+                         split: str = "right", merge: str = "right", value_proj: str = "v_proj",
+                         out_proj: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """NumPy multi-head attention with `mha`'s weights: (output (B, Tq, E), weights (B, H, Tq, Tk)).
 
-    split="reshape" or merge="reshape" reproduce the head-layout mistakes (a reshape without
-    moving the head axis), so that a check can name them.
+    The switches reproduce classic mistakes, so that a check can name them: split="reshape" or
+    merge="reshape" (a reshape without moving the head axis), value_proj="q_proj" or "k_proj"
+    (the values projected with another projection), out_proj=False (no output projection).
     """
     H = mha.num_heads
     D = mha.embed_dim // H
@@ -467,11 +521,12 @@ def reference_multi_head(mha: Any, query: np.ndarray, key: np.ndarray, value: np
         B, T, _ = x.shape
         return x.reshape(B, H, T, D) if split == "reshape" else x.reshape(B, T, H, D).transpose(0, 2, 1, 3)
 
-    q, k, v = heads(_project(mha.q_proj, query)), heads(_project(mha.k_proj, key)), heads(_project(mha.v_proj, value))
+    q, k = heads(_project(mha.q_proj, query)), heads(_project(mha.k_proj, key))
+    v = heads(_project(getattr(mha, value_proj), value))
     out, weights = reference_attention(q, k, v, keep)
     B, _, Tq, _ = out.shape
     merged = out.reshape(B, Tq, H * D) if merge == "reshape" else out.transpose(0, 2, 1, 3).reshape(B, Tq, H * D)
-    return _project(mha.out_proj, merged), weights
+    return (_project(mha.out_proj, merged) if out_proj else merged), weights
 
 
 def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
@@ -486,10 +541,18 @@ def check_multi_head(mha_class: Callable, name: str = "MultiHeadAttention") -> N
             ("self-attention (2, 5, 12), is_causal=True", None, {"is_causal": True}, _causal_keep(5, 5)),
             ("cross-attention with a (2, 1, 1, 7) padding mask", memory, {"mask": pad}, pad)):
         context = x if key is None else key
-        got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        try:
+            got = _run(mha, Tensor(x), None if key is None else Tensor(key), **kwargs)
+        except ValueError as err:
+            raise AttentionBug(f"{name} ({probe}) raised ValueError ({err}): the keys and values have their own "
+                               "length Tk, which differs from the queries' Tq in cross-attention") from None
         causes = [(cause, reference_multi_head(mha, x, context, context, keep, split, merge))
                   for cause, split, merge in layouts]
-        _compare(name, probe, got, reference_multi_head(mha, x, context, context, keep), causes)
+        causes += [(VALUES_PROJECTED_WITH.format(proj), reference_multi_head(mha, x, context, context, keep, value_proj=proj))
+                   for proj in ("q_proj", "k_proj")]
+        causes += [(OUT_PROJ_MISSING, reference_multi_head(mha, x, context, context, keep, out_proj=False))]
+        _compare(name, probe, got, reference_multi_head(mha, x, context, context, keep), causes,
+                 after_weights=_AFTER_WEIGHTS_MHA, steps="section 9's diagram")
 
 
 def check_key_padding_mask(mha_class: Callable, name: str = "MultiHeadAttention") -> None:
@@ -503,7 +566,8 @@ def check_key_padding_mask(mha_class: Callable, name: str = "MultiHeadAttention"
         got = _run(mha, Tensor(x), key_padding_mask=keep, **kwargs)
         wrong = keep if not kwargs else keep * _causal_keep(4, 4)
         _compare(name, probe, got, reference_multi_head(mha, x, x, x, full),
-                 [(PADDING_AS_ATTN_MASK, reference_multi_head(mha, x, x, x, wrong))])
+                 [(PADDING_AS_ATTN_MASK, reference_multi_head(mha, x, x, x, wrong))],
+                 after_weights=_AFTER_WEIGHTS_MHA, steps="section 9's diagram")
 
 
 def check_multi_head_dropout(mha_class: Callable, name: str = "MultiHeadAttention") -> None:

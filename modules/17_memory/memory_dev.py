@@ -620,8 +620,8 @@ def test_unit_checkpoint():
                 f"{np.abs(a - b).max():.2e}): restore the saved generator states before recomputing "
                 "(dropout must draw the same mask), and hand back each gradient once")
     small_piece = TinyPiece(4, p=0.0, seed=2, dtype=np.float64)
-    assert gradcheck(lambda x: checkpoint(small_piece, x),
-                     [Tensor(np.random.default_rng(3).standard_normal((2, 4)), requires_grad=True)])
+    gradcheck(lambda x: checkpoint(small_piece, x),  # raises, naming the input and the element, when wrong
+              [Tensor(np.random.default_rng(3).standard_normal((2, 4)), requires_grad=True)])
     print("✓ checkpoint: the value, one op keeping only its inputs, gradients equal to the plain call "
           "(dropout included), gradcheck")
 
@@ -738,7 +738,10 @@ def test_unit_checkpoint_blocks():
                 + (": after recomputing, put each generator back to the state it had before the rule ran "
                    "(the next step's dropout masks must be the plain run's)" if step else ""))
     with no_grad():
-        assert np.array_equal(kept.generate(idx[:, :4], 5, seed=0).numpy(), plain.generate(idx[:, :4], 5, seed=0).numpy())
+        got, expected = kept.generate(idx[:, :4], 5, seed=0).numpy(), plain.generate(idx[:, :4], 5, seed=0).numpy()
+        assert np.array_equal(got, expected), (
+            f"generation after checkpoint_blocks gave {got.tolist()}, the plain GPT {expected.tolist()}: the wrapped "
+            "blocks must compute exactly what the blocks did (with gradients off, checkpoint just calls fn)")
     print("✓ checkpoint_blocks: in place, same weights and keys, gradients equal with dropout, generation works")
 
 

@@ -55,6 +55,10 @@ from .submissions import Submission, SubmittedNotebook
 NOT_RUN = "not run"
 _REPORT = "report.json"
 _CURRENT = "current-test"
+_INLINE_REPORT = "inline.json"
+# The lesson's inline tests as `tito test` runs them (tito.cells), from the notebook's folder, to its first failure.
+_INLINE = ("import os, sys; os.chdir(sys.argv[1]); from tito.cells import main; "
+           "sys.exit(main([sys.argv[2], '--first-failure', '--report', sys.argv[3]]))")
 _MAX_REPORT_BYTES = 64 * 1024 * 1024
 _EXPORT_LOCK = threading.Lock()  # nbdev was not written for threads: exports take turns (a fraction of a second each)
 # Run as the sandbox's user before grading: the same Python, its packages, and Python started again.
@@ -87,6 +91,7 @@ class ModuleResult:
     note: str = ""  # e.g. "read from an .ipynb with jupytext"
     seconds: float = 0.0  # not part of any grade: only Gradescope's execution_time
     peak_bytes: int | None = None  # the largest address space pytest had (benchmarks/grading.py reports it)
+    first_failure: str = ""  # when a test failed: the first failure `tito test` shows (the lesson's inline tests)
 
 
 @dataclass
@@ -409,6 +414,27 @@ class GradingRun:
         if not result.reason:
             result.tests = self._score(module.key, report)
             result.score = sum((t.points for t in result.tests), Fraction(0))
+            if any(t.outcome != "passed" for t in result.tests):
+                result.first_failure = self._inline_first_failure(course, module, work, user)
+
+    def _inline_first_failure(self, course: Path, module: CourseModule, work: Path,
+                              user: SandboxUser | None) -> str:
+        """The first failure of the lesson's inline tests, as `tito test` shows it first ("" when they pass).
+
+        The course's catalogued messages name each mistake there (`tito release check` proves it), so
+        the feedback carries it beside the failed tests. Run in the sandbox like the tests; not scored."""
+        notebook = course / module.notebook.relative_to(self.settings.root)
+        command = [sys.executable, "-c", _INLINE, str(notebook.parent), notebook.name, str(work / _INLINE_REPORT)]
+        sandbox = run_sandboxed(command, work, self.limits, {"PYTHONPATH": str(course)}, user)
+        raw = _read_private_file(work / _INLINE_REPORT, _MAX_REPORT_BYTES)
+        try:
+            failures = json.loads(raw or b"{}").get("failures") or []
+            text = str(failures[0]["traceback"]).rstrip() if failures else ""
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+            text = ""
+        if not text and sandbox.reason:
+            text = f"(the inline tests did not finish: {sandbox.reason})"
+        return text.replace(str(course) + os.sep, "")
 
     def _score(self, module: str, report: dict) -> list[GradedTest]:
         tests = []

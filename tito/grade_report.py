@@ -112,6 +112,9 @@ def feedback_markdown(student: StudentResult) -> str:
         if not failures:
             lines.append(module_summary(module) + ".")
             continue
+        if module.first_failure:
+            lines += [f"What `tito test {key}` shows you first (the inline tests in your notebook):", "",
+                      _fence(module.first_failure), ""]
         lines.append(f"{module_summary(module)}. Each failed test with its first message:")
         for test in failures[:FAILURES_SHOWN]:
             kind = "hidden test " if test.hidden else ""
@@ -138,9 +141,13 @@ def _file_entries(key: str, module: ModuleResult, hidden_visibility: str) -> lis
     for test in module.tests:
         files.setdefault(test.nodeid.split("::", 1)[0], []).append(test)
     entries = []
+    first = ([f"What `tito test {key}` shows you first (the inline tests in your notebook):", module.first_failure, ""]
+             if module.first_failure else [])
     for path, tests in files.items():
         failures = [t for t in tests if t.outcome != "passed"]
         output = [f"{len(tests) - len(failures)} of {len(tests)} tests passed."]
+        if first and not tests[0].hidden:  # once per module, in its first visible entry
+            output, first = first + output, []
         for test in failures[:FAILURES_SHOWN]:
             output += ["", f"{test.nodeid} ({test.outcome}):", test.message or "(no message)"]
         if len(failures) > FAILURES_SHOWN:

@@ -2,13 +2,14 @@
 
 Each command is a thin wrapper over a function in a small module of this package
 (`export.py`, `testing.py`, `status.py`, `reset.py`, `release.py`, `doctor.py`,
-`programs.py`); tests call those functions directly. Every command finds the
+`programs.py`, `grade.py`); tests call those functions directly. Every command finds the
 course from the current folder upwards, so it works anywhere inside the repository.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -434,6 +435,111 @@ def cmd_release_check(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- grade
+
+
+def _grades_destination(out: Path) -> None:
+    """`--out` must be new, empty, or a previous run's output (then its feedback and results are replaced)."""
+    if out.exists() and not out.is_dir():
+        raise CourseError(f"{out} exists and is not a folder: choose another --out.")
+    if out.is_dir() and any(out.iterdir()) and not (out / "grades.csv").is_file():
+        raise CourseError(f"{out} is not empty and holds no grades.csv from an earlier `tito grade`: "
+                          "choose a new or empty folder for --out.")
+    for sub in ("feedback", "results"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .grade import GradeOptions, GradingRun, grade_submissions
+    from .grade_report import fmt, module_summary, write_outputs
+    from .submissions import collect_submissions
+
+    settings = _course()
+    modules = resolve_modules(settings, args.modules)
+    if args.gradescope:
+        from .gradescope import build_bundle
+
+        if args.submissions:
+            raise CourseError("--gradescope FILE.zip builds the autograder bundle; give no SUBMISSIONS with it.")
+        with console.status("Building the Gradescope autograder bundle..."):
+            bundle = build_bundle(settings, Path(args.gradescope), modules)
+        console.print(f"[bold green]Wrote {escape(_rel(bundle.path))}[/] ({bundle.files} files): grades "
+                      f"{', '.join(bundle.modules)}. Upload it as the assignment's autograder (Configure "
+                      "Autograder → Zip file upload).", highlight=False)
+        return 0
+    if not args.submissions:
+        raise CourseError("Give the folder of submissions (one folder, .zip or .tar.gz per student), "
+                          "e.g. `tito grade submissions/`, or --gradescope FILE.zip.")
+    if args.jobs < 1:
+        raise CourseError("--jobs takes a positive number, e.g. --jobs 2.")
+    out = Path(args.out).resolve()
+    _grades_destination(out)
+    submissions = collect_submissions(Path(args.submissions), list_modules(settings), single=args.single)
+    options = GradeOptions(tuple(modules), jobs=args.jobs, cumulative=args.cumulative)
+    mode = "cumulative: every module from the student's notebooks" if args.cumulative else \
+        "each module on its own, the others from the reference"
+    with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
+        run = GradingRun(settings, options).__enter__()
+    try:
+        console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "
+                      f"at a time ({mode}).", highlight=False)
+        console.print("Sandbox: " + "; ".join(run.isolation) + ".", highlight=False)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("grading", total=len(submissions) * len(run.modules))
+
+            def progress(student: str, module: str, result) -> None:
+                if result is None:
+                    bar.update(task, description=f"grading {escape(student)} {module}")
+                else:
+                    bar.advance(task)
+
+            students = grade_submissions(settings, submissions, options, progress, run=run)
+        written = write_outputs(out, students, run.points, run.config.hidden_visibility)
+        changed = run.changed_outside()
+    finally:
+        run.__exit__(None, None, None)
+    table = Table(title="Grades")
+    table.add_column("student")
+    keys = [m.key for m in run.modules]
+    for key in keys:
+        table.add_column(key.split("_", 1)[0], justify="right")
+    table.add_column("total", justify="right")
+    if students:
+        first = students[0]
+        table.add_row("[dim](max)[/]", *(f"[dim]{fmt(first.modules[k].max_score)}[/]" for k in keys),
+                      f"[dim]{fmt(first.max_total)}[/]")
+    for student in students:
+        cells = []
+        for key in keys:
+            module = student.modules[key]
+            colour = "green" if module.score == module.max_score else ("red" if module.reason else "yellow")
+            cells.append(f"[{colour}]{fmt(module.score)}[/]")
+        table.add_row(escape(student.name), *cells, f"[bold]{fmt(student.total)}[/]")
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    console.print(table, width=max(console.width, needed))  # every column whole, even on a narrow terminal
+    zeroed = [(s.name, k, m.reason) for s in students for k, m in s.modules.items() if m.reason]
+    for name, key, reason in zeroed[:20]:
+        console.print(f"  {escape(name)} {key}: 0, {escape(reason)}", highlight=False)
+    if len(zeroed) > 20:
+        console.print(f"  ... and {len(zeroed) - 20} more modules that scored 0 (see the feedback files).")
+    console.print(f"[bold green]Wrote {len(written)} file(s) to {escape(_rel(out))}[/]: grades.csv, "
+                  "grades_long.csv, feedback/<student>.md, results/<student>.json (Gradescope's format).",
+                  highlight=False)
+    if changed:
+        console.print(f"[bold red]Warning:[/] {len(changed)} file(s) of the course changed while grading: "
+                      f"{escape(', '.join(changed[:5]))}{' ...' if len(changed) > 5 else ''}. Student code runs as "
+                      "you when tito is not root, and can write your files. Every job graded a copy made before "
+                      "any ran, so the grades stand; restore the course (git status, git checkout) before "
+                      "grading again.", highlight=False)
+        return 1
+    return 0
+
+
 # ---------------------------------------------------------------------------- doctor
 
 
@@ -577,6 +683,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only the stub check, or only the mistakes catalogue (default: both)")
     check.add_argument("--mistake", metavar="NAME", help="only this mistake of the one module named")
     check.set_defaults(func=cmd_release_check)
+
+    grade = sub.add_parser("grade", help="instructors: grade students' notebooks in a sandbox (or build "
+                                         "a Gradescope autograder)")
+    grade.add_argument("submissions", nargs="?", metavar="SUBMISSIONS",
+                       help="a folder with one folder, .zip or .tar.gz per student (named after the student)")
+    grade.add_argument("--modules", nargs="+", metavar="MODULE", help="the modules to grade (default: all)")
+    grade.add_argument("--jobs", type=int, metavar="N", default=os.cpu_count() or 1,
+                       help="(student, module) runs at the same time (default: the CPU count, here %(default)s)")
+    grade.add_argument("--out", default="grades", metavar="DIR",
+                       help="where grades.csv, feedback/ and results/ go (default: grades/)")
+    grade.add_argument("--cumulative", action="store_true",
+                       help="build every module from the student's own notebooks (the whole-framework grade)")
+    grade.add_argument("--single", action="store_true",
+                       help="SUBMISSIONS is one student's submission (as Gradescope gives it), not a folder of them")
+    grade.add_argument("--gradescope", metavar="FILE.zip",
+                       help="write Gradescope's autograder bundle for --modules instead of grading")
+    grade.set_defaults(func=cmd_grade)
 
     doctor = sub.add_parser("doctor", help="check Python, packages, nbdev/jupytext, CuPy and GPU")
     doctor.set_defaults(func=cmd_doctor)

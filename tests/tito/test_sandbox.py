@@ -1,0 +1,234 @@
+"""tito.sandbox: each limit, the cleanup of every process a run starts, the scratch environment,
+and (when the tests run as root with setpriv) the unprivileged user of its own.
+
+Every test runs a few lines of Python in the sandbox twice where it can: as the grader's own
+user, and as the sandbox's user (root only; skipped otherwise, with the reason).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tito.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, describe_isolation, prepare_workdir,
+                          run_sandboxed)
+
+SMALL = Limits(wall_s=30, cpu_s=30, memory_bytes=1 * GiB, file_bytes=4 * MiB, disk_bytes=16 * MiB,
+               output_bytes=64 * 1024, processes=64)
+
+
+@pytest.fixture(scope="module")
+def own_user():
+    """A user of its own, claimed for this file's tests; None where runs cannot change user."""
+    with SandboxUsers(1) as claimed:
+        yield claimed.users[0]
+
+
+@pytest.fixture(params=["grader", "own-user"])
+def user(request, own_user):
+    if request.param == "grader":
+        return None
+    if own_user is None:
+        pytest.skip("not root, or no setpriv: runs cannot change user here (the grader's own user is tested)")
+    return own_user
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    tmp_path.chmod(0o755)  # the sandbox user walks through it to its work folder
+    return tmp_path
+
+
+def run(scratch: Path, user, code: str, limits: Limits = SMALL, env: dict | None = None):
+    work = prepare_workdir(scratch / f"work-{time.monotonic_ns()}", user)
+    return run_sandboxed([sys.executable, "-c", code], work, limits, env, user), work
+
+
+def test_a_plain_run_reports_its_output_and_exit_status(scratch, user):
+    result, work = run(scratch, user, "import sys; print('hello'); sys.exit(3)")
+    assert result.ok and result.returncode == 3 and result.output == "hello\n", result
+
+
+def test_the_environment_is_built_from_nothing(scratch, user, monkeypatch):
+    monkeypatch.setenv("https_proxy", "http://proxy.invalid:3128")
+    monkeypatch.setenv("GRADER_SECRET", "s3cret")
+    code = ("import os, sys; print(sorted(k for k in os.environ if 'proxy' in k.lower() or 'SECRET' in k));"
+            "print(os.environ['HOME']); print(os.environ['TMPDIR']); print(os.environ['OMP_NUM_THREADS']);"
+            "print(repr(sys.stdin.read()))")
+    result, work = run(scratch, user, code, env={"EXTRA": "1"})
+    lines = result.output.splitlines()
+    assert lines == ["[]", str(work / "home"), str(work / "tmp"), "1", "''"], result.output
+
+
+def test_past_the_wall_clock_limit_the_run_is_killed(scratch, user):
+    start = time.monotonic()
+    result, _ = run(scratch, user, "import time; time.sleep(120)", Limits(wall_s=1.5))
+    assert "ran past its 1.5 s wall-clock limit" in result.reason and result.returncode is None
+    assert time.monotonic() - start < 15
+
+
+def test_past_the_cpu_limit_the_run_is_killed(scratch, user):
+    result, _ = run(scratch, user, "while True: pass", Limits(wall_s=60, cpu_s=1))
+    assert result.reason == "used more than its 1 s of CPU time", result
+
+
+def test_an_allocation_past_the_memory_limit_is_a_memory_error(scratch, user):
+    result, _ = run(scratch, user, "import numpy as np; a = np.ones(3 * 2**29, dtype=np.uint8); print(a.sum())")
+    assert result.returncode == 1 and "MemoryError" in result.output, result.output[-2000:]
+
+
+def test_printing_past_the_output_limit_stops_the_run(scratch, user):
+    start = time.monotonic()
+    result, _ = run(scratch, user, "import sys\nwhile True: sys.stdout.write('x' * 4096)")
+    assert result.reason == "printed more than its 0.0625 MiB output limit" and len(result.output) == 64 * 1024
+    assert time.monotonic() - start < 15
+
+
+def test_a_file_past_the_size_limit_cannot_be_written(scratch, user):
+    result, work = run(scratch, user, "open('big', 'wb').write(b'x' * (5 * 2**20))")
+    assert "File too large" in result.output and (work / "big").stat().st_size <= 4 * MiB
+
+
+def test_writing_past_the_disk_limit_stops_the_run(scratch, user):
+    code = "import time\nfor i in range(7): open(f'f{i}', 'wb').write(b'x' * (3 * 2**20))\ntime.sleep(60)"
+    result, _ = run(scratch, user, code)
+    assert result.reason == "wrote more than its 16 MiB of files", result
+
+
+def test_every_process_it_started_is_killed_and_counted(scratch, user):
+    """Children, and a grandchild that left the process group (setsid after a double fork)."""
+    code = """
+import os, subprocess, sys, time
+children = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']) for _ in range(3)]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(120)
+    os._exit(0)
+time.sleep(1)
+print(' '.join(str(c.pid) for c in children), flush=True)
+"""
+    result, _ = run(scratch, user, code)
+    pids = [int(p) for p in result.output.split()]
+    assert result.reason.startswith("left ") and result.leftovers >= 4, result
+    for pid in pids:
+        assert not _alive(pid), f"process {pid} outlived the sandbox"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_crash_is_named(scratch, user):
+    result, _ = run(scratch, user, "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert result.reason == "crashed (SIGSEGV)" and result.returncode == -signal.SIGSEGV
+
+
+def test_own_user_cannot_write_the_graders_files_or_signal_it(scratch, own_user):
+    user = own_user
+    if user is None:
+        pytest.skip("not root, or no setpriv: there is no user of its own to test")
+    instructor = scratch / "grading"
+    instructor.mkdir()
+    (instructor / "hidden.py").write_text("secret = 1\n")
+    code = f"""
+import os
+print(os.getuid(), os.getgid(), os.getgroups())
+for attempt in (lambda: open({str(instructor / 'hidden.py')!r}, 'a'), lambda: open({str(instructor / 'new.py')!r}, 'w'),
+                lambda: os.kill(os.getppid(), 0)):
+    try:
+        attempt()
+        print('allowed')
+    except PermissionError:
+        print('refused')
+"""
+    result, _ = run(scratch, user, code)
+    assert result.output.split("\n")[:4] == [f"{user.uid} {user.gid} []", "refused", "refused", "refused"], result
+    assert (instructor / "hidden.py").read_text() == "secret = 1\n" and not (instructor / "new.py").exists()
+
+
+def test_own_user_has_no_network_and_reaches_python_again(scratch, own_user):
+    """No network namespace of the grader (a server it listens on is unreachable); Python can start Python."""
+    user = own_user
+    if user is None or not _namespaces_work():
+        pytest.skip("not root with setpriv and namespaces: nothing to isolate here")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = f"""
+import socket, subprocess, sys
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=3)
+    print('reached')
+except OSError:
+    print('unreachable')
+print(subprocess.run([sys.executable, '-c', 'import numpy, sys; print(sys.version)'], capture_output=True,
+                     text=True).stdout.strip() == sys.version)
+"""
+    try:
+        result, _ = run(scratch, user, code)
+    finally:
+        server.close()
+    assert result.output.split() == ["unreachable", "True"], result
+    assert any("no network" in line for line in describe_isolation(True))
+
+
+def test_own_users_files_left_in_tmp_are_removed_and_named(scratch, own_user):
+    user = own_user
+    if user is None:
+        pytest.skip("not root, or no setpriv: the grader's own files in /tmp cannot be told apart")
+    name = f"/tmp/tito-stray-{os.getpid()}-{time.monotonic_ns()}"
+    result, _ = run(scratch, user, f"open({name!r}, 'w').write('x')")
+    assert result.reason == f"wrote outside its work folder: {name} (removed)" and not os.path.exists(name)
+
+
+def test_two_claims_never_share_a_user():
+    """Two tito processes on one machine: each kills every process of its users when a run ends."""
+    with SandboxUsers(2) as first, SandboxUsers(2) as second:
+        if first.users[0] is None:
+            pytest.skip("not root, or no setpriv: there are no users of their own to claim")
+        uids = [u.uid for u in first.users + second.users]
+        assert len(set(uids)) == 4
+    with SandboxUsers(1) as again:
+        assert again.users[0].uid == uids[0]  # released at the end of the claim
+
+
+def test_cpu_time_can_still_be_measured_finely(scratch, user):
+    """The CPU limit is read from /proc, not set with RLIMIT_CPU: with that set, Linux reads
+    time.process_time() in 4 ms ticks, and every test that times CPU work would read 0."""
+    code = """
+import time
+values, start = set(), time.process_time()
+while time.process_time() - start < 0.05:
+    values.add(time.process_time())
+print(len(values))
+"""
+    result, _ = run(scratch, user, code)
+    assert int(result.output) > 100, result.output
+
+
+def test_stop_ends_every_run_at_once(scratch):
+    """What Ctrl-C in `tito grade` does: runs in progress are killed now, not at their time limit."""
+    import threading
+
+    from tito.sandbox import STOP
+
+    timer = threading.Timer(1.0, STOP.set)
+    timer.start()
+    start = time.monotonic()
+    try:
+        result, _ = run(scratch, None, "import time; time.sleep(120)")
+    finally:
+        timer.cancel()
+        STOP.clear()
+    assert result.reason == "stopped: the grader was interrupted" and time.monotonic() - start < 15

@@ -1,0 +1,156 @@
+"""`grading.toml`: each module's weight, the points of its tests, and the sandbox's limits.
+
+The file lives in `grading/` (beside the hidden tests) or at the course root. Without it
+every test counts one point and a module is worth as many points as it has tests.
+
+```toml
+hidden_visibility = "after_due_date"   # when Gradescope shows hidden tests to students
+
+[limits]                               # per (student, module); these are the defaults
+time_s = 600                           # wall clock
+cpu_s = 600
+memory_mb = 3072                       # address space of each process (RLIMIT_AS)
+file_mb = 64                           # the largest file it may write
+disk_mb = 512                          # everything it writes together
+output_mb = 1                          # what it prints
+processes = 128
+
+[modules.01_tensor]
+weight = 10                            # the module's points in the total
+[modules.01_tensor.points]             # points of the tests a key names, shared equally among them
+"tests/01_tensor" = 7                  # a folder, a file, a test (all its parameters), or one test id
+"grading/01_tensor" = 3
+```
+
+A test takes its points from the most specific key that names it (one test id, then a test
+with all its parameters, then the deepest file or folder); tests no key names count one point
+each. With a `weight`, the module's points are scaled to it.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from .course import CourseError, Settings, resolve_module
+from .notebook import read_text
+from .sandbox import GiB, MiB, Limits
+
+GRADING_DIR = "grading"  # hidden tests, one folder per module, and grading.toml; instructors only
+CONFIG_FILE = "grading.toml"
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
+_LIMIT_KEYS = {"time_s": ("wall_s", 1), "cpu_s": ("cpu_s", 1), "memory_mb": ("memory_bytes", MiB),
+               "file_mb": ("file_bytes", MiB), "disk_mb": ("disk_bytes", MiB),
+               "output_mb": ("output_bytes", MiB), "processes": ("processes", 1)}
+DEFAULT_LIMITS = Limits(wall_s=600, cpu_s=600, memory_bytes=3 * GiB)
+
+
+@dataclass(frozen=True)
+class GradingConfig:
+    path: Path | None  # the file read, or None (every test one point)
+    weights: dict[str, Fraction] = field(default_factory=dict)  # module key -> its points in the total
+    points: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # module key -> {key: points}
+    hidden_visibility: str = "after_due_date"
+    limits: Limits = DEFAULT_LIMITS
+
+
+def config_path(settings: Settings) -> Path | None:
+    """grading/grading.toml or grading.toml at the course root; an error when both exist."""
+    found = [p for p in (settings.root / GRADING_DIR / CONFIG_FILE, settings.root / CONFIG_FILE) if p.is_file()]
+    if len(found) > 1:
+        raise CourseError(f"Both {found[0]} and {found[1]} exist: keep one (grading/{CONFIG_FILE}).")
+    return found[0] if found else None
+
+
+def _number(value, where: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise CourseError(f"{where} must be a number of points, 0 or more (found {value!r}).")
+    return Fraction(str(value))
+
+
+def load_config(settings: Settings) -> GradingConfig:
+    path = config_path(settings)
+    if path is None:
+        return GradingConfig(None)
+    try:
+        raw = tomllib.loads(read_text(path))
+    except tomllib.TOMLDecodeError as err:
+        raise CourseError(f"{path}: not valid TOML: {err}") from err
+    unknown = set(raw) - {"hidden_visibility", "limits", "modules"}
+    if unknown:
+        raise CourseError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}; "
+                          "expected hidden_visibility, [limits] and [modules.NN_name].")
+    visibility = raw.get("hidden_visibility", "after_due_date")
+    if visibility not in VISIBILITIES:
+        raise CourseError(f"{path}: hidden_visibility = {visibility!r}; use one of {', '.join(VISIBILITIES)}.")
+    limits = {}
+    for key, value in raw.get("limits", {}).items():
+        if key not in _LIMIT_KEYS:
+            raise CourseError(f"{path}: [limits] {key} is not a limit; the limits are {', '.join(_LIMIT_KEYS)}.")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise CourseError(f"{path}: [limits] {key} = {value!r} must be a positive number.")
+        name, scale = _LIMIT_KEYS[key]
+        limits[name] = int(value * scale) if name.endswith(("bytes", "processes")) else float(value)
+    if "wall_s" in limits and "cpu_s" not in limits:
+        limits["cpu_s"] = limits["wall_s"]
+    weights: dict[str, Fraction] = {}
+    points: dict[str, dict[str, Fraction]] = {}
+    for name, table in raw.get("modules", {}).items():
+        try:
+            key = resolve_module(settings, name).key
+        except CourseError as err:
+            raise CourseError(f"{path}: [modules.{name}]: {err}") from None
+        if not isinstance(table, dict) or set(table) - {"weight", "points"}:
+            raise CourseError(f"{path}: [modules.{name}] takes `weight` and a `points` table.")
+        if "weight" in table:
+            weights[key] = _number(table["weight"], f"{path}: [modules.{name}] weight")
+        points[key] = {str(k).strip("/"): _number(v, f"{path}: [modules.{name}.points] {k!r}")
+                       for k, v in table.get("points", {}).items()}
+    defaults = DEFAULT_LIMITS.__dict__
+    return GradingConfig(path, weights, points, visibility, Limits(**{**defaults, **limits}))
+
+
+def _specificity(key: str, nodeid: str) -> tuple[int, int] | None:
+    """How closely `key` names the test `nodeid`, or None when it does not name it."""
+    if key == nodeid:
+        return (3, len(key))
+    if "::" in key:
+        return (2, len(key)) if nodeid.startswith(key + "[") else None
+    path = nodeid.split("::", 1)[0]
+    return (1, len(key)) if path == key or path.startswith(key + "/") else None
+
+
+def points_per_test(config: GradingConfig, module: str, graded: list[str],
+                    collected: list[str] | None = None) -> dict[str, Fraction]:
+    """Each graded test's points in the module's total (the weight applied).
+
+    `collected` (default `graded`) also holds the tests skipped on this machine (GPU tests):
+    a key that names none of them is a typo, a CourseError; one that names only skipped
+    tests gives no points here.
+    """
+    keys = config.points.get(module, {})
+
+    def owner(nodeid: str) -> str | None:
+        scored = [(s, k) for k in keys if (s := _specificity(k, nodeid)) is not None]
+        return max(scored)[1] if scored else None
+
+    named = {owner(n) for n in (collected if collected is not None else graded)}
+    unused = sorted(k for k in keys if k not in named)
+    if unused:
+        where = config.path or CONFIG_FILE
+        raise CourseError(f"{where}: [modules.{module}.points] {unused[0]!r} names no test of {module} "
+                          "(give a folder, a file, a test or a test id, relative to the course root).")
+    owners = {n: owner(n) for n in graded}
+    shares = {k: sum(1 for o in owners.values() if o == k) for k in keys}
+    points = {n: (keys[o] / shares[o] if o else Fraction(1)) for n, o in owners.items()}
+    weight = config.weights.get(module)
+    total = sum(points.values(), Fraction(0))
+    if weight is not None and total:
+        points = {n: p * weight / total for n, p in points.items()}
+    return points

@@ -1,0 +1,591 @@
+"""Running one untrusted command in a scratch folder, under limits, and saying what happened.
+
+`tito grade` runs each student's tests through `run_sandboxed`; the Olympics judge (module 20)
+runs a contestant's program the same way:
+
+    with SandboxUsers(1) as claimed:             # [None] unless tito runs as root with setpriv
+        user = claimed.users[0]
+        work = prepare_workdir(scratch / "work", user)
+        result = run_sandboxed([sys.executable, "-m", "pytest", ...], work, Limits(wall_s=60), user=user)
+    if not result.ok:
+        print(result.reason)                     # "ran past its 60 s wall-clock limit", ...
+
+What the command gets:
+
+* its own process group and session, `work` as its folder, HOME and TMPDIR, no standard
+  input, and an environment built from nothing (no proxy settings, no tokens, no PYTHONPATH
+  but the one the caller gives; one BLAS/OpenMP thread);
+* limits: wall-clock time (the group is killed), CPU time (of the command and the children it
+  waited for, read from /proc twice a second; `RLIMIT_CPU` where there is no /proc), address space
+  (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size of any one file it
+  writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it runs), what it
+  prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* when it ends, every process it started is killed, also those that left its process group
+  (`setsid`, double forks): they are found by their user (below) or else by a mark in their
+  environment, and counted as a violation;
+* where tito runs as root and `setpriv` exists: its own unprivileged user (a uid from
+  `SANDBOX_UID_BASE` up that no account or process has, claimed for the run: `SandboxUsers`;
+  no groups, no capabilities, no new privileges, at most `Limits.processes` processes), so it
+  cannot write the grader's files or signal other processes; and, where the machine allows
+  namespaces, a network namespace of its own (no network) and a mount namespace in which, of
+  the folders other users cannot enter (root's home), only Python's installation is visible.
+  Files it leaves in /tmp, /var/tmp or /dev/shm are removed and counted as a violation.
+
+What it does not do: code inside the process can still do anything that process can do, e.g.
+forge the result files the command writes (pytest's report) or read files every user may
+read; without root, the command runs as the grader's own user and can write what the grader
+can. README ("For instructors") lists what was measured.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+SANDBOX_UID_BASE = 64000  # users of their own are uids from here up (no account needed; SandboxUsers)
+SANDBOX_MARK_ENV = "TITO_SANDBOX"  # every sandboxed process carries TITO_SANDBOX=<run id>
+_SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+_POLL_S = 0.05
+_DISK_CHECK_S = 0.5  # how often the files written and the CPU time used are looked at
+_MAX_FILES = 50_000
+
+# Runs before the command, as a tiny Python without site-packages (and as root when the run
+# has a user of its own): private network and mount namespaces where it can (with the folders
+# Python needs made reachable, below), the limits, then exec: the command keeps the pid tito waits for.
+_SHIM = r"""
+import ctypes, json, os, resource, sys
+setup = json.loads(sys.argv[1])
+if setup["namespaces"]:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    def call(result, what):
+        if result != 0:
+            sys.stderr.write("tito sandbox: %s failed: %s\n" % (what, os.strerror(ctypes.get_errno())))
+            os._exit(125)
+    call(libc.unshare(0x00020000 | 0x40000000), "unshare (mount and network namespaces)")
+    call(libc.mount(None, b"/", None, 0x4000 | 0x40000, None), "making every mount private")  # MS_REC|MS_PRIVATE
+    for number, (hidden, exposed) in enumerate(setup["expose"]):
+        staged = []
+        for index, path in enumerate(exposed):
+            stage = os.path.join(os.getcwd(), ".tito-mount-%d-%d" % (number, index))
+            os.mkdir(stage, 0o700)
+            call(libc.mount(path.encode(), stage.encode(), None, 4096 | 0x4000, None), "bind " + path)  # MS_BIND|MS_REC
+            staged.append((stage, path))
+        call(libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", 0, b"mode=755,size=1m"), "tmpfs on " + hidden)
+        for stage, path in staged:
+            os.makedirs(path, 0o755, exist_ok=True)
+            call(libc.mount(stage.encode(), path.encode(), None, 8192, None), "move to " + path)  # MS_MOVE
+            os.rmdir(stage)
+for name, (soft, hard) in setup["rlimits"].items():
+    resource.setrlimit(getattr(resource, name), (soft, hard))
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed run may use. Sizes in bytes, times in seconds."""
+
+    wall_s: float = 300.0  # wall-clock time; the whole run is killed past it
+    cpu_s: float = 300.0  # CPU time of the command and the children it waited for
+    memory_bytes: int = 3 * GiB  # address space of each process (RLIMIT_AS)
+    file_bytes: int = 64 * MiB  # the largest file it may write (RLIMIT_FSIZE)
+    disk_bytes: int = 512 * MiB  # everything in its work folder together
+    output_bytes: int = 1 * MiB  # what it prints, stdout and stderr together
+    processes: int = 128  # processes and threads of its user at once (RLIMIT_NPROC; own user only)
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    """The unprivileged user a sandboxed run becomes (tito must be root to switch to it)."""
+
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    returncode: int | None  # the command's exit status, -N for signal N; None when the sandbox stopped it
+    reason: str  # "" when it ended by itself within every limit; else what went wrong, in words
+    output: str  # what it printed (at most the output limit)
+    seconds: float
+    cpu_seconds: float  # the command and the children it waited for
+    leftovers: int = 0  # processes still running when it ended (killed)
+    outside: tuple[str, ...] = field(default=())  # files it left in the shared temporary folders (removed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reason
+
+
+# ---------------------------------------------------------------------------- who runs it
+
+
+@lru_cache(maxsize=None)
+def _setpriv() -> str | None:
+    return shutil.which("setpriv") if os.geteuid() == 0 and hasattr(os, "fork") else None
+
+
+def _reachable(path: str) -> bool:
+    """Whether a user with no rights of its own may walk to `path`: every folder on the way has `x` for others."""
+    current = Path("/")
+    for part in Path(path).parts[1:]:
+        try:
+            if not current.stat().st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        current = current / part
+    return True
+
+
+def python_paths() -> list[str]:
+    """The folders this Python needs: its installation (binary, libpython, standard library) and its environment."""
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix)}
+    found.add(os.path.dirname(os.path.realpath(sys.executable)))
+    found.update(os.path.realpath(p) for p in sysconfig.get_paths().values() if os.path.isdir(p))
+    # one entry per tree: a path inside another one is exposed with it
+    return sorted(p for p in found if not any(p != q and p.startswith(q + "/") for q in found))
+
+
+def exposures(paths: list[str]) -> list[tuple[str, list[str]]]:
+    """For the paths another user cannot reach: (the first private folder on the way, the paths below it).
+
+    In the sandbox's own mount namespace that folder is covered by an empty tmpfs holding only
+    those paths, so the sandbox user reaches Python, and nothing else of that folder.
+    """
+    plan: dict[str, list[str]] = {}
+    for path in paths:
+        if _reachable(path):
+            continue
+        current = Path("/")
+        for part in Path(path).parts[1:]:
+            if not current.stat().st_mode & stat.S_IXOTH:
+                break
+            current = current / part
+        plan.setdefault(str(current), []).append(path)
+    hidden = sorted(plan)
+    # a private folder inside another one's plan is covered by the outer tmpfs already
+    return [(h, sorted(plan[h])) for h in hidden if not any(h != o and h.startswith(o + "/") for o in hidden)]
+
+
+@lru_cache(maxsize=None)
+def _namespaces_work() -> bool:
+    """Whether this machine lets root make mount and network namespaces (a locked-down container may not)."""
+    if os.geteuid() != 0 or not Path("/proc/self/ns/mnt").exists():
+        return False
+    setup = {"namespaces": True, "expose": [], "rlimits": {}}
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), "true"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=60, cwd="/")
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def can_switch_user() -> bool:
+    """Whether runs here can have a user of their own: tito runs as root and setpriv exists."""
+    return _setpriv() is not None
+
+
+def _uid_is_free(uid: int) -> bool:
+    """No account has it and no process runs as it (it may be some other program's spare uid)."""
+    try:
+        pwd.getpwuid(uid)
+        return False
+    except KeyError:
+        pass
+    return not any(owner == uid for _, _, owner, _ in _process_table())
+
+
+class SandboxUsers:
+    """Users of their own for `count` runs at once, each claimed for as long as this object is open.
+
+        with SandboxUsers(2) as users:      # users.users: [SandboxUser(64000, 64000), SandboxUser(64001, ...)]
+            run_sandboxed(..., user=users.users[0])
+
+    A uid is claimed with a lock file (in a folder only root may write), so two tito processes
+    on one machine never share one: each kills every process of its uids when a run ends, and
+    would otherwise kill the other's. A uid that an account or a running process has is skipped.
+    Without root or setpriv every entry is None (runs use the grader's own user).
+    """
+
+    LOCKS = Path(tempfile.gettempdir()) / "tito-sandbox-uids"
+
+    def __init__(self, count: int):
+        self.users: list[SandboxUser | None] = [None] * count
+        self._locks: list[int] = []
+        if not can_switch_user():
+            return
+        self.LOCKS.mkdir(mode=0o700, exist_ok=True)
+        info = self.LOCKS.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+            raise RuntimeError(f"{self.LOCKS} must be a folder that only root may write; remove it and try again.")
+        uid = SANDBOX_UID_BASE
+        for slot in range(count):
+            while True:
+                fd = os.open(self.LOCKS / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    uid += 1
+                    continue
+                if _uid_is_free(uid):
+                    break
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                uid += 1
+            self._locks.append(fd)
+            self.users[slot] = SandboxUser(uid, uid)
+            uid += 1
+
+    def close(self) -> None:
+        for fd in self._locks:
+            os.close(fd)  # releases the lock
+        self._locks.clear()
+
+    def __enter__(self) -> SandboxUsers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def describe_isolation(switch_user: bool | None = None) -> list[str]:
+    """What protects the grader here, in words (printed by `tito grade`); `switch_user` defaults to whether it can."""
+    if switch_user is None:
+        switch_user = can_switch_user()
+    if not switch_user:
+        why = "tito is not root" if os.geteuid() != 0 else "setpriv is not installed"
+        return [f"runs as your own user ({why}): it could write your files",
+                "own process group, limits on time, CPU, memory, file sizes and output"]
+    found = ["own unprivileged user (no groups, no capabilities, no new privileges)",
+             "own process group, limits on time, CPU, memory, file sizes, output and processes"]
+    found.append("no network, and of root's private folders only Python's (own namespaces)" if _namespaces_work()
+                 else "network reachable (this machine does not allow namespaces)")
+    return found
+
+
+def prepare_workdir(path: Path, user: SandboxUser | None) -> Path:
+    """An empty folder (with `home/` and `tmp/`) that only `user` (or, without one, the grader) may write."""
+    path.mkdir(parents=True)
+    for sub in ("home", "tmp"):
+        (path / sub).mkdir()
+    if user is not None:
+        for folder in (path, path / "home", path / "tmp"):
+            os.chown(folder, user.uid, user.gid)
+            folder.chmod(0o700)
+    return path
+
+
+def scratch_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a sandboxed command: built from nothing, so nothing of the grader's leaks in."""
+    home, tmp = workdir / "home", workdir / "tmp"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(home), "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp),
+        "USER": "student", "LOGNAME": "student", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+        "MPLCONFIGDIR": str(home / ".config" / "matplotlib"), "MPLBACKEND": "Agg",
+        "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # One BLAS/OpenMP thread: repeatable sums, and no per-thread arenas eating the address space.
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
+        "NO_COLOR": "1", "COLUMNS": "200",
+    }
+    if extra:
+        env.update(extra)
+    return env
+
+
+# ---------------------------------------------------------------------------- finding its processes
+
+
+def _process_table() -> list[tuple[int, int, int, str]]:
+    """(pid, process group, real uid, state) of every process, zombies included."""
+    table = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                stat = handle.read().decode("ascii", "replace")
+            with open(f"/proc/{entry.name}/status", "rb") as handle:  # its real uid (stat has none)
+                uid_line = next(l for l in handle if l.startswith(b"Uid:"))
+        except (OSError, StopIteration):
+            continue  # ended while we looked
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (name) ": state, ppid, pgrp, ...
+        try:
+            table.append((int(entry.name), int(fields[2]), int(uid_line.split()[1]), fields[0]))
+        except (ValueError, IndexError):
+            continue
+    return table
+
+
+def _carries_mark(pid: int, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return mark in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _live_processes(pgid: int, user: SandboxUser | None, mark: bytes) -> list[int]:
+    """The live processes of one sandboxed run: its process group, and its user's processes (or, without a
+    user of its own, those carrying its mark: they may have left the group)."""
+    if not Path("/proc/self/stat").exists():
+        return []  # no /proc (macOS): only the process group can be found, and it is killed
+    me = os.getpid()
+    found = []
+    for pid, group, uid, state in _process_table():
+        if pid == me or state in ("Z", "X"):
+            continue  # a zombie has ended already; nothing can kill it again
+        if group == pgid or (uid == user.uid if user is not None else _carries_mark(pid, mark)):
+            found.append(pid)
+    return found
+
+
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            words = handle.read().split(b"\0")
+        return " ".join(w.decode("utf-8", "replace") for w in words[:4] if w)[:80] or f"pid {pid}"
+    except OSError:
+        return f"pid {pid}"
+
+
+def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> list[str]:
+    """Kill every process of the run (see `_live_processes`); the commands of those that were alive."""
+    seen: dict[int, str] = {}
+    for _ in range(200):  # a process that forks while we kill is caught on a later round
+        alive = _live_processes(pgid, user, mark)  # counted (and named) before they are killed
+        for pid in alive:
+            seen.setdefault(pid, _command_name(pid))
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    return list(seen.values())
+
+
+def _disk_usage(folder: Path) -> tuple[int, int]:
+    """(bytes on disk, entries) under `folder`, links not followed; stops counting past _MAX_FILES entries."""
+    total = count = 0
+    stack = [str(folder)]
+    while stack and count <= _MAX_FILES:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            count += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += getattr(info, "st_blocks", 0) * 512 or info.st_size
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total, count
+
+
+def _remove_strays(user: SandboxUser | None) -> tuple[str, ...]:
+    """Files the run's own user left in the shared temporary folders, removed; their paths."""
+    if user is None:
+        return ()  # they cannot be told from the grader's own files
+    found = []
+    for folder in _SHARED_TMP:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != user.uid:
+                    continue
+                found.append(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+    return tuple(sorted(found))
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time of a running process and of the children it has waited for (from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat_line = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = stat_line[stat_line.rfind(")") + 2:].split()  # utime, stime, cutime, cstime are fields 14-17
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _rlimits(limits: Limits, user: SandboxUser | None) -> dict[str, tuple[int, int]]:
+    chosen = {
+        "RLIMIT_AS": (limits.memory_bytes, limits.memory_bytes),
+        "RLIMIT_FSIZE": (limits.file_bytes, limits.file_bytes),
+        "RLIMIT_CORE": (0, 0),
+    }
+    if user is not None:  # counted per user: only meaningful for a user of its own
+        chosen["RLIMIT_NPROC"] = (limits.processes, limits.processes)
+    if not Path("/proc/self/stat").exists():
+        # No /proc to read CPU time from (macOS): the kernel's per-process limit instead. Not used where
+        # /proc exists: with RLIMIT_CPU set, Linux reads time.process_time() in 4 ms ticks, which
+        # breaks every test that times CPU work.
+        cpu = max(1, int(limits.cpu_s + 0.999))
+        chosen["RLIMIT_CPU"] = (cpu, cpu + 5)  # SIGXCPU at the soft limit, SIGKILL 5 s later
+    return chosen
+
+
+def _command_line(command: list[str], limits: Limits, user: SandboxUser | None) -> list[str]:
+    setup = {"namespaces": False, "expose": [], "rlimits": _rlimits(limits, user)}
+    prefix: list[str] = []
+    if user is not None:
+        if _namespaces_work():
+            setup.update(namespaces=True, expose=exposures(python_paths()))
+        prefix = [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
+                  "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    return [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), *prefix, *command]
+
+
+def _signal_reason(number: int, limits: Limits) -> str:
+    name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+    if number == signal.SIGXCPU:
+        return f"used more than its {limits.cpu_s:g} s of CPU time"
+    if number == signal.SIGXFSZ:
+        return f"wrote a file larger than the {limits.file_bytes / MiB:g} MiB limit"
+    if number == signal.SIGKILL:
+        return "was killed (SIGKILL), usually by the kernel when memory ran out"
+    return f"crashed ({name})"
+
+
+STOP = threading.Event()  # set (e.g. on Ctrl-C) to stop every run in progress at once; runs then end at once
+
+
+class _OutputReader(threading.Thread):
+    """Keeps the first `limit` bytes of a pipe and counts the rest; `flooded` is set past the limit."""
+
+    def __init__(self, pipe, limit: int):
+        super().__init__(daemon=True)
+        self.pipe, self.limit = pipe, limit
+        self.kept = bytearray()
+        self.total = 0
+        self.flooded = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            room = self.limit - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+            if self.total > self.limit:
+                self.flooded.set()
+
+
+def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
+                  env: dict[str, str] | None = None, user: SandboxUser | None = None) -> SandboxResult:
+    """Run `command` in `workdir` (made by `prepare_workdir`) under `limits`; never raises for what the command does.
+
+    `env` adds to the scratch environment (`scratch_env`), e.g. {"PYTHONPATH": course}.
+    `user` (one of `SandboxUsers(n).users`) is the user it runs as; None runs it as the grader itself.
+    The result's `reason` says which limit it broke (the first one noticed), or that it left
+    processes or files behind; "" means it ended by itself and within every limit.
+    """
+    run_id = uuid.uuid4().hex
+    mark = f"{SANDBOX_MARK_ENV}={run_id}".encode()
+    environment = scratch_env(workdir, {**(env or {}), SANDBOX_MARK_ENV: run_id})
+    start = time.monotonic()
+    process = subprocess.Popen(_command_line(command, limits, user), cwd=workdir, env=environment,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, close_fds=True)
+    reader = _OutputReader(process.stdout, limits.output_bytes)
+    reader.start()
+    reason = ""
+    status = rusage = None
+    next_disk_check = start + _DISK_CHECK_S
+    try:
+        while True:
+            pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            now = time.monotonic()
+            if STOP.is_set():
+                reason = "stopped: the grader was interrupted"
+            elif reader.flooded.is_set():
+                reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
+            elif now - start > limits.wall_s:
+                reason = f"ran past its {limits.wall_s:g} s wall-clock limit"
+            elif now >= next_disk_check:
+                next_disk_check = now + _DISK_CHECK_S
+                used, entries = _disk_usage(workdir)
+                cpu_used = _cpu_seconds(process.pid)
+                if cpu_used is not None and cpu_used > limits.cpu_s:
+                    reason = f"used more than its {limits.cpu_s:g} s of CPU time"
+                elif used > limits.disk_bytes:
+                    reason = f"wrote more than its {limits.disk_bytes / MiB:g} MiB of files"
+                elif entries > _MAX_FILES:
+                    reason = f"created more than {_MAX_FILES:,} files"
+            if reason:
+                _kill_everything(process.pid, user, mark)
+                _, status, rusage = os.wait4(process.pid, 0)
+                break
+            reader.flooded.wait(_POLL_S)
+    finally:
+        if status is None:  # interrupted (Ctrl-C): nothing may outlive the grader
+            _kill_everything(process.pid, user, mark)
+            process.wait()
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
+    left = _kill_everything(process.pid, user, mark)
+    reader.join(timeout=5)
+    process.stdout.close()
+    seconds = time.monotonic() - start
+    strays = _remove_strays(user)
+    returncode = None if reason else process.returncode
+    if not reason and reader.total > limits.output_bytes:
+        reason = f"printed more than its {limits.output_bytes / MiB:g} MiB output limit"
+    if not reason and returncode is not None and returncode < 0:
+        reason = _signal_reason(-returncode, limits)
+    if not reason and left:
+        names = "; ".join(sorted(set(left))[:2]) + ("; ..." if len(set(left)) > 2 else "")
+        reason = f"left {len(left)} process(es) running when it ended ({names}; they were killed)"
+    if not reason and strays:
+        reason = f"wrote outside its work folder: {', '.join(strays[:3])} (removed)"
+    cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
+    output = reader.kept.decode("utf-8", "replace")
+    return SandboxResult(returncode, reason, output, seconds, cpu, len(left), strays)

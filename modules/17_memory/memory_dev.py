@@ -241,10 +241,19 @@ def test_unit_training_memory():
     adamw = training_memory(model, AdamW(model.parameters()), (2, 8))
     assert set(adamw) == {"parameters", "gradients", "optimizer_state", "activations", "total"}, \
         f"the keys are parameters, gradients, optimizer_state, activations, total; got {sorted(adamw)}"
-    assert adamw["parameters"] == nbytes and adamw["gradients"] == nbytes, \
-        f"parameters and gradients are {nbytes} bytes each; got {adamw['parameters']} and {adamw['gradients']}"
-    assert adamw["optimizer_state"] == 2 * nbytes, \
+    assert adamw["parameters"] == nbytes, \
+        f"parameters: the sum of p.data.nbytes is {nbytes} bytes; got {adamw['parameters']}"
+    assert adamw["gradients"] == nbytes, (
+        f"gradients: expected {nbytes} bytes (as many as the parameters), got {adamw['gradients']}"
+        + (": they are missing. Count gradients: one array of each parameter's shape and dtype, alive from "
+           "backward() to zero_grad() (nothing has called backward() yet, so predict them, don't read p.grad)"
+           if adamw["gradients"] == 0 else ""))
+    unstepped = AdamW(model.parameters()).state_nbytes()  # what an optimizer holds before its first step()
+    assert adamw["optimizer_state"] == 2 * nbytes, (
         f"AdamW keeps TWO arrays per parameter (exp_avg, exp_avg_sq): {2 * nbytes} bytes, got {adamw['optimizer_state']}"
+        + (f", what optimizer.state_nbytes() says now: before the first step() the optimizer holds nothing yet. "
+           "Predict the state: optimizer_state_arrays(optimizer)[i] · the i-th parameter's nbytes"
+           if adamw["optimizer_state"] == unstepped else ""))
     sgd = training_memory(model, SGD(model.parameters(), lr=0.1), (2, 8))
     assert sgd["optimizer_state"] == 0, f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
     momentum = training_memory(model, SGD(model.parameters(), lr=0.1, momentum=0.9), (2, 8))
@@ -343,10 +352,26 @@ def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dt
 
 
 # %%
+def kv_cache_mistake(got: int, num_layers: int, batch: int, seq_len: int, embed_dim: int, itemsize: int) -> str:
+    """Why `got` is not the KV cache's bytes: the classic mistake that gives exactly this number, if one does."""
+    for cause, wrong in (
+            ("count a key AND a value (the factor 2) for every position", num_layers * batch * seq_len * embed_dim * itemsize),
+            ("multiply by num_layers: every layer keeps its own keys and values", 2 * batch * seq_len * embed_dim * itemsize),
+            ("multiply by the dtype's itemsize (np.dtype(dtype).itemsize: float32 4, float16 2): bytes, not numbers",
+             2 * num_layers * batch * seq_len * embed_dim)):
+        if got == wrong:
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake: compare your formula with 2 · num_layers · batch · seq_len · embed_dim · itemsize"
+
+
 def test_unit_kv_cache_bytes():
-    assert kv_cache_bytes(1, 1, 1, 1, np.float32) == 8, "one layer, one token, one number: a key and a value of 4 bytes"
-    assert kv_cache_bytes(12, 1, 1024, 768, "float32") == 75_497_472, \
-        "GPT-2 small at T=1024 in float32: 2·12·1024·768·4 = 75,497,472 bytes (72 MiB)"
+    for args, expected, what in (((1, 1, 1, 1, "float32"), 8, "one layer, one token, one number in float32"),
+                                 ((12, 1, 1024, 768, "float32"), 75_497_472,
+                                  "GPT-2 small at T=1024 in float32 (2·12·1024·768·4 bytes, 72 MiB)"),
+                                 ((3, 2, 5, 4, "float16"), 480, "3 layers, 2 sequences of 5 tokens, 4 numbers, float16")):
+        got = kv_cache_bytes(*args)
+        assert got == expected, (f"kv_cache_bytes{args}, {what}: expected {expected} bytes, got {got}: "
+                                 + kv_cache_mistake(got, *args[:4], np.dtype(args[4]).itemsize))
     for dtype in (np.float32, np.float16, np.float64):
         model = GPT(11, 16, 3, 2, 10, seed=0, dtype=dtype)
         cache = model.make_cache(4)

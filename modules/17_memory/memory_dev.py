@@ -595,7 +595,7 @@ def checkpoint_backward(grad: Any, node) -> tuple:
 # %%
 from tinytorch.core.activations import gelu
 from tinytorch.core.layers import Dropout, Linear
-from tinytorch.core.autograd import gradcheck
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
 
 
 class TinyPiece(Module):
@@ -623,17 +623,36 @@ def gradients(piece: TinyPiece, x: np.ndarray, use_checkpoint: bool) -> list:
 
 def test_unit_checkpoint():
     piece = TinyPiece()
+    generators = random_generators(piece)
     x = np.random.default_rng(1).standard_normal((3, 5, 8)).astype(np.float32)
-    with generators_kept(random_generators(piece)):
+    with generators_kept(generators):
         plain = piece(Tensor(x))
+    started = [g.bit_generator.state for g in generators]
     out = checkpoint(piece, Tensor(x, requires_grad=True))
     assert np.array_equal(out.numpy(), plain.numpy()), "checkpoint must return the value of fn(*inputs)"
     assert out._node is not None and out._node.op == "checkpoint", "record ONE op named 'checkpoint'"
     kept = [t for t in topological_order(out) if t is not out]
     assert all(t._node is None for t in kept), \
         "the forward kept intermediate results: run fn under no_grad() so only the inputs are kept"
-    assert len(out._node.inputs) == 1 + len(piece.parameters()), \
+    assert len(out._node.inputs) == 1 + len(piece.parameters()), (
         f"node.inputs: the tensor argument, then fn's {len(piece.parameters())} parameters; got {len(out._node.inputs)}"
+        + (": only the tensor argument, but the weights of a checkpointed Module are inputs of the op too "
+           "(inputs = tensors + tuple(parameters)), so that the rule can return their gradients"
+           if len(out._node.inputs) == 1 else ""))
+    saved = [state for _, state in out._node.saved.get("rng_states", [])]
+    assert saved == started, (
+        "saved rng_states: expected the states the generators had when checkpoint was called, got "
+        + ("the states they have after fn ran (fn's dropout had drawn its mask already): save each generator's "
+           "state BEFORE running fn, so the recomputation draws the same mask"
+           if saved == [g.bit_generator.state for g in generators] else f"{len(saved)} other state(s)"))
+    x_leaf = Tensor(x, requires_grad=True)
+    with generators_kept(generators):
+        node = checkpoint(piece, x_leaf)._node
+        BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+    assert x_leaf.grad is None, (
+        "calling the checkpoint rule wrote a gradient into the original input's .grad (the engine hands the "
+        "rule's result on itself): the small backward ran on into the graph the engine is walking. "
+        "Recompute fn on DETACHED copies: Tensor(x.data, requires_grad=x.requires_grad)")
     for step in range(2):  # twice: the second call shows whether the generators were put back
         with generators_kept(random_generators(piece)):
             reference = gradients(piece, x, use_checkpoint=False)

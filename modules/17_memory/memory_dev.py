@@ -932,7 +932,10 @@ def test_unit_autocast():
         loss = cross_entropy(logits, [0, 1, 2, 0])
         with autocast(enabled=False):
             assert Autocast.dtype is None and (x @ w).dtype == np.float32, "autocast(enabled=False) switches it off inside"
-        assert Autocast.dtype == np.float16, "leaving an inner autocast must restore the outer setting, not switch it off"
+        assert Autocast.dtype == np.float16, (
+            f"after leaving an inner autocast(enabled=False), Autocast.dtype should be float16 again, got "
+            f"{Autocast.dtype}: leaving an inner autocast must restore the OUTER setting (the one __enter__ "
+            "pushed on self._previous), not switch it off")
     assert Autocast.dtype is None, "on exit autocast must restore the previous setting (None: off)"
     assert logits.dtype == np.float16, f"a matrix product under autocast is float16, got {logits.dtype}"
     assert probs.dtype == np.float32 and loss.dtype == np.float32, "softmax and the loss are float32 under autocast"
@@ -1227,35 +1230,90 @@ def scripted_gradients(step: int, shape=(3,)) -> np.ndarray:
     return g
 
 
+def scale_sequence(skipped: list, init_scale: float, growth_interval: int, *, count_skipped: bool = False,
+                   reset_after_growth: bool = True, back_off: bool = True) -> list:
+    """The scales after each update() for steps that were `skipped` (True) or good, by the rules
+    (factors 2 and 0.5) or with one of the classic mistakes switched on."""
+    scale, good_in_a_row, scales = float(init_scale), 0, []
+    for skip in skipped:
+        if skip and back_off:
+            scale *= 0.5
+        if skip and not count_skipped:
+            good_in_a_row = 0
+        else:
+            good_in_a_row += 1
+            if good_in_a_row == growth_interval:
+                scale *= 2.0
+                good_in_a_row = 0 if reset_after_growth else good_in_a_row - 1
+        scales.append(scale)
+    return scales
+
+
+def scaler_mistake(scales: list, skipped: list, init_scale: float, growth_interval: int) -> str:
+    """Why the `scales` seen after the steps `skipped` so far are wrong: the classic update() mistake
+    that gives exactly these scales, if one does."""
+    for cause, switch in (("a skipped step is not a good one: back off and reset the count (_growth_tracker = 0)",
+                           {"count_skipped": True}),
+                          ("reset the count to 0 after growing: grow only when growth_interval good steps came in a row",
+                           {"reset_after_growth": False}),
+                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False})):
+        if scale_sequence(skipped, init_scale, growth_interval, **switch) == scales:
+            return f"it matches a known mistake: {cause}"
+    return ("back off after a skipped step and reset the count; grow after growth_interval good steps in a row, "
+            "and only then")
+
+
+def unscale_mistake(seen: np.ndarray, gradient: np.ndarray, scale: float) -> str:
+    """Why the optimizer saw `seen` instead of `gradient` (scaled by `scale` before unscaling)."""
+    for cause, wrong in (("unscale_ multiplies the gradients by 1/scale, not by the scale", gradient * scale * scale),
+                         ("the gradients were divided by the scale twice (unscaling twice?)", gradient / scale),
+                         ("the gradients were not unscaled: step() calls unscale_ first (unless it was called)",
+                          gradient * scale)):
+        if np.allclose(seen, wrong):
+            return f"it matches a known mistake: {cause}"
+    return "the optimizer must see the gradients divided by the scale exactly once (unscaling twice?)"
+
+
 def test_unit_grad_scaler():
     loss = Tensor(np.float32(3.0), requires_grad=True)
     scaled = GradScaler(init_scale=1024.0).scale(loss)
     assert scaled.dtype == np.float32 and scaled.item() == 3072.0, f"scale(loss) = loss · scale, got {scaled.item()}"
     half_loss = Tensor(np.float16(4.0), requires_grad=True)
-    assert np.isfinite(GradScaler().scale(half_loss).item()), \
-        "scaling a float16 loss by 2^16 overflows to inf: cast it to float32 before multiplying"
+    half_scaled = GradScaler().scale(half_loss)
+    assert half_scaled.dtype == np.float32 and half_scaled.item() == 4.0 * 2**16, (
+        f"GradScaler().scale(a float16 loss of 4.0): expected {4.0 * 2**16} in float32, got {half_scaled.item()} in "
+        f"{half_scaled.dtype}" + (": 4 · 2^16 overflows float16 (its largest is 65504): cast the loss to float32 "
+                                  "before multiplying (_cast)" if half_scaled.dtype == np.float16 else ""))
     w = Tensor(np.zeros(3, np.float32), requires_grad=True)
     optimizer = SGD([w], lr=1.0)
     scaler = GradScaler(init_scale=8.0, growth_interval=3)
     expected = [(True, 8), (True, 8), (True, 16), (False, 8), (False, 4), (True, 4), (True, 4), (True, 8), (True, 8), (False, 4)]
+    skipped, scales = [], []
     for step, (taken, scale) in enumerate(expected, start=1):
         before = w.numpy().copy()
-        w.grad = Tensor(scripted_gradients(step) * np.float32(scaler.get_scale()))
+        used_scale = scaler.get_scale()
+        w.grad = Tensor(scripted_gradients(step) * np.float32(used_scale))
         if step == 9:
             scaler.unscale_(optimizer)
-            assert np.allclose(w.grad.numpy(), scripted_gradients(9)), "unscale_ divides the gradients by the scale"
+            assert np.allclose(w.grad.numpy(), scripted_gradients(9)), (
+                f"unscale_ divides the gradients by the scale: expected {scripted_gradients(9)}, got {w.grad.numpy()}: "
+                + unscale_mistake(w.grad.numpy(), scripted_gradients(9), used_scale))
         result = scaler.step(optimizer)
         changed = not np.array_equal(before, w.numpy())
         assert changed == taken and result == taken, (
             f"step {step}: the step should be {'taken' if taken else 'SKIPPED (a gradient is inf or NaN)'}"
             + ("; check for NaN too (np.isfinite)" if step == 5 else ""))
         if taken:
-            assert np.allclose(before - w.numpy(), scripted_gradients(step)), \
-                f"step {step}: the optimizer must see the gradients divided by the scale exactly once (unscaling twice?)"
+            seen = before - w.numpy()
+            assert np.allclose(seen, scripted_gradients(step)), (
+                f"step {step}: the optimizer saw the gradients {seen}, expected {scripted_gradients(step)} (scale "
+                f"{used_scale}): " + unscale_mistake(seen, scripted_gradients(step), used_scale))
         scaler.update()
+        skipped.append(not taken)
+        scales.append(scaler.get_scale())
         assert scaler.get_scale() == scale, (
-            f"after step {step} the scale should be {scale}, got {scaler.get_scale()}: back off after a skipped "
-            "step and reset the count; grow after growth_interval good steps in a row, and only then")
+            f"after step {step} the scale should be {scale}, got {scaler.get_scale()} (scales so far {scales}): "
+            + scaler_mistake(scales, skipped, 8.0, 3))
     print("✓ GradScaler: scale, unscale once, skip on inf and NaN, back off, grow after growth_interval")
 
 

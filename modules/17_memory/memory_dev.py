@@ -241,10 +241,19 @@ def test_unit_training_memory():
     adamw = training_memory(model, AdamW(model.parameters()), (2, 8))
     assert set(adamw) == {"parameters", "gradients", "optimizer_state", "activations", "total"}, \
         f"the keys are parameters, gradients, optimizer_state, activations, total; got {sorted(adamw)}"
-    assert adamw["parameters"] == nbytes and adamw["gradients"] == nbytes, \
-        f"parameters and gradients are {nbytes} bytes each; got {adamw['parameters']} and {adamw['gradients']}"
-    assert adamw["optimizer_state"] == 2 * nbytes, \
+    assert adamw["parameters"] == nbytes, \
+        f"parameters: the sum of p.data.nbytes is {nbytes} bytes; got {adamw['parameters']}"
+    assert adamw["gradients"] == nbytes, (
+        f"gradients: expected {nbytes} bytes (as many as the parameters), got {adamw['gradients']}"
+        + (": they are missing. Count gradients: one array of each parameter's shape and dtype, alive from "
+           "backward() to zero_grad() (nothing has called backward() yet, so predict them, don't read p.grad)"
+           if adamw["gradients"] == 0 else ""))
+    unstepped = AdamW(model.parameters()).state_nbytes()  # what an optimizer holds before its first step()
+    assert adamw["optimizer_state"] == 2 * nbytes, (
         f"AdamW keeps TWO arrays per parameter (exp_avg, exp_avg_sq): {2 * nbytes} bytes, got {adamw['optimizer_state']}"
+        + (f", what optimizer.state_nbytes() says now: before the first step() the optimizer holds nothing yet. "
+           "Predict the state: optimizer_state_arrays(optimizer)[i] · the i-th parameter's nbytes"
+           if adamw["optimizer_state"] == unstepped else ""))
     sgd = training_memory(model, SGD(model.parameters(), lr=0.1), (2, 8))
     assert sgd["optimizer_state"] == 0, f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
     momentum = training_memory(model, SGD(model.parameters(), lr=0.1, momentum=0.9), (2, 8))
@@ -343,10 +352,26 @@ def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dt
 
 
 # %%
+def kv_cache_mistake(got: int, num_layers: int, batch: int, seq_len: int, embed_dim: int, itemsize: int) -> str:
+    """Why `got` is not the KV cache's bytes: the classic mistake that gives exactly this number, if one does."""
+    for cause, wrong in (
+            ("count a key AND a value (the factor 2) for every position", num_layers * batch * seq_len * embed_dim * itemsize),
+            ("multiply by num_layers: every layer keeps its own keys and values", 2 * batch * seq_len * embed_dim * itemsize),
+            ("multiply by the dtype's itemsize (np.dtype(dtype).itemsize: float32 4, float16 2): bytes, not numbers",
+             2 * num_layers * batch * seq_len * embed_dim)):
+        if got == wrong:
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake: compare your formula with 2 · num_layers · batch · seq_len · embed_dim · itemsize"
+
+
 def test_unit_kv_cache_bytes():
-    assert kv_cache_bytes(1, 1, 1, 1, np.float32) == 8, "one layer, one token, one number: a key and a value of 4 bytes"
-    assert kv_cache_bytes(12, 1, 1024, 768, "float32") == 75_497_472, \
-        "GPT-2 small at T=1024 in float32: 2·12·1024·768·4 = 75,497,472 bytes (72 MiB)"
+    for args, expected, what in (((1, 1, 1, 1, "float32"), 8, "one layer, one token, one number in float32"),
+                                 ((12, 1, 1024, 768, "float32"), 75_497_472,
+                                  "GPT-2 small at T=1024 in float32 (2·12·1024·768·4 bytes, 72 MiB)"),
+                                 ((3, 2, 5, 4, "float16"), 480, "3 layers, 2 sequences of 5 tokens, 4 numbers, float16")):
+        got = kv_cache_bytes(*args)
+        assert got == expected, (f"kv_cache_bytes{args}, {what}: expected {expected} bytes, got {got}: "
+                                 + kv_cache_mistake(got, *args[:4], np.dtype(args[4]).itemsize))
     for dtype in (np.float32, np.float16, np.float64):
         model = GPT(11, 16, 3, 2, 10, seed=0, dtype=dtype)
         cache = model.make_cache(4)
@@ -570,7 +595,7 @@ def checkpoint_backward(grad: Any, node) -> tuple:
 # %%
 from tinytorch.core.activations import gelu
 from tinytorch.core.layers import Dropout, Linear
-from tinytorch.core.autograd import gradcheck
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
 
 
 class TinyPiece(Module):
@@ -598,17 +623,36 @@ def gradients(piece: TinyPiece, x: np.ndarray, use_checkpoint: bool) -> list:
 
 def test_unit_checkpoint():
     piece = TinyPiece()
+    generators = random_generators(piece)
     x = np.random.default_rng(1).standard_normal((3, 5, 8)).astype(np.float32)
-    with generators_kept(random_generators(piece)):
+    with generators_kept(generators):
         plain = piece(Tensor(x))
+    started = [g.bit_generator.state for g in generators]
     out = checkpoint(piece, Tensor(x, requires_grad=True))
     assert np.array_equal(out.numpy(), plain.numpy()), "checkpoint must return the value of fn(*inputs)"
     assert out._node is not None and out._node.op == "checkpoint", "record ONE op named 'checkpoint'"
     kept = [t for t in topological_order(out) if t is not out]
     assert all(t._node is None for t in kept), \
         "the forward kept intermediate results: run fn under no_grad() so only the inputs are kept"
-    assert len(out._node.inputs) == 1 + len(piece.parameters()), \
+    assert len(out._node.inputs) == 1 + len(piece.parameters()), (
         f"node.inputs: the tensor argument, then fn's {len(piece.parameters())} parameters; got {len(out._node.inputs)}"
+        + (": only the tensor argument, but the weights of a checkpointed Module are inputs of the op too "
+           "(inputs = tensors + tuple(parameters)), so that the rule can return their gradients"
+           if len(out._node.inputs) == 1 else ""))
+    saved = [state for _, state in out._node.saved.get("rng_states", [])]
+    assert saved == started, (
+        "saved rng_states: expected the states the generators had when checkpoint was called, got "
+        + ("the states they have after fn ran (fn's dropout had drawn its mask already): save each generator's "
+           "state BEFORE running fn, so the recomputation draws the same mask"
+           if saved == [g.bit_generator.state for g in generators] else f"{len(saved)} other state(s)"))
+    x_leaf = Tensor(x, requires_grad=True)
+    with generators_kept(generators):
+        node = checkpoint(piece, x_leaf)._node
+        BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+    assert x_leaf.grad is None, (
+        "calling the checkpoint rule wrote a gradient into the original input's .grad (the engine hands the "
+        "rule's result on itself): the small backward ran on into the graph the engine is walking. "
+        "Recompute fn on DETACHED copies: Tensor(x.data, requires_grad=x.requires_grad)")
     for step in range(2):  # twice: the second call shows whether the generators were put back
         with generators_kept(random_generators(piece)):
             reference = gradients(piece, x, use_checkpoint=False)
@@ -888,7 +932,10 @@ def test_unit_autocast():
         loss = cross_entropy(logits, [0, 1, 2, 0])
         with autocast(enabled=False):
             assert Autocast.dtype is None and (x @ w).dtype == np.float32, "autocast(enabled=False) switches it off inside"
-        assert Autocast.dtype == np.float16, "leaving an inner autocast must restore the outer setting, not switch it off"
+        assert Autocast.dtype == np.float16, (
+            f"after leaving an inner autocast(enabled=False), Autocast.dtype should be float16 again, got "
+            f"{Autocast.dtype}: leaving an inner autocast must restore the OUTER setting (the one __enter__ "
+            "pushed on self._previous), not switch it off")
     assert Autocast.dtype is None, "on exit autocast must restore the previous setting (None: off)"
     assert logits.dtype == np.float16, f"a matrix product under autocast is float16, got {logits.dtype}"
     assert probs.dtype == np.float32 and loss.dtype == np.float32, "softmax and the loss are float32 under autocast"
@@ -1183,35 +1230,90 @@ def scripted_gradients(step: int, shape=(3,)) -> np.ndarray:
     return g
 
 
+def scale_sequence(skipped: list, init_scale: float, growth_interval: int, *, count_skipped: bool = False,
+                   reset_after_growth: bool = True, back_off: bool = True) -> list:
+    """The scales after each update() for steps that were `skipped` (True) or good, by the rules
+    (factors 2 and 0.5) or with one of the classic mistakes switched on."""
+    scale, good_in_a_row, scales = float(init_scale), 0, []
+    for skip in skipped:
+        if skip and back_off:
+            scale *= 0.5
+        if skip and not count_skipped:
+            good_in_a_row = 0
+        else:
+            good_in_a_row += 1
+            if good_in_a_row == growth_interval:
+                scale *= 2.0
+                good_in_a_row = 0 if reset_after_growth else good_in_a_row - 1
+        scales.append(scale)
+    return scales
+
+
+def scaler_mistake(scales: list, skipped: list, init_scale: float, growth_interval: int) -> str:
+    """Why the `scales` seen after the steps `skipped` so far are wrong: the classic update() mistake
+    that gives exactly these scales, if one does."""
+    for cause, switch in (("a skipped step is not a good one: back off and reset the count (_growth_tracker = 0)",
+                           {"count_skipped": True}),
+                          ("reset the count to 0 after growing: grow only when growth_interval good steps came in a row",
+                           {"reset_after_growth": False}),
+                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False})):
+        if scale_sequence(skipped, init_scale, growth_interval, **switch) == scales:
+            return f"it matches a known mistake: {cause}"
+    return ("back off after a skipped step and reset the count; grow after growth_interval good steps in a row, "
+            "and only then")
+
+
+def unscale_mistake(seen: np.ndarray, gradient: np.ndarray, scale: float) -> str:
+    """Why the optimizer saw `seen` instead of `gradient` (scaled by `scale` before unscaling)."""
+    for cause, wrong in (("unscale_ multiplies the gradients by 1/scale, not by the scale", gradient * scale * scale),
+                         ("the gradients were divided by the scale twice (unscaling twice?)", gradient / scale),
+                         ("the gradients were not unscaled: step() calls unscale_ first (unless it was called)",
+                          gradient * scale)):
+        if np.allclose(seen, wrong):
+            return f"it matches a known mistake: {cause}"
+    return "the optimizer must see the gradients divided by the scale exactly once (unscaling twice?)"
+
+
 def test_unit_grad_scaler():
     loss = Tensor(np.float32(3.0), requires_grad=True)
     scaled = GradScaler(init_scale=1024.0).scale(loss)
     assert scaled.dtype == np.float32 and scaled.item() == 3072.0, f"scale(loss) = loss · scale, got {scaled.item()}"
     half_loss = Tensor(np.float16(4.0), requires_grad=True)
-    assert np.isfinite(GradScaler().scale(half_loss).item()), \
-        "scaling a float16 loss by 2^16 overflows to inf: cast it to float32 before multiplying"
+    half_scaled = GradScaler().scale(half_loss)
+    assert half_scaled.dtype == np.float32 and half_scaled.item() == 4.0 * 2**16, (
+        f"GradScaler().scale(a float16 loss of 4.0): expected {4.0 * 2**16} in float32, got {half_scaled.item()} in "
+        f"{half_scaled.dtype}" + (": 4 · 2^16 overflows float16 (its largest is 65504): cast the loss to float32 "
+                                  "before multiplying (_cast)" if half_scaled.dtype == np.float16 else ""))
     w = Tensor(np.zeros(3, np.float32), requires_grad=True)
     optimizer = SGD([w], lr=1.0)
     scaler = GradScaler(init_scale=8.0, growth_interval=3)
     expected = [(True, 8), (True, 8), (True, 16), (False, 8), (False, 4), (True, 4), (True, 4), (True, 8), (True, 8), (False, 4)]
+    skipped, scales = [], []
     for step, (taken, scale) in enumerate(expected, start=1):
         before = w.numpy().copy()
-        w.grad = Tensor(scripted_gradients(step) * np.float32(scaler.get_scale()))
+        used_scale = scaler.get_scale()
+        w.grad = Tensor(scripted_gradients(step) * np.float32(used_scale))
         if step == 9:
             scaler.unscale_(optimizer)
-            assert np.allclose(w.grad.numpy(), scripted_gradients(9)), "unscale_ divides the gradients by the scale"
+            assert np.allclose(w.grad.numpy(), scripted_gradients(9)), (
+                f"unscale_ divides the gradients by the scale: expected {scripted_gradients(9)}, got {w.grad.numpy()}: "
+                + unscale_mistake(w.grad.numpy(), scripted_gradients(9), used_scale))
         result = scaler.step(optimizer)
         changed = not np.array_equal(before, w.numpy())
         assert changed == taken and result == taken, (
             f"step {step}: the step should be {'taken' if taken else 'SKIPPED (a gradient is inf or NaN)'}"
             + ("; check for NaN too (np.isfinite)" if step == 5 else ""))
         if taken:
-            assert np.allclose(before - w.numpy(), scripted_gradients(step)), \
-                f"step {step}: the optimizer must see the gradients divided by the scale exactly once (unscaling twice?)"
+            seen = before - w.numpy()
+            assert np.allclose(seen, scripted_gradients(step)), (
+                f"step {step}: the optimizer saw the gradients {seen}, expected {scripted_gradients(step)} (scale "
+                f"{used_scale}): " + unscale_mistake(seen, scripted_gradients(step), used_scale))
         scaler.update()
+        skipped.append(not taken)
+        scales.append(scaler.get_scale())
         assert scaler.get_scale() == scale, (
-            f"after step {step} the scale should be {scale}, got {scaler.get_scale()}: back off after a skipped "
-            "step and reset the count; grow after growth_interval good steps in a row, and only then")
+            f"after step {step} the scale should be {scale}, got {scaler.get_scale()} (scales so far {scales}): "
+            + scaler_mistake(scales, skipped, 8.0, 3))
     print("✓ GradScaler: scale, unscale once, skip on inf and NaN, back off, grow after growth_interval")
 
 

@@ -532,13 +532,23 @@ def test_unit_profiler():
             f"forward times {d.forward_s}, {s.forward_s}: expected 2.25 (2 + the 0.25 before it) and 1.0 (elapsed)"
         assert s.backward_s == 0.5 and d.backward_s == 3.0, \
             f"backward times {s.backward_s}, {d.backward_s}: expected 0.5 and 3.0 (elapsed, per rule)"
-        assert (d.forward_flops, d.backward_flops) == (10, 20) and prof.total_flops() == 30, \
-            f"FLOPs {d.forward_flops}/{d.backward_flops}, total {prof.total_flops()}: expected 10/20, 30"
+        flops = (d.forward_flops, d.backward_flops)
+        assert flops == (10, 20), f"demo_double's FLOPs forward/backward {flops[0]}/{flops[1]}, expected 10/20: " + {
+            0: "the backward added none: count the backward's FLOPs too, op_flops(node, grad.shape, grads) in "
+               "rule_finished",
+            10: "the backward's equal the forward's: pass the rule's grads to op_flops(node, grad.shape, grads) "
+                "(without them the formula counts the forward)"}.get(d.backward_flops, "see op_recorded and rule_finished")
+        total = prof.total_flops()
+        assert total == 30, f"total_flops() = {total}, expected 30: " + (
+            "that is the forward's alone; phase None is forward + backward" if total == 10
+            else "phase None is forward + backward")
         phases = (prof.total_flops("forward"), prof.total_flops("backward"))
         assert phases == (10, 20), (f"total_flops('forward'), total_flops('backward') = {phases}, expected (10, 20): "
                                     "a phase sums that phase's FLOPs only (forward_flops or backward_flops)")
-        assert d.forward_bytes == 4 * 8 and s.forward_bytes == 8, \
-            f"bytes {d.forward_bytes}, {s.forward_bytes}: the bytes of each op's OUTPUT (32 and 8)"
+        assert d.forward_bytes == 4 * 8 and s.forward_bytes == 8, (
+            f"forward bytes {d.forward_bytes}, {s.forward_bytes}, expected 32 and 8: the bytes an op produces are its "
+            "OUTPUT's, out.data.nbytes" + (" (demo_sum's 32 are the bytes of its input, 4 float64; its output is one "
+                                           "float64)" if s.forward_bytes == 32 else ""))
         assert d.backward_bytes == 32 and s.backward_bytes == 32, (
             f"backward bytes {d.backward_bytes}, {s.backward_bytes}: expected 32 each, the bytes of the gradients "
             "each rule returned (4 float64)")
@@ -547,9 +557,16 @@ def test_unit_profiler():
             "expected 4.0 and 0.1875 (given code: check that op_recorded and rule_finished keep the given lines)")
         rows = d.total_s + s.total_s + prof.regions["update"].forward_s + prof.outside_s
         assert rows == prof.wall_s == fake.now, f"rows add up to {rows}, wall time {prof.wall_s}"
-        with no_grad(), Profiler() as quiet:
-            double(Tensor(np.ones(4)))
-        assert quiet.total_flops("forward") == 10, "FLOPs with gradients off: build Node(op, inputs, saved)"
+        try:
+            with no_grad(), Profiler() as quiet:
+                double(Tensor(np.ones(4)))
+        except Exception as err:
+            raise AssertionError(f"profiling under no_grad() raised {type(err).__name__}: {err}. Count FLOPs with "
+                                 "gradients off too: out._node is None then, so build Node(op, inputs, saved) "
+                                 "for op_flops") from err
+        got = quiet.total_flops("forward")
+        assert got == 10, (f"forward FLOPs under no_grad(): {got}, expected 10. Count FLOPs with gradients off too: "
+                           "build Node(op, inputs, saved) when out._node is None")
         text = prof.table(sort_by="time")
         names = [line[:22].strip() for line in text.splitlines()[3:-2]]
         assert names == ["demo_double", "update", "demo_sum", NOT_IN_AN_OP], (
@@ -635,7 +652,9 @@ def test_unit_count_flops():
     got = count_flops(layer, x)
     assert got == forward, f"count_flops of Linear(128, 512) on 64 rows: {got}, expected 2·64·128·512 = {forward}"
     train = count_flops(lambda: layer(x).sum(), backward=True)
-    assert train == 2 * forward, f"forward + backward: {train}, expected {2 * forward} (forward + dW; x needs no gradient)"
+    assert train == 2 * forward, f"forward + backward: {train}, expected {2 * forward} (forward + dW; x needs no gradient)" + (
+        ": that is the forward alone, so run the loss's backward() inside the profiler (inside the with block)"
+        if train == forward else "")
     x.requires_grad = True
     assert count_flops(lambda: layer(x).sum(), backward=True) == 3 * forward, "with x needing a gradient: 3× the forward"
     with no_grad():
@@ -790,17 +809,26 @@ def test_unit_measure_latency():
         durations = [9.0, 7.0, 5.0] + [1.0, 2.0, 1.0, 100.0, 1.0, 3.0, 1.0, 2.0]  # 3 cold calls, then 8 timed
         fn = ScriptedCall(fake, durations)
         t = measure_latency(fn, warmup=3, repeats=8)
-        assert fn.calls == 11, f"fn was called {fn.calls} times: warmup (3) + repeats (8) = 11"
+        assert fn.calls == 11, f"fn was called {fn.calls} times, expected warmup (3) + repeats (8) = 11" + (
+            ": run the warm-up calls first (fn(*args) `warmup` times, not timed)" if fn.calls == 8 else "")
         assert set(t.samples) <= set(durations), (
             f"samples {t.samples} are not times of the fake clock: read the module's `clock()` before and after "
             "each call (the tests replace it with a FakeClock), never time.perf_counter() or time.time()")
         assert t.samples == durations[3:], f"samples {t.samples}: the 8 timed calls, warm-up excluded, in order"
-        assert t.median_s == 1.5, f"median {t.median_s}: expected 1.5 (the median, not the mean {np.mean(durations[3:])})"
-        assert t.iqr_s == 1.25, f"IQR {t.iqr_s}: expected np.percentile(samples, 75) - np.percentile(samples, 25) = 1.25"
+        mean = float(np.mean(durations[3:]))
+        assert t.median_s == 1.5, f"median_s {t.median_s}: expected the median of the samples, 1.5" + (
+            f" (that is their mean, {mean}, which the one slow run pulls up)" if np.isclose(t.median_s, mean) else "")
+        spread = max(t.samples) - min(t.samples)
+        assert t.iqr_s == 1.25, (
+            f"iqr_s {t.iqr_s}: expected the interquartile range, np.percentile(samples, 75) - np.percentile(samples, 25)"
+            " = 1.25" + (f" (that is max - min, {spread}, which the one outlier decides)" if t.iqr_s == spread else ""))
         gpu = ScriptedCall(fake, [5.0] * 2 + [4.0] * 3, queued=True)
         synchronize = gpu.synchronize
         t = measure_latency(gpu, warmup=2, repeats=3, device="cuda")
-        assert t.samples == [4.0] * 3, f"GPU samples {t.samples}: synchronise after the warm-up and after each call"
+        assert t.samples == [4.0] * 3, (
+            f"GPU samples {t.samples}, expected [4, 4, 4]: synchronise the device (synchronize(device)) after the "
+            "warm-up and after each call, before reading the clock" + (
+                " (the clock was read while the work was still queued)" if max(t.samples) == 0 else ""))
     finally:
         clock, synchronize = real_clock, real_sync
     print("✓ measure_latency: warm-up not timed, median and IQR of the samples, GPU synchronised before reading the clock")
@@ -937,7 +965,10 @@ def test_unit_peak_memory():
 
     mib = 2**20
     got = peak_memory(temporary, mib // 8)
-    assert mib <= got < mib + 64 * 1024, f"peak_memory of a 1 MiB temporary: {got} bytes; expected just above {mib}"
+    assert mib <= got < mib + 64 * 1024, (
+        f"peak_memory of a 1 MiB temporary that is freed before fn returns: {got} bytes; expected just above {mib}: "
+        "return the PEAK (get_traced_memory()[1]), not what is left" + (
+            " (less than the temporary: that is what was left at the end)" if got < mib else ""))
     assert not tracemalloc.is_tracing(), "peak_memory must stop tracing when it started it"
     tracemalloc.start()
     try:
@@ -950,8 +981,9 @@ def test_unit_peak_memory():
     finally:
         tracemalloc.stop()
     assert mib <= got < mib + 64 * 1024, (
-        f"peak_memory inside a running trace returned {got} bytes for a 1 MiB temporary: reset tracemalloc's "
-        "peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced when fn started")
+        f"peak_memory inside a running trace returned {got} bytes for a 1 MiB temporary, expected just above {mib}. "
+        "Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced when fn "
+        "started" + (" (a 32 MiB peak from before the call was reported)" if got >= 8 * mib else ""))
     print(f"✓ peak_memory: a 1 MiB temporary peaks at {got:,} bytes, also inside a running trace")
 
 
@@ -1028,12 +1060,17 @@ def test_unit_graph_saved_bytes():
         0: "count tensor's own array (tensor.data) too",
         512 + 1024: "x (your data, 1024 bytes) is a leaf too: it needs no gradient, so it is not in "
                     "topological_order; find the leaves among node.inputs (inp._node is None)",
-        512 + 256: "w (a parameter, 256 bytes) is a leaf: leave it out",
-        512 + 256 + 1024: "leaves (w, x) exist without the graph: leave them out"}.get(got, "leaves (w, x) are left out")
+        512 + 256: "w (a parameter, 256 bytes) is a leaf: leaves (parameters, data) and views of them exist "
+                   "without the graph",
+        512 + 256 + 1024: "w and x were counted: leaves (parameters, data) and views of them exist without the graph"}.get(
+            got, "leaves (parameters, data) and views of them exist without the graph")
     assert graph_saved_bytes(w) == 0, f"graph_saved_bytes(w) = {graph_saved_bytes(w)}: a leaf has no graph behind it, 0"
-    assert graph_saved_bytes(loss) == 512 + 512 + 8, (
-        f"graph_saved_bytes = {graph_saved_bytes(loss)}, expected 1032: h (512) once (r is a view of it and is "
-        "used twice: count each array once), r*r (512), the loss (8); leaves (w, x) exist without the graph")
+    got = graph_saved_bytes(loss)
+    assert got == 512 + 512 + 8, (
+        f"graph_saved_bytes = {got}, expected 1032: h (512) once (r is a view of it and is used twice: count each "
+        "array once), r*r (512), the loss (8); leaves (w, x) exist without the graph" + {
+            1544: ". The extra 512 are r's: a view (reshape) shares its base's memory, so count the buffer that "
+                  "owns it (_buffer_of(array)), not the view"}.get(got, ""))
     e = w.exp()                                               # exp saves its output: the same array as e
     assert graph_saved_bytes(e.sum()) == 256 + 8, "exp's saved `out` is e's own array: count it once"
     assert graph_saved_bytes(w.transpose().sum()) == 8, "a view of a parameter is the parameter's memory: not the graph's"

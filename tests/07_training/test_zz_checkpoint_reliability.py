@@ -44,6 +44,24 @@ class Heads(Module):
         return self.proj(x)
 
 
+def meta_text(array: np.ndarray) -> str:
+    """The JSON of a checkpoint's `meta` entry: UTF-8 bytes as saved, or a str array (older files)."""
+    return array.tobytes().decode("utf-8") if array.dtype == np.uint8 else str(array)
+
+
+def test_meta_is_stored_as_utf8_bytes_and_an_older_str_meta_still_loads(tmp_path):
+    model = Heads(4, 2)
+    path = save_checkpoint(tmp_path / "new", model)
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    text = meta_text(arrays["meta"])
+    assert arrays["meta"].dtype == np.uint8 and arrays["meta"].nbytes == len(text.encode("utf-8")), (
+        f"meta must be stored as UTF-8 bytes (1 byte per ASCII character), got {arrays['meta'].dtype}, "
+        f"{arrays['meta'].nbytes} bytes for {len(text)} characters")
+    arrays["meta"] = np.array(text)  # the form files had before: a str array, 4 bytes per character
+    np.savez(tmp_path / "old.npz", **arrays)
+    assert read_checkpoint(tmp_path / "old.npz")["config"] == read_checkpoint(path)["config"]
+
 def weights(model):
     return [p.numpy().copy() for p in model.parameters()]
 
@@ -87,7 +105,7 @@ def test_an_old_checkpoint_without_config_loads_with_a_warning(tmp_path):
     path = save_checkpoint(tmp_path / "old", Heads(4, 2))
     with np.load(path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
-    meta = json.loads(str(arrays["meta"]))
+    meta = json.loads(meta_text(arrays["meta"]))
     del meta["config"]  # what a checkpoint saved before issue 20 looks like
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(path, **arrays)
@@ -323,7 +341,7 @@ def corrupt(data: bytes, case) -> bytes:
     arrays = _entries(data)
     names = sorted(k for k in arrays if k != "meta")
     if kind in ("drop", "retype", "duplicate"):
-        arrays["meta"] = np.array(json.dumps(damage_json(json.loads(str(arrays["meta"])), case)))
+        arrays["meta"] = np.array(json.dumps(damage_json(json.loads(meta_text(arrays["meta"])), case)))
     elif kind == "drop-array":
         del arrays[names[case[1] % len(names)]]
     else:

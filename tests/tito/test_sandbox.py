@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tito.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, describe_isolation, prepare_workdir,
+from tito.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, can_switch_user, describe_isolation, prepare_workdir,
                           run_sandboxed)
 
 SMALL = Limits(wall_s=30, cpu_s=30, memory_bytes=1 * GiB, file_bytes=4 * MiB, disk_bytes=16 * MiB,
@@ -29,13 +29,14 @@ def own_user():
         yield claimed.users[0]
 
 
-@pytest.fixture(params=["grader", "own-user"])
+# Known when the tests are collected: a run can change user only as root with setpriv.
+needs_own_user = pytest.mark.skipif(not can_switch_user(),
+                                    reason="not root, or no setpriv: runs cannot change user here")
+
+
+@pytest.fixture(params=["grader", pytest.param("own-user", marks=needs_own_user)])
 def user(request, own_user):
-    if request.param == "grader":
-        return None
-    if own_user is None:
-        pytest.skip("not root, or no setpriv: runs cannot change user here (the grader's own user is tested)")
-    return own_user
+    return None if request.param == "grader" else own_user
 
 
 @pytest.fixture
@@ -133,10 +134,9 @@ def test_a_crash_is_named(scratch, user):
     assert result.reason == "crashed (SIGSEGV)" and result.returncode == -signal.SIGSEGV
 
 
+@needs_own_user
 def test_own_user_cannot_write_the_graders_files_or_signal_it(scratch, own_user):
     user = own_user
-    if user is None:
-        pytest.skip("not root, or no setpriv: there is no user of its own to test")
     instructor = scratch / "grading"
     instructor.mkdir()
     (instructor / "hidden.py").write_text("secret = 1\n")
@@ -156,11 +156,11 @@ for attempt in (lambda: open({str(instructor / 'hidden.py')!r}, 'a'), lambda: op
     assert (instructor / "hidden.py").read_text() == "secret = 1\n" and not (instructor / "new.py").exists()
 
 
+@needs_own_user
+@pytest.mark.skipif(not _namespaces_work(), reason="no network and mount namespaces here: nothing to isolate")
 def test_own_user_has_no_network_and_reaches_python_again(scratch, own_user):
     """No network namespace of the grader (a server it listens on is unreachable); Python can start Python."""
     user = own_user
-    if user is None or not _namespaces_work():
-        pytest.skip("not root with setpriv and namespaces: nothing to isolate here")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -183,20 +183,18 @@ print(subprocess.run([sys.executable, '-c', 'import numpy, sys; print(sys.versio
     assert any("no network" in line for line in describe_isolation(True))
 
 
+@needs_own_user
 def test_own_users_files_left_in_tmp_are_removed_and_named(scratch, own_user):
     user = own_user
-    if user is None:
-        pytest.skip("not root, or no setpriv: the grader's own files in /tmp cannot be told apart")
     name = f"/tmp/tito-stray-{os.getpid()}-{time.monotonic_ns()}"
     result, _ = run(scratch, user, f"open({name!r}, 'w').write('x')")
     assert result.reason == f"wrote outside its work folder: {name} (removed)" and not os.path.exists(name)
 
 
+@needs_own_user
 def test_two_claims_never_share_a_user():
     """Two tito processes on one machine: each kills every process of its users when a run ends."""
     with SandboxUsers(2) as first, SandboxUsers(2) as second:
-        if first.users[0] is None:
-            pytest.skip("not root, or no setpriv: there are no users of their own to claim")
         uids = [u.uid for u in first.users + second.users]
         assert len(set(uids)) == 4
     with SandboxUsers(1) as again:

@@ -100,14 +100,18 @@ from tinytorch.perf.profiling import graph_saved_bytes
 # | gradients | `4P` | from `backward()` until `zero_grad()` |
 # | optimizer state | AdamW: `8P` (two moments per weight); SGD with momentum: `4P`; plain SGD: 0 | from the first `step()` on, for good |
 # | activations | what the graph keeps for the backward pass | from the forward pass until the graph is dropped |
+# | backward working memory | the gradients on their way down while `backward()` runs | during `backward()` only |
 #
 # The first three depend only on the model: AdamW training costs **16 bytes per parameter**
 # before a single activation. The fourth depends on the batch `B` and the sequence length
-# `T`, and it is usually the largest. In our engine every recorded op keeps its inputs (the
-# `Node` holds them) and whatever it saved (`node.saved`): a LayerNorm keeps its input,
-# `xhat` and `rstd`; an attention op keeps its `B·H·T·T` weights; the cross-entropy keeps
-# its `B·T·V` probabilities. None of it is freed until the loss — and with it the graph — is
-# dropped, so at the end of `backward()` all four parts are alive at once: the step's peak
+# `T`, and it is usually the largest. The fifth is the engine's own bookkeeping while the
+# gradients flow back (the "predict, then run" below shows why it cannot be left out).
+#
+# In our engine every recorded op keeps its inputs (the `Node` holds them) and whatever it
+# saved (`node.saved`): a LayerNorm keeps its input, `xhat` and `rstd`; an attention op keeps
+# its `B·H·T·T` weights; the cross-entropy keeps its `B·T·V` probabilities. None of it is
+# freed until the loss — and with it the graph — is dropped, so at the end of `backward()`
+# the first four parts are alive at once, and during it the fifth as well: the step's peak
 # is close to their **sum**.
 #
 # Module 14's `graph_saved_bytes(loss)` walks the graph behind a loss and adds up the arrays
@@ -140,7 +144,7 @@ print(f"parameters: {parameter_bytes / 2**20:.2f} MiB")
 #
 # ### Your turn: `training_memory`
 #
-# `training_memory(model, optimizer, batch_shape)` predicts the four parts in bytes. The
+# `training_memory(model, optimizer, batch_shape)` predicts the five parts in bytes. The
 # given code runs one forward pass on random data of `batch_shape` (token ids for a language
 # model) and hands you its `loss`, without drawing from the model's random generators. You
 # compute:
@@ -151,7 +155,18 @@ print(f"parameters: {parameter_bytes / 2**20:.2f} MiB")
 #   parameter-sized arrays its optimizer keeps (`optimizer_state_arrays(optimizer)`, given:
 #   2 for Adam and AdamW, 1 for SGD with momentum, 0 without) times its bytes;
 # * `activations`: `graph_saved_bytes(loss)`;
-# * `total`: the sum of the four.
+# * `backward_working`: `backward_working_bytes(loss)` (given, below: the most bytes of
+#   gradients that module 05's `backward` holds at once);
+# * `total`: the sum of the five.
+#
+# **The backward pass's working memory.** Module 05's `backward` walks
+# `reversed(topological_order(loss))` with a dictionary `grads`: a tensor's gradient waits
+# there from the first rule that reaches it until the tensor's own turn, then the tensor's
+# rule runs and returns one gradient per input. So at each rule, the gradients waiting plus
+# the ones the rule returns are alive at once, on top of the graph. `backward_working_bytes`
+# replays that walk on the graph *without computing anything* (only shapes and dtypes) and
+# returns the largest such sum. It leaves out what a rule makes inside itself (GELU's rule
+# builds a few arrays of its input), so it is a close estimate, not a bound.
 
 # %%
 #| export
@@ -209,15 +224,42 @@ def _one_forward_loss(model: Any, batch_shape: tuple) -> Tensor:
         return (out * out).mean()
 
 
+def backward_working_bytes(loss: Tensor) -> int:
+    """The most bytes of gradients alive at once while module 05's `backward(loss)` runs, from the graph alone.
+
+    Replays the engine's walk over reversed(topological_order(loss)) without computing anything: a
+    tensor's gradient (its shape, in its dtype) waits in the engine's `grads` dictionary from the
+    first rule that reaches it until its own turn. At each recorded op the gradients waiting (its
+    own included) plus those its rule returns (one per input that requires a gradient) are alive
+    at once; the largest such sum is returned, an int. A rule's internal temporaries are not
+    counted. A leaf `loss` (no graph) returns 0.
+    """
+    if loss._node is None:
+        return 0
+    waiting = {id(loss): int(loss.data.nbytes)}  # tensor id -> bytes of its gradient in `grads`
+    most = 0
+    for t in reversed(topological_order(loss)):
+        if id(t) not in waiting:  # no rule reached t (every path to it returned None)
+            continue
+        inputs = [inp for inp in (t._node.inputs if t._node is not None else ()) if inp.requires_grad]
+        returned = [int(np.prod(inp.shape, dtype=np.int64)) * np.dtype(inp.dtype).itemsize for inp in inputs]
+        most = max(most, sum(waiting.values()) + sum(returned))
+        del waiting[id(t)]  # popped: released once its rule has run
+        for inp, nbytes in zip(inputs, returned):
+            waiting.setdefault(id(inp), nbytes)  # a second use is added into the same array
+    return most
+
+
 def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str, int]:
     """Predicted bytes of one training step of `model` with `optimizer` on a batch of `batch_shape`.
 
-    Returns {"parameters", "gradients", "optimizer_state", "activations", "total"} (ints):
-        parameters      -- sum of p.data.nbytes over model.parameters()
-        gradients       -- the same (a gradient has its parameter's shape and dtype)
-        optimizer_state -- sum over optimizer.params of optimizer_state_arrays(optimizer)[i] · nbytes
-        activations     -- graph_saved_bytes(loss) for the loss of one forward pass (given)
-        total           -- the sum of the four
+    Returns {"parameters", "gradients", "optimizer_state", "activations", "backward_working", "total"} (ints):
+        parameters       -- sum of p.data.nbytes over model.parameters()
+        gradients        -- the same (a gradient has its parameter's shape and dtype)
+        optimizer_state  -- sum over optimizer.params of optimizer_state_arrays(optimizer)[i] · nbytes
+        activations      -- graph_saved_bytes(loss) for the loss of one forward pass (given)
+        backward_working -- backward_working_bytes(loss) for the same loss (given)
+        total            -- the sum of the five
     """
     loss = _one_forward_loss(model, tuple(batch_shape))
     ### BEGIN SOLUTION
@@ -225,7 +267,7 @@ def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str,
     state = sum(count * int(p.data.nbytes)
                 for count, p in zip(optimizer_state_arrays(optimizer), optimizer.params))
     parts = {"parameters": parameters, "gradients": parameters, "optimizer_state": state,
-             "activations": int(graph_saved_bytes(loss))}
+             "activations": int(graph_saved_bytes(loss)), "backward_working": backward_working_bytes(loss)}
     parts["total"] = sum(parts.values())
     return parts
     ### END SOLUTION
@@ -239,8 +281,10 @@ def test_unit_training_memory():
     model = GPT(17, 16, 2, 2, 8, seed=0)
     nbytes = sum(p.data.nbytes for p in model.parameters())
     adamw = training_memory(model, AdamW(model.parameters()), (2, 8))
-    assert set(adamw) == {"parameters", "gradients", "optimizer_state", "activations", "total"}, \
-        f"the keys are parameters, gradients, optimizer_state, activations, total; got {sorted(adamw)}"
+    keys = {"parameters", "gradients", "optimizer_state", "activations", "backward_working", "total"}
+    assert set(adamw) == keys, (f"the keys are {sorted(keys)}; got {sorted(adamw)}"
+                                + (": add backward_working = backward_working_bytes(loss), the gradients the backward "
+                                   "pass holds at once" if "backward_working" not in adamw else ""))
     assert adamw["parameters"] == nbytes, \
         f"parameters: the sum of p.data.nbytes is {nbytes} bytes; got {adamw['parameters']}"
     assert adamw["gradients"] == nbytes, (
@@ -261,11 +305,25 @@ def test_unit_training_memory():
     idx, targets = batch_of(model, 2, 8)
     assert adamw["activations"] == graph_saved_bytes(model(idx, targets=targets)[1]), \
         "activations are graph_saved_bytes of the loss of one forward pass"
-    assert adamw["total"] == sum(v for k, v in adamw.items() if k != "total"), "total is the sum of the four parts"
-    print("✓ training_memory: parameters, gradients, AdamW 2× / SGD 0× / momentum 1×, activations, total")
+    assert adamw["backward_working"] == backward_working_bytes(model(idx, targets=targets)[1]), \
+        "backward_working is backward_working_bytes of the loss of one forward pass"
+    assert adamw["total"] == sum(v for k, v in adamw.items() if k != "total"), \
+        f"total is the sum of the five parts ({sum(v for k, v in adamw.items() if k != 'total')}), got {adamw['total']}"
+    print("✓ training_memory: parameters, gradients, AdamW 2× / SGD 0× / momentum 1×, activations, backward, total")
 
 
 test_unit_training_memory()
+
+# %% [markdown]
+# `backward_working_bytes` on a graph small enough to follow by hand: `x` (1,000 float32
+# numbers, a leaf that needs a gradient), `y = x * 2`, `loss = y.sum()`. The walk meets the
+# `sum` first: waiting are the loss's own gradient (4 bytes) and its rule returns `y`'s
+# (4,000 bytes): 4,004. Then the `mul`: `y`'s gradient waits (4,000) and its rule returns `x`'s
+# (4,000): 8,000, the largest. Then the leaf `x`: 4,000.
+
+# %%
+x = Tensor(np.ones(1000, dtype=np.float32), requires_grad=True)
+print("backward working memory of (x * 2).sum():", backward_working_bytes((x * 2).sum()), "bytes")
 
 # %% [markdown]
 # ### Predict, then run: the prediction against the measured peak
@@ -280,8 +338,8 @@ test_unit_training_memory()
 # alive until the new forward pass has finished: two graphs at once.)
 #
 # Two GPTs of width 64 at `T = 128`, one with 2 blocks and one with 8. Predict: will the
-# measured peak be above or below `training_memory`'s total? By how much, and will the
-# depth change that? Then run.
+# measured peak be above or below the sum of the first four parts? And with the backward
+# working memory added? Will the depth change that? Then run.
 
 # %%
 def measured_training_peak(make_model: Callable, batch: int, length: int) -> int:
@@ -301,27 +359,30 @@ def measured_training_peak(make_model: Callable, batch: int, length: int) -> int
     return peak_memory(run)
 
 
-print(f"{'blocks':>6} | {'params':>7} | {'grads':>7} | {'AdamW':>7} | {'activ.':>7} | {'predicted':>9} | {'measured':>8} | ratio")
+print(f"{'blocks':>6} | {'params':>7} | {'grads':>7} | {'AdamW':>7} | {'activ.':>7} | {'4 parts':>7} | "
+      f"{'backward':>8} | {'predicted':>9} | {'measured':>8} | measured / 4 parts | measured / predicted")
 for depth in (2, 8):
     make_gpt = lambda: GPT(65, 64, depth, 4, 128, seed=0)
     model = make_gpt()
     parts = training_memory(model, AdamW(model.parameters()), (4, 128))
     measured = measured_training_peak(make_gpt, 4, 128)
-    mib = [parts[k] / 2**20 for k in ("parameters", "gradients", "optimizer_state", "activations", "total")]
-    print(f"{depth:6d} | " + " | ".join(f"{v:7.2f}" for v in mib[:4]) +
-          f" | {mib[4]:9.2f} | {measured / 2**20:8.2f} | {measured / parts['total']:.3f}   (MiB)")
+    four = parts["total"] - parts["backward_working"]
+    mib = [parts[k] / 2**20 for k in ("parameters", "gradients", "optimizer_state", "activations")]
+    print(f"{depth:6d} | " + " | ".join(f"{v:7.2f}" for v in mib) + f" | {four / 2**20:7.2f} | "
+          f"{parts['backward_working'] / 2**20:8.2f} | {parts['total'] / 2**20:9.2f} | {measured / 2**20:8.2f} | "
+          f"{measured / four:18.3f} | {measured / parts['total']:.3f}   (MiB)")
 
 # %% [markdown]
-# The measured peak is a little **above** the sum, never below it: the four parts are all
-# alive at the end of `backward()`, and the backward pass needs some working memory on top.
-# While a rule runs, the engine holds the gradients that are still on their way down (the
-# residual stream's, the rule's own) and the rule makes temporaries — GELU's rule, for
-# instance, makes a few arrays of its `B·T·4E` input. That working memory is about one
-# block's worth at most, so it matters for a shallow model and fades for a deep one: the
-# ratio falls with the depth. (PyTorch frees each op's saved arrays as soon as its backward
-# has run, so its peak usually comes at the *start* of the backward pass; our engine keeps
-# the whole graph until the loss is dropped.) `benchmarks/memory.py` makes the same
-# comparison at the milestone's size.
+# The measured peak is clearly **above** the first four parts: they are all alive at the end
+# of `backward()`, and the backward pass needs working memory on top. While a rule runs, the
+# engine holds the gradients still on their way down (the residual stream's, the rule's own,
+# the weights' gradients waiting for their turn) — about one block's worth, so it matters
+# most for a shallow model. Adding `backward_working_bytes` brings the prediction within a
+# few percent of the measurement at both depths; what is left is what the rules make inside
+# themselves (GELU's rule, for instance, builds a few arrays of its `B·T·4E` input). (PyTorch
+# frees each op's saved arrays as soon as its backward has run, so its peak usually comes at
+# the *start* of the backward pass; our engine keeps the whole graph until the loss is
+# dropped.) `benchmarks/memory.py` makes the same comparison at the milestone's size.
 #
 # ## 2. The KV cache's bytes
 #
@@ -1416,8 +1477,9 @@ if torch is not None:
 #
 # * A training step holds parameters, gradients, optimizer state (AdamW: two more copies of
 #   every weight) and activations; in our engine all four are alive at the end of
-#   `backward()`; their sum is a lower bound of the measured peak, short by the backward
-#   pass's working memory (about one block's worth: it matters less the deeper the model).
+#   `backward()`. On top, the backward pass holds the gradients on their way down (about one
+#   block's worth), which `backward_working_bytes` predicts from the graph alone; the five
+#   together come within a few percent of the measured peak.
 # * A KV cache holds `2·layers·B·T·d·itemsize` bytes.
 # * `checkpoint(fn, *inputs)` is one op whose inputs are fn's tensor arguments **and the
 #   parameters it reads**; its rule reruns fn on detached copies with recording on, with the

@@ -22,7 +22,9 @@ What the command gets:
   prints (stdout and stderr together; the run is stopped past the limit), no core files;
 * when it ends, every process it started is killed, also those that left its process group
   (`setsid`, double forks): they are found by their user (below) or else by a mark in their
-  environment, and counted as a violation;
+  environment, and counted as a violation; if tito itself is killed outright (SIGKILL, where no
+  clean-up can run), the kernel kills the command with it (Linux's parent-death signal; the
+  command's own children are not covered by that backstop);
 * where tito runs as root and `setpriv` exists: its own unprivileged user (a uid from
   `SANDBOX_UID_BASE` up that no account or process has, claimed for the run: `SandboxUsers`;
   no groups, no capabilities, no new privileges, at most `Limits.processes` processes), so it
@@ -94,6 +96,17 @@ if setup["namespaces"]:
             os.rmdir(stage)
 for name, (soft, hard) in setup["rlimits"].items():
     resource.setrlimit(getattr(resource, name), (soft, hard))
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+# Runs last, as the user the command runs as (a change of user clears the setting, so it cannot be
+# done in _SHIM): the command is killed by the kernel if tito dies without cleaning up (SIGKILL, a
+# crash), the backstop for what `run_sandboxed`'s own clean-up cannot do then. argv[1] is tito's pid.
+_DIE_WITH_TITO = r"""
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = SIGKILL
+if os.getppid() != int(sys.argv[1]):  # tito is already gone: nobody would kill us
+    os._exit(125)
 os.execvp(sys.argv[2], sys.argv[2:])
 """
 
@@ -478,7 +491,8 @@ def _command_line(command: list[str], limits: Limits, user: SandboxUser | None) 
             setup.update(namespaces=True, expose=exposures(python_paths()))
         prefix = [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
                   "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-    return [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), *prefix, *command]
+    backstop = [sys.executable, "-I", "-S", "-c", _DIE_WITH_TITO, str(os.getpid())] if sys.platform == "linux" else []
+    return [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), *prefix, *backstop, *command]
 
 
 def _signal_reason(number: int, limits: Limits) -> str:

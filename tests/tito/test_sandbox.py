@@ -230,3 +230,51 @@ def test_stop_ends_every_run_at_once(scratch):
         timer.cancel()
         STOP.clear()
     assert result.reason == "stopped: the grader was interrupted" and time.monotonic() - start < 15
+
+
+GRADER_KILLED_OUTRIGHT = r"""
+import sys, time
+from pathlib import Path
+from tito.sandbox import SandboxUsers, prepare_workdir, run_sandboxed
+scratch, own_user = Path(sys.argv[1]), sys.argv[2] == "own-user"
+with SandboxUsers(1 if own_user else 0) as claimed:
+    user = claimed.users[0] if own_user else None
+    work = prepare_workdir(scratch / "work", user)
+    code = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(120)"
+    run_sandboxed([sys.executable, "-c", code], work, user=user)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("who", ["grader", pytest.param("own-user", marks=needs_own_user)])
+def test_a_grader_killed_outright_takes_the_command_with_it(scratch, who):
+    """SIGKILL leaves tito no chance to clean up: the kernel's parent-death signal ends the command."""
+    import subprocess
+
+    course = str(Path(__file__).resolve().parents[2])
+    grader = subprocess.Popen([sys.executable, "-c", GRADER_KILLED_OUTRIGHT, str(scratch), who],
+                              env={**os.environ, "PYTHONPATH": course})
+    pid_file = scratch / "work" / "pid"
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.05)
+    assert pid_file.exists(), f"the sandboxed command never started (grader exit status {grader.poll()})"
+    command_pid = int(pid_file.read_text())
+    assert _alive(command_pid)
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 10
+    while _alive(command_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _alive(command_pid)
+    if alive:
+        os.kill(command_pid, signal.SIGKILL)
+    assert not alive, "the sandboxed command outlived a grader killed with SIGKILL"

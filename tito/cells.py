@@ -40,7 +40,7 @@ import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .stubs import waiting_for
+from .stubs import waiting_label
 
 _CELL_MARKER = re.compile(r"^# %%")
 _SECTION = re.compile(r"^# ## (.+?)\s*$")
@@ -182,7 +182,7 @@ def run(notebook: Path, first_failure: bool = False, report: dict | None = None)
                 section.tests.extend(tests)
                 exec(compile(tree, path, "exec"), namespace.__dict__)
             except Exception as err:  # KeyboardInterrupt (a timeout) and SystemExit end the run
-                stub = waiting_for(err)
+                stub = waiting_label(err, notebook.resolve().parent.name)
                 missing = err.name if isinstance(err, NameError) else None
                 if stub is None and missing in lost:
                     stub = lost[missing] or None

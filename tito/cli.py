@@ -143,6 +143,12 @@ def _show_progress(run: RunRecord) -> None:
             console.print(_section_line(section), highlight=False)
     if run.next_stub:
         console.print(f"    Next stub: [bold]{escape(run.next_stub)}[/]", highlight=False)
+    from .stubs import label_module
+
+    earlier = sorted({m for s in run.sections for label in s["waiting_for"] if (m := label_module(label))})
+    if earlier:
+        console.print(f"    [yellow]These tests need stubs of {escape(', '.join(earlier))} that are not written yet:[/] "
+                      f"write them first (`tito test {escape(earlier[0])}` shows the next one).", highlight=False)
 
 
 def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
@@ -187,8 +193,8 @@ def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], op
             console.print(_run_line(run), highlight=False)
             if run.note and run.state not in ("not started", "not run", "does not export"):
                 console.print(f"    [yellow]Note:[/] {escape(run.note)}", highlight=False)
-            if show_failures and run.stubs_left and not run.state:
-                _show_progress(run)
+            if show_failures and (run.stubs_left or run.in_progress) and not run.state:
+                _show_progress(run)  # also when this module is written but waits for an earlier one's stub
             if show_failures and (not run.passed and run.state in ("", "does not export") or verbose):
                 is_module = run.name in {m.key for m in modules}
                 command = (f"tito test {run.name}{' --notebook' if options.notebook else ''} -v" if is_module

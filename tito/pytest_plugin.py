@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from _pytest.reports import TestReport
 
-from .stubs import waiting_for
+from .stubs import waiting_label
 
 CURRENT_TEST_ENV = "TITO_CURRENT_TEST"
 REPORT_ENV = "TITO_PYTEST_REPORT"
@@ -70,7 +71,7 @@ def pytest_runtest_makereport(item, call):
     """A stub's NotImplementedError becomes a skip that names the stub (and costs no traceback)."""
     if call.excinfo is None or call.when not in ("setup", "call"):
         return None
-    stub = waiting_for(call.excinfo.value)
+    stub = waiting_label(call.excinfo.value, Path(str(item.fspath)).parent.name)  # tests/NN_name/test_*.py
     if stub is None:
         return None
     path, line, _ = item.location

@@ -159,3 +159,62 @@ def test_the_runner_goes_on_after_a_failure_and_skips_what_needed_it(course, tmp
     assert data["tests_passed"] == 1 and "✓ triple" in done.stdout  # section 2 ran after section 1 failed
     sections = {s["title"]: s for s in data["sections"] if s["title"]}
     assert sections["2. Tripling"]["not_run"] == 1  # the last cell needs `example`, which never came
+
+
+BASE = '''# %% [markdown]
+# # Module 01: Base
+
+# %%
+#| default_exp core.base
+
+# %%
+#| export
+def base(x):
+    """x itself."""
+    ### BEGIN SOLUTION
+    raise NotImplementedError(STUB)
+    ### END SOLUTION
+'''
+
+USES_BASE = '''# %% [markdown]
+# # Module 02: Toy
+#
+# ## 1. Doubling
+
+# %%
+#| default_exp core.toy
+
+# %%
+#| export
+from tinytorch.core.base import base
+
+
+def double(x):
+    """Twice x."""
+    ### BEGIN SOLUTION
+    return 2 * base(x)
+    ### END SOLUTION
+
+
+# %%
+def test_unit_double():
+    assert double(3) == 6, "DOUBLE_CAUSE"
+    print("✓ double")
+
+
+test_unit_double()
+'''
+
+
+def test_a_stub_left_in_an_earlier_module_is_named_with_its_module(course):
+    """Module 02 is written, but it calls module 01's stub: the student must see where that stub lives."""
+    stub = stub_message("base", "modules/01_base/base_dev.py", "01_base")
+    course.add_module("01_base", BASE.replace("STUB", repr(stub)))
+    course.add_module("02_toy", USES_BASE)
+    course.add_tests("02_toy", "from tinytorch.core.toy import double\n\n\ndef test_double():\n    assert double(3) == 6\n")
+    export_modules(course.settings, [course.module("01"), course.module("02")])
+    out = course.flat(course.tito("test", "02").stdout)
+    assert "02_toy: in progress" in out and "1. Doubling: waiting for base (module 01_base)" in out, out
+    assert "These tests need stubs of 01_base that are not written yet" in out and "`tito test 01_base`" in out, out
+    run = run_module_tests(course.settings, course.module("02"))
+    assert run.in_progress and run.parts["pytest"].waiting == 1, run.parts["pytest"]

@@ -86,6 +86,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinytorch.core.autograd import no_grad
+from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, to_host
 from tinytorch.core.training import save_checkpoint
 from tinytorch.perf.profiling import measure_latency
@@ -232,10 +233,12 @@ def test_unit_bootstrap_ci():
     assert high < 12.0, (f"high = {high}: one slow reading (30) must not drag the interval of the MEDIAN "
                          "up (an interval of the mean would be)")
     assert high - low > 0, "the interval has width 0: resample WITH replacement (rng.integers), not a permutation"
-    assert bootstrap_ci(readings) == (low, high), "the same seed must give the same interval"
+    assert bootstrap_ci(readings) == (low, high), \
+        "the same seed must give the same interval: make the generator with np.random.default_rng(seed)"
     rng = np.random.default_rng(0)
     expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
-    assert np.allclose((low, high), expected), f"expected {tuple(expected)}, got {(low, high)}: follow the recipe"
+    assert np.allclose((low, high), expected), (f"expected {tuple(expected)}, got {(low, high)}: follow the recipe — np.random.default_rng(seed), "
+                                                "indices of shape (resamples, n), (1 - confidence) / 2 on EACH side")
     print("✓ bootstrap_ci: the interval of the median, by resampling with replacement")
 
 
@@ -396,9 +399,11 @@ def test_unit_measure():
                      repeats=4, warmup=1, clock=fake)
     assert list(result) == ["A", "B", "C"], f"keys in the order of the variants, got {list(result)}"
     assert calls[:3] == ["A", "B", "C"], f"warm-up: each variant once per round first, got {calls[:3]}"
-    assert len(calls) == 15, f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}"
+    assert len(calls) == 15, (f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}: "
+                              "call every variant `warmup` times before the first reading")
     assert calls[3:] == list("ABC" "BCA" "CAB" "ABC"), \
-        f"rounds must interleave the variants in a rotating order (ABC, BCA, CAB, ...), got {''.join(calls[3:])}"
+        (f"every round must call each variant once (interleaved) and rotate the order each round (ABC, BCA, "
+         f"CAB, ...), got {''.join(calls[3:])}")
     for name, seconds in (("A", 1.0), ("B", 2.0), ("C", 3.0)):
         got = result[name].samples
         assert len(got) == 4, f"{name}: 4 readings (warm-up calls are not readings), got {len(got)}"
@@ -502,16 +507,17 @@ def test_unit_compare():
     slow = Measurement("slow", np.linspace(2.0, 2.2, 15))
     result = compare(slow, fast)
     assert abs(result.ratio - slow.median / fast.median) < 1e-12, \
-        f"ratio = median of a / median of b = {slow.median / fast.median}, got {result.ratio}"
+        f"ratio = median(a) / median(b) = {slow.median / fast.median}, got {result.ratio}"
     assert result.verdict == "fast is faster", f"the smaller time wins: expected 'fast is faster', got {result.verdict!r}"
     assert result.difference_low > 0, "slow − fast: the interval of the difference must exclude zero here"
     same = Measurement("same", np.linspace(1.02, 1.12, 15))
     assert compare(fast, same).verdict == "no measurable difference", \
-        f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}"
+        (f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}: "
+         "compare intervals, not medians")
     low_rate = Measurement("low", np.linspace(100, 110, 9), unit="tokens/s")
     high_rate = Measurement("high", np.linspace(200, 210, 9), unit="tokens/s")
     assert compare(low_rate, high_rate).verdict == "high is faster", \
-        "for a rate (tokens/s) MORE is faster: expected 'high is faster'"
+        "for a rate (tokens/s) more is better: expected 'high is faster'"
     print(f"✓ compare: {result}")
 
 
@@ -688,7 +694,7 @@ def test_unit_quality_metrics():
         return logits
     good = lm_validation_loss(oracle, text, context=8, batch_size=5)
     assert good < 1e-6, (f"a model that knows the next token scores ~0, got {good}: the targets must be the "
-                         "inputs shifted by ONE position (tokens[i*T + 1 : i*T + T + 1])")
+                         "inputs shifted by one position (tokens[i*T + 1 : i*T + T + 1])")
     noise = lm_validation_loss(RandomLogits(vocab, scale=0.01), text, context=8)
     assert abs(noise - np.log(vocab)) < 0.01, f"random (tiny) logits score chance ln(V), got {noise}"
 
@@ -758,7 +764,7 @@ def parameter_count(model: Any) -> int:
     layer (a module with a `qweight` buffer), the in_features × out_features weights its
     integers stand for (packed int4 holds two in a byte). Masks, scales and zero points are
     bookkeeping, not weights."""
-    total = sum(int(p.size) for p in model.parameters())
+    total = count_parameters(model)  # module 03's: every parameter once (tied weights too)
     for module in model.modules():
         own = module.__dict__
         if "qweight" not in own:
@@ -821,7 +827,7 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
 
 def _cell(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
+        return f"{value:.5g}"
     return str(value)
 
 
@@ -875,8 +881,197 @@ def test_unit_pareto_front():
                                                "dominated by 'small'; identical rows do not dominate each other")
     rows_acc = [{"name": "a", "acc": 0.9, "ms": 5.0}, {"name": "b", "acc": 0.8, "ms": 6.0}]
     names = [r["name"] for r in pareto_front(rows_acc, "acc", ["ms"], higher_quality_is_better=True)]
-    assert names == ["a"], f"higher accuracy AND lower latency: only 'a' survives, got {names}"
+    assert names == ["a"], f"with accuracy HIGHER is better: 'a' (more accurate and faster) dominates 'b', got {names}"
     print("✓ pareto_front: the rows nothing beats on every axis")
 
 
 test_unit_pareto_front()
+
+# %% [markdown]
+# ## 8. Which of the course's variants really differ? (digits)
+#
+# Now the harness on real models. We train the milestones' digits MLP (`64 → 128 → 64 → 10`)
+# for a few seconds on the training split (`datasets/digits.npz`, the milestones' 80/20
+# split with seed 0), and build three variants with modules 15 and 16:
+#
+# * `int8` — `quantize_model(mlp)`: int8 weights per channel, dequantized in the forward;
+# * `pruned-80%` — `prune_global` of 80% of the Linear weights (masks; still dense products);
+# * `low-rank-16` — the first layer replaced by `low_rank(linear, 16)`: two thinner products.
+#
+# For each: accuracy on the **359 test images**, latency at batch 1 (the four variants
+# interleaved), throughput on the whole test split, parameters, checkpoint bytes, FLOPs per
+# image (module 14's `count_flops`) and the peak memory of the batched forward
+# (`peak_memory`).
+#
+# **Predict first:** which variant is the fastest at batch 1? Which has the smallest
+# checkpoint? Will int8 be *faster* (NumPy has no fast int8 product: module 15)?
+
+# %%
+import copy
+
+from tinytorch.core.activations import ReLU
+from tinytorch.core.layers import Linear, Sequential
+from tinytorch.core.losses import cross_entropy
+from tinytorch.core.optimizers import AdamW
+from tinytorch.perf.compression import low_rank, prune_global
+from tinytorch.perf.profiling import count_flops, peak_memory
+from tinytorch.perf.quantization import quantize_model
+from threadpoolctl import threadpool_limits
+
+DATASETS = Path("../../datasets")
+if not DATASETS.exists():  # run from the repository root
+    DATASETS = Path("datasets")
+with np.load(DATASETS / "digits.npz", allow_pickle=False) as digits:
+    features = digits["images"].reshape(len(digits["images"]), -1).astype(np.float32) / 16.0
+    labels = digits["labels"].astype(np.int64)
+order = np.random.default_rng(0).permutation(len(labels))  # the milestones' split
+n_test = int(round(0.2 * len(labels)))
+x_train, y_train, x_test, y_test = features[order[n_test:]], labels[order[n_test:]], features[order[:n_test]], labels[order[:n_test]]
+
+mlp = Sequential(Linear(64, 128, seed=1), ReLU(), Linear(128, 64, seed=2), ReLU(), Linear(64, 10, seed=3))
+optimizer, shuffle = AdamW(mlp.parameters(), lr=3e-3, weight_decay=0.01), np.random.default_rng(0)
+for epoch in range(10):
+    for batch in np.array_split(shuffle.permutation(len(y_train)), len(y_train) // 32):
+        loss = cross_entropy(mlp(Tensor(x_train[batch])), y_train[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+mlp.eval()
+
+pruned = copy.deepcopy(mlp)
+prune_global([m for m in pruned.modules() if isinstance(m, Linear)], 0.8)
+thin = copy.deepcopy(mlp)
+thin[0] = low_rank(mlp[0], 16)
+variants = {"fp32": mlp, "int8": quantize_model(mlp), "pruned-80%": pruned, "low-rank-16": thin}
+
+one_image, test_batch = Tensor(x_test[:1]), Tensor(x_test)
+with threadpool_limits(limits=1), no_grad():
+    at_batch_1 = measure({name: (lambda m=model: m(one_image)) for name, model in variants.items()}, repeats=40)
+    batched = measure({name: (lambda m=model: m(test_batch)) for name, model in variants.items()}, repeats=8)
+rows = []
+for name, model in variants.items():
+    with no_grad():
+        flops, peak = count_flops(model, one_image), peak_memory(model, test_batch)
+    rows.append({"name": name, "accuracy": accuracy(model, x_test, y_test),
+                 "p50_ms": 1e3 * at_batch_1[name].p50, "p90_ms": 1e3 * at_batch_1[name].p90,
+                 "images_per_s": len(y_test) / batched[name].median, "params": parameter_count(model),
+                 "bytes": checkpoint_bytes(model), "flops": flops, "peak_kib": peak / 1024})
+print(pareto_table(rows, "accuracy", ["p50_ms", "bytes"], higher_quality_is_better=True,
+                   columns=["name", "accuracy", "p50_ms", "p90_ms", "images_per_s", "params", "bytes", "flops", "peak_kib"]))
+print(f"(test split: {len(y_test)} images; one image is {100 / len(y_test):.2f} accuracy points)")
+for name in ("int8", "pruned-80%", "low-rank-16"):
+    print(compare(at_batch_1[name], at_batch_1["fp32"]))
+
+# %% [markdown]
+# Read the table before the verdicts. Some things to notice (your numbers will differ; the
+# *shape* of the result is what to look at):
+#
+# * `int8` keeps the accuracy and makes the checkpoint about a third of fp32's size (int8
+#   weights plus a scale per channel) — and is *slower*: its forward dequantizes the weights
+#   back to float32 on every call (module 15).
+# * `pruned-80%` has the same FLOPs as fp32 (a mask zeroes weights; the product is still
+#   dense), is not faster (a mask multiply is added) and its checkpoint is *larger*: it stores
+#   the weights and the masks. Pruning only pays with a sparse format or structured pruning
+#   (module 16).
+# * `low-rank-16` has fewer parameters and FLOPs. Whether that makes it measurably faster at
+#   batch 1 — where Python's per-call overhead, not arithmetic, sets the time — is what
+#   `compare` answers.
+# * A variant is on the Pareto front of accuracy against latency and bytes when nothing else
+#   beats it on all three at once.
+#
+# The plot shows accuracy against latency with the front joined:
+
+# %%
+import matplotlib
+
+if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # running as a script: draw to a file, no window
+figure = plot_pareto(rows, "accuracy", "p50_ms", Path(tempfile.gettempdir()) / "tinytorch_pareto_digits.png",
+                     higher_quality_is_better=True, title="digits MLP variants: accuracy against batch-1 latency")
+print(f"saved {Path(tempfile.gettempdir()) / 'tinytorch_pareto_digits.png'}")
+
+# %% [markdown]
+# ## 9. The Shakespeare GPT: validation loss and tokens per second
+#
+# A cost must be lower-is-better, so the table's cost is milliseconds per token (the inverse
+# of tokens per second). The language model's quality is its cross-entropy on the validation split (the last 10% of
+# Tiny Shakespeare), in fixed windows. The cell uses the model `tito milestone run shakespeare`
+# saved (`shakespeare_gpt.npz` in `<temp>/tinytorch-shakespeare/`, module 07's checkpoint)
+# when it exists, evaluated on the first 16 batches of 16 windows; otherwise a **fresh,
+# untrained** GPT (width 64, 2 layers), whose loss must then be close to `ln(vocab_size)` —
+# the check to make before trusting any language-model number. It says which it used.
+#
+# **Predict first:** how much does int8 change the validation loss? Is int8 generation
+# faster or slower than fp32?
+
+# %%
+from tinytorch.core.training import load_checkpoint, read_checkpoint
+from tinytorch.models.transformer import GPT
+from tinytorch.text.tokenization import CharTokenizer
+
+text = (DATASETS / "tinyshakespeare.txt").read_text(encoding="utf-8")
+tokenizer = CharTokenizer.from_text(text)
+all_ids = np.array(tokenizer.encode(text), dtype=np.int64)
+validation_ids = all_ids[int(0.9 * len(all_ids)):]  # the milestone's split: the last 10%
+saved_gpt = Path(tempfile.gettempdir()) / "tinytorch-shakespeare" / "shakespeare_gpt.npz"
+recipe = None
+if saved_gpt.is_file():
+    try:
+        recipe = read_checkpoint(saved_gpt)["extra"]["recipe"]
+    except (ValueError, KeyError, TypeError) as err:
+        print(f"{saved_gpt} is not the milestone's checkpoint ({err})")
+if recipe is not None:
+    gpt = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"], recipe["context"],
+              bias=False)
+    load_checkpoint(saved_gpt, gpt)
+    context, used = recipe["context"], f"the milestone's trained GPT ({saved_gpt})"
+else:
+    context, used = 64, "a fresh, untrained GPT (no milestone checkpoint found): its loss should be near ln(vocab)"
+    gpt = GPT(tokenizer.vocab_size, 64, 2, 4, context, bias=False, seed=0)
+print(f"model: {used}; {parameter_count(gpt):,} parameters; ln(vocab) = {np.log(tokenizer.vocab_size):.4f}")
+
+gpt_variants = {"fp32": gpt, "int8": quantize_model(gpt)}
+prompt = validation_ids[:16]
+with threadpool_limits(limits=1):
+    rates = measure({name: (lambda m=model: m.generate(prompt[None], 32, temperature=0.0))
+                     for name, model in gpt_variants.items()}, repeats=5, warmup=1)
+gpt_rows = []
+for name, model in gpt_variants.items():
+    tokens_per_s = Measurement(name, 32 / rates[name].samples, "tokens/s")
+    gpt_rows.append({"name": name, "val_loss": lm_validation_loss(model, validation_ids, context, batch_size=16,
+                                                                  max_batches=16),
+                     "tokens_per_s": tokens_per_s.median, "ms_per_token": 1e3 / tokens_per_s.median,
+                     "bytes": checkpoint_bytes(model), "rate": tokens_per_s})
+print(pareto_table(gpt_rows, "val_loss", ["ms_per_token", "bytes"],
+                   columns=["name", "val_loss", "tokens_per_s", "ms_per_token", "bytes"]))
+print(compare(gpt_rows[1]["rate"], gpt_rows[0]["rate"]))
+
+# %% [markdown]
+# ## 10. Exercises and questions
+#
+# Answer each by running your own code (add cells below).
+#
+# 1. **How many readings?** Time `fp32` and `low-rank-16` at batch 1 with `repeats` 5, 20
+#    and 80. At which count does `compare` first tell them apart? How does the width of each
+#    interval change as `repeats` grows four-fold?
+# 2. **Interleaving matters.** Write a non-interleaved `measure` (all of A's readings, then
+#    all of B's) and time two *identical* functions while a third, busy loop starts half-way
+#    (for example a `threading.Thread` that multiplies matrices for one second). Which
+#    version calls the identical functions different?
+# 3. **Warm-up.** Measure a fresh GPT's `generate` with `warmup=0` and `repeats=5`. Is the
+#    first reading different from the others? Why?
+# 4. **Wall clock or CPU time?** Re-run the 2 ms `sleep` comparison of section 4 with
+#    `clock=time.process_time`. What does the harness say now, and why? When is CPU time the
+#    better clock (hint: `benchmarks/_common.py` uses it on the CPU)?
+# 5. **Batch 1 against batched.** In the digits table, by how much does the images per
+#    second of the batched forward exceed `1 / p50` at batch 1? What does that say about where
+#    the time of a batch-1 call goes?
+# 6. **Chance.** Evaluate `RandomLogits(tokenizer.vocab_size)` (scale 1) on the validation
+#    split. Its loss is *above* `ln(vocab)`: show that for standard-normal logits the expected
+#    excess is about `1/2` nat (the log of the mean of `exp(z)` is `1/2`), and check it.
+# 7. **Pareto by hand.** Add a row `{"name": "tiny", ...}` for an MLP `64 → 16 → 10`
+#    trained the same way. Is it on the front of accuracy against bytes? Of accuracy against
+#    latency?
+# 8. **Trust.** A colleague reports "int8 is 5% faster" from one run of ten readings each,
+#    not interleaved, on a laptop. List three questions the harness answers that their number
+#    does not.

@@ -9,7 +9,7 @@ __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measu
            'compare', 'lm_validation_loss', 'accuracy', 'latency', 'throughput', 'generation_rate', 'parameter_count',
            'checkpoint_bytes', 'pareto_front', 'pareto_table', 'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #33e2d586
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #301e18da
 import importlib.util
 import os
 import platform
@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.autograd import no_grad
+from ..core.layers import count_parameters
 from ..core.tensor import Tensor, to_host
 from ..core.training import save_checkpoint
 from .profiling import measure_latency
@@ -385,7 +386,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
             correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
     return correct / labels.size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #b9c71306
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #66adfbb8
 def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
     """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
     its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
@@ -417,7 +418,7 @@ def parameter_count(model: Any) -> int:
     layer (a module with a `qweight` buffer), the in_features × out_features weights its
     integers stand for (packed int4 holds two in a byte). Masks, scales and zero points are
     bookkeeping, not weights."""
-    total = sum(int(p.size) for p in model.parameters())
+    total = count_parameters(model)  # module 03's: every parameter once (tied weights too)
     for module in model.modules():
         own = module.__dict__
         if "qweight" not in own:
@@ -438,7 +439,7 @@ def checkpoint_bytes(path_or_model: Any) -> int:
     with tempfile.TemporaryDirectory() as folder:
         return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #a1163bc6
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #3c570452
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
     """The rows no other row dominates, in their original order.
 
@@ -465,7 +466,7 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
 
 def _cell(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
+        return f"{value:.5g}"
     return str(value)
 
 

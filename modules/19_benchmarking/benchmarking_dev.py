@@ -88,8 +88,8 @@ import numpy as np
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, to_host
-from tinytorch.core.training import save_checkpoint
 from tinytorch.perf.profiling import measure_latency
+from tinytorch.perf.quantization import checkpoint_bytes as saved_bytes
 
 # %% [markdown]
 # ## 1. The environment: what a number needs beside it
@@ -778,12 +778,12 @@ def parameter_count(model: Any) -> int:
 
 
 def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's `save_checkpoint` of it
-    (written to a temporary folder, measured, deleted)."""
+    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
+    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
     if isinstance(path_or_model, (str, os.PathLike)):
         return Path(path_or_model).stat().st_size
     with tempfile.TemporaryDirectory() as folder:
-        return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
+        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% [markdown]
 # ## 7. The Pareto front: which variants are worth keeping

@@ -9,7 +9,7 @@ __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measu
            'compare', 'lm_validation_loss', 'accuracy', 'latency', 'throughput', 'generation_rate', 'parameter_count',
            'checkpoint_bytes', 'pareto_front', 'pareto_table', 'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #301e18da
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #11e8feb5
 import importlib.util
 import os
 import platform
@@ -26,8 +26,8 @@ import numpy as np
 from ..core.autograd import no_grad
 from ..core.layers import count_parameters
 from ..core.tensor import Tensor, to_host
-from ..core.training import save_checkpoint
 from .profiling import measure_latency
+from .quantization import checkpoint_bytes as saved_bytes
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #b8901fbd
 def _cpu_name() -> str:
@@ -386,7 +386,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
             correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
     return correct / labels.size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #66adfbb8
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #39a1a94e
 def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
     """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
     its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
@@ -432,12 +432,12 @@ def parameter_count(model: Any) -> int:
 
 
 def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's `save_checkpoint` of it
-    (written to a temporary folder, measured, deleted)."""
+    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
+    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
     if isinstance(path_or_model, (str, os.PathLike)):
         return Path(path_or_model).stat().st_size
     with tempfile.TemporaryDirectory() as folder:
-        return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
+        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #3c570452
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:

@@ -269,3 +269,29 @@ def cupy_peak_bytes(prepare: Callable[[], object], run: Callable[[object], objec
         del inputs
     memory.pool.free_all_blocks()
     return memory.peak, memory.reserved, seconds
+
+
+# ---- the Shakespeare GPT the milestone trained (quantization and benchmarking use it) ---------------
+def shakespeare_model(checkpoint: Path, quick: bool, console) -> tuple[object, str]:
+    """(the shakespeare milestone's trained GPT, where it came from): milestones/quantize.py finds the file
+    and checks its recipe, training it first when it is missing; with `quick` and no saved model, an
+    UNTRAINED GPT of the recipe (a smoke run's numbers mean nothing, and say so)."""
+    milestones = str(Path(__file__).resolve().parent.parent / "milestones")
+    if milestones not in sys.path:
+        sys.path.insert(0, milestones)
+    import quantize as quantize_milestone
+    import shakespeare
+
+    from tinytorch.models.transformer import GPT
+
+    _, _, tokenizer = shakespeare.load_text()
+    if quick and not checkpoint.exists():
+        recipe = shakespeare.RECIPE
+        model = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"],
+                    recipe["context"], tie_weights=True, bias=False, seed=0)
+        return model.eval(), "an UNTRAINED GPT of the recipe (--quick, no saved model): numbers without meaning"
+    found = quantize_milestone.trained_model(checkpoint, tokenizer.vocab_size, quick, "cpu", console)
+    if isinstance(found, str):
+        raise SystemExit(f"error: {found}")
+    model, path, iters = found
+    return model, f"the shakespeare milestone's model ({iters} iterations, {path.name})"

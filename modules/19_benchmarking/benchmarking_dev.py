@@ -307,7 +307,7 @@ class Measurement:
                 f"({len(self.samples)} readings, {self.confidence:.0%} interval of the median)")
 
 # %% [markdown]
-# ## 3. Interleaving: every variant sees the same machine
+# ### Interleaving: every variant sees the same machine
 #
 # The naive benchmark times variant A twenty times, then variant B twenty times. If another
 # program starts in the middle, or the CPU heats up and slows down, B pays for it and A does
@@ -966,13 +966,14 @@ for name in ("int8", "pruned-80%", "low-rank-16"):
 # Read the table before the verdicts. Some things to notice (your numbers will differ; the
 # *shape* of the result is what to look at):
 #
-# * `int8` keeps the accuracy and makes the checkpoint about a third of fp32's size (int8
-#   weights plus a scale per channel) — and is *slower*: its forward dequantizes the weights
-#   back to float32 on every call (module 15).
-# * `pruned-80%` has the same FLOPs as fp32 (a mask zeroes weights; the product is still
-#   dense), is not faster (a mask multiply is added) and its checkpoint is *larger*: it stores
-#   the weights and the masks. Pruning only pays with a sparse format or structured pruning
-#   (module 16).
+# * `int8` should keep the accuracy within a test image or two, and its checkpoint holds one
+#   byte per weight plus a scale per channel instead of four bytes per weight. Its forward
+#   dequantizes the weights back to float32 on every call (module 15), so it does *more*
+#   work than fp32 at the same FLOPs: see what `compare` says about its latency.
+# * `pruned-80%` has exactly the FLOPs of fp32 (a mask zeroes weights; the product is still
+#   dense), adds a mask multiply, and its checkpoint stores the weights *and* the masks. Pruning
+#   pays only with a sparse format or structured pruning (module 16); look at its bytes and its
+#   accuracy after 80% of the weights are gone without fine-tuning.
 # * `low-rank-16` has fewer parameters and FLOPs. Whether that makes it measurably faster at
 #   batch 1 — where Python's per-call overhead, not arithmetic, sets the time — is what
 #   `compare` answers.

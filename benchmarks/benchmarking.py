@@ -54,8 +54,9 @@ from tinytorch.core.training import CosineWarmupLR, Trainer  # noqa: E402
 from tinytorch.core.training import accuracy as batch_accuracy  # noqa: E402
 from tinytorch.data.loader import DataLoader, TensorDataset  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
-from tinytorch.perf.benchmarking import (Measurement, accuracy, checkpoint_bytes, compare, lm_validation_loss,  # noqa: E402
-                                         measure, parameter_count, pareto_table, plot_pareto, ranking)
+from tinytorch.perf.benchmarking import (Measurement, accuracy, checkpoint_bytes, compare, lm_window_losses,  # noqa: E402
+                                         measure, paired_difference, parameter_count, pareto_table, plot_pareto,
+                                         ranking)
 from tinytorch.perf.compression import low_rank, prune_global  # noqa: E402
 from tinytorch.perf.profiling import count_flops, peak_memory  # noqa: E402
 from tinytorch.perf.quantization import quantize_model  # noqa: E402
@@ -134,8 +135,8 @@ def bench_gpt(variants: dict, max_batches: int | None, new_tokens: int, repeats:
     for name, model in variants.items():
         with no_grad():
             flops = count_flops(model, val[None, :context]) // context
-        rows.append({"name": name, "val_loss": lm_validation_loss(model, val, context, batch_size=32,
-                                                                  max_batches=max_batches),
+        windows = lm_window_losses(model, val, context, batch_size=32, max_batches=max_batches)
+        rows.append({"name": name, "val_loss": float(windows.mean()), "windows": windows,
                      "tokens_per_s": rates[name].median,
                      "ci": f"[{rates[name].low:.0f}, {rates[name].high:.0f}]",
                      "ms_per_token": 1e3 / rates[name].median, "params": parameter_count(model),
@@ -154,6 +155,20 @@ def verdict_lines(measured: dict, scale: float, unit: str) -> list[str]:
         c = compare(m, base)
         lines.append(f"| {name} | {c.ratio:.3f} | {scale * c.difference:+.2f} | "
                      f"[{scale * c.difference_low:+.2f}, {scale * c.difference_high:+.2f}] | {c.verdict} |")
+    return lines
+
+
+def quality_lines(rows: list[dict]) -> list[str]:
+    """Markdown rows: each variant's validation loss minus fp32's on the same windows, with the paired
+    bootstrap interval of the mean difference, and whether it is measurable."""
+    base = next(r for r in rows if r["name"] == "fp32")
+    lines = ["| variant | loss − fp32 (nats) | 95% interval | verdict |", "|---|---:|---|---|"]
+    for row in rows:
+        if row is base:
+            continue
+        change, low, high = paired_difference(row["windows"], base["windows"])
+        verdict = "no measurable difference" if low <= 0 <= high else ("worse" if low > 0 else "better")
+        lines.append(f"| {row['name']} | {change:+.5f} | [{low:+.5f}, {high:+.5f}] | {verdict} |")
     return lines
 
 
@@ -218,6 +233,10 @@ def write_results(info: dict, source: str, digits: dict, gpt: dict, repeats: int
         "",
         pareto_table(gpt["rows"], "val_loss", ["ms_per_token", "bytes"], columns=gcols),
         "",
+        "Validation loss against fp32, on the same windows (paired bootstrap of the mean difference, 2,000 "
+        "resamples of the windows):", "",
+        *quality_lines(gpt["rows"]),
+        "",
         "Generation speed against fp32:", "",
         *verdict_lines(gpt["rates"], 1.0, "tokens/s"),
         "",
@@ -260,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"2. the GPT: {source}")
     gpt = bench_gpt(gpt_variants(model), gpt_batches, new_tokens, gpt_repeats)
     console.print(pareto_table(gpt["rows"], "val_loss", ["ms_per_token", "bytes"]))
-    for line in verdict_lines(gpt["rates"], 1.0, "tokens/s")[2:]:
+    for line in quality_lines(gpt["rows"])[2:] + verdict_lines(gpt["rates"], 1.0, "tokens/s")[2:]:
         console.print(line)
     if args.write_results:
         write_results(info, source, digits, gpt, repeats, gpt_repeats, new_tokens)

@@ -50,7 +50,7 @@
 # | 2 | `bootstrap_ci` | a confidence interval of the median, by resampling |
 # | 3 | `measure` | warm-up, then interleaved rounds in a rotating order |
 # | 4 | `compare` | ratio, interval of the difference, and the verdict |
-# | 5 | `lm_validation_loss`, `accuracy` | quality on held-out data, from the outputs |
+# | 5 | `lm_window_losses`, `accuracy` | quality on held-out data, from the outputs |
 # | 7 | `pareto_front` | the rows no other row dominates |
 #
 # Module 14's tools do the low-level work here: `measure_latency` (warm-up and a timed loop,
@@ -548,7 +548,7 @@ print(compare(timed["twin"], timed["plain"]))
 #
 # Two rules keep a quality number honest:
 #
-# * **The harness computes it from the outputs.** `lm_validation_loss` takes the model's
+# * **The harness computes it from the outputs.** `lm_window_losses` takes the model's
 #   logits and computes the cross-entropy itself (in float64, with a stable log-sum-exp); it
 #   never trusts a loss the model returns. A model that outputs random logits then scores
 #   chance, whatever it claims: about `ln(vocab_size)` nats for a language model, about 10%
@@ -561,6 +561,12 @@ print(compare(timed["twin"], timed["plain"]))
 #
 # The model runs in evaluation mode (dropout off) and without recording a graph
 # (`no_grad()`), and is put back into the mode it was in afterwards.
+#
+# You write `lm_window_losses`, which returns **one loss per window**; `lm_validation_loss`
+# (given) is their mean. Keeping the windows apart is what lets us ask later whether two
+# models *really* differ in quality: the validation set is a sample too, and
+# `paired_difference(a, b)` (given) bootstraps the mean difference of two models' losses on the
+# same windows.
 
 # %%
 #| export
@@ -571,13 +577,15 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
-def _cross_entropy_sum(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Sum over positions of −log softmax(logits)[target], in float64 (log-sum-exp with the max subtracted)."""
-    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
-    t = np.asarray(targets).reshape(-1)
-    peak = z.max(axis=1, keepdims=True)
-    log_norm = peak[:, 0] + np.log(np.exp(z - peak).sum(axis=1))
-    return float(np.sum(log_norm - z[np.arange(t.size), t]))
+def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
+    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
+    z = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(targets)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return (log_norm - picked).mean(axis=-1)
 
 
 class _evaluating:
@@ -599,9 +607,9 @@ class _evaluating:
             self.model.train(self.was_training)
 
 
-def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
-                       max_batches: int | None = None) -> float:
-    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`.
+def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                     max_batches: int | None = None) -> np.ndarray:
+    """The mean cross-entropy (nats per token) of a language model on each window of held-out `tokens`.
 
     model      -- called as model(x) with x an int64 (B, context) array; returns logits
                   (B, context, V) or (logits, loss) as a GPT does (its loss is ignored)
@@ -615,15 +623,14 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
       inputs = tokens[starts[:, None] + np.arange(T)]      # (n, T); targets: the same + 1
       keep the first max_batches * batch_size windows when max_batches is given
       with _evaluating(model):  (eval mode, no graph; mode restored afterwards; given)
-          for each batch of batch_size windows: logits = _logits_of(model(x));
-              total += _cross_entropy_sum(logits, y)       # given: float64, stable
-    Return total / (number of target tokens) as a float: every token weighs the same, also
-    when the last batch is smaller.
+          for each batch of batch_size windows: logits = _logits_of(model(x))   (given)
+              its windows' losses: _window_cross_entropy(logits, y)   (given: (B,), float64)
+    Return one loss per window: a float64 array of shape (number of windows,), in window order.
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
     if context < 1 or ids.size < context + 1:
-        raise ValueError(f"lm_validation_loss: needs context >= 1 and at least context + 1 = {context + 1} "
+        raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
     ### BEGIN SOLUTION
     n = (ids.size - 1) // context
@@ -632,13 +639,36 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
     targets = ids[starts[:, None] + np.arange(context) + 1]
     if max_batches is not None:
         inputs, targets = inputs[:int(max_batches) * batch_size], targets[:int(max_batches) * batch_size]
-    total = 0.0
+    losses = []
     with _evaluating(model):
         for first in range(0, len(inputs), batch_size):
             logits = _logits_of(model(inputs[first:first + batch_size]))
-            total += _cross_entropy_sum(logits, targets[first:first + batch_size])
-    return total / targets.size
+            losses.append(_window_cross_entropy(logits, targets[first:first + batch_size]))
+    return np.concatenate(losses)
     ### END SOLUTION
+
+
+def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                       max_batches: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`, in fixed,
+    non-overlapping windows (see `lm_window_losses`): the mean of the windows' losses, which is
+    the mean over tokens, since every window has `context` of them. Deterministic."""
+    return float(np.mean(lm_window_losses(model, tokens, context, batch_size, max_batches)))
+
+
+def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """(mean of a − b, low, high): the percentile-bootstrap interval of the mean difference of
+    PAIRED scores — the same windows (or examples) scored by two models, a[i] and b[i]. Resampling
+    the pairs (one index array (resamples, n)) keeps what is common to both models out of the
+    interval: the windows that are hard for every model. The interval excluding 0 means the two
+    models' quality measurably differs on this data."""
+    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(diff.mean()), float(low), float(high)
 
 
 def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
@@ -685,6 +715,9 @@ class RandomLogits:
 def test_unit_quality_metrics():
     vocab, text = 7, np.arange(101) % 7  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
     uniform = lambda x: (Tensor(np.zeros(np.shape(x) + (vocab,), np.float32)), None)  # noqa: E731
+    per_window = lm_window_losses(uniform, text, context=8, batch_size=5)
+    assert np.shape(per_window) == (12,), (f"(101 - 1) // 8 = 12 windows: expected one loss per WINDOW, shape (12,), "
+                                           f"got {np.shape(per_window)}")
     loss = lm_validation_loss(uniform, text, context=8, batch_size=4)
     assert abs(loss - np.log(vocab)) < 1e-9, f"equal logits: the loss is ln(V) = {np.log(vocab):.6f}, got {loss}"
 
@@ -1002,8 +1035,13 @@ print(f"saved {Path(tempfile.gettempdir()) / 'tinytorch_pareto_digits.png'}")
 # untrained** GPT (width 64, 2 layers), whose loss must then be close to `ln(vocab_size)` —
 # the check to make before trusting any language-model number. It says which it used.
 #
-# **Predict first:** how much does int8 change the validation loss? Is int8 generation
-# faster or slower than fp32?
+# Is a difference in validation loss real? The validation windows are a sample of text, and a
+# different sample would give slightly different losses. Both models are scored on the *same*
+# windows, so `paired_difference` bootstraps the windows' differences: an interval that holds 0
+# means "no measurable difference" in quality on this data.
+#
+# **Predict first:** how much does int8 change the validation loss — more or less than the
+# interval's width? Is int8 generation faster or slower than fp32?
 
 # %%
 from tinytorch.core.training import load_checkpoint, read_checkpoint
@@ -1039,13 +1077,17 @@ with threadpool_limits(limits=1):
 gpt_rows = []
 for name, model in gpt_variants.items():
     tokens_per_s = Measurement(name, 32 / rates[name].samples, "tokens/s")
-    gpt_rows.append({"name": name, "val_loss": lm_validation_loss(model, validation_ids, context, batch_size=16,
-                                                                  max_batches=16),
+    windows = lm_window_losses(model, validation_ids, context, batch_size=16, max_batches=16)
+    gpt_rows.append({"name": name, "val_loss": float(windows.mean()), "windows": windows,
                      "tokens_per_s": tokens_per_s.median, "ms_per_token": 1e3 / tokens_per_s.median,
                      "bytes": checkpoint_bytes(model), "rate": tokens_per_s})
 print(pareto_table(gpt_rows, "val_loss", ["ms_per_token", "bytes"],
                    columns=["name", "val_loss", "tokens_per_s", "ms_per_token", "bytes"]))
 print(compare(gpt_rows[1]["rate"], gpt_rows[0]["rate"]))
+change, low, high = paired_difference(gpt_rows[1]["windows"], gpt_rows[0]["windows"])
+print(f"int8 − fp32 validation loss on the same {len(gpt_rows[0]['windows'])} windows: {change:+.5f} nats, "
+      f"95% interval [{low:+.5f}, {high:+.5f}]: "
+      + ("no measurable difference" if low <= 0 <= high else "a measurable difference"))
 
 # %% [markdown]
 # ## 10. Exercises and questions

@@ -6,8 +6,9 @@ same, and an error bar. Without them, a 3% "speed-up" is the noise of the next r
 
 # %% auto #0
 __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measure', 'Comparison', 'difference_ci', 'ranking',
-           'compare', 'lm_validation_loss', 'accuracy', 'latency', 'throughput', 'generation_rate', 'parameter_count',
-           'checkpoint_bytes', 'pareto_front', 'pareto_table', 'plot_pareto']
+           'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
+           'throughput', 'generation_rate', 'parameter_count', 'checkpoint_bytes', 'pareto_front', 'pareto_table',
+           'plot_pareto']
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #11e8feb5
 import importlib.util
@@ -290,7 +291,7 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #9503eec0
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #4b1864e7
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -298,13 +299,15 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
-def _cross_entropy_sum(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Sum over positions of −log softmax(logits)[target], in float64 (log-sum-exp with the max subtracted)."""
-    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
-    t = np.asarray(targets).reshape(-1)
-    peak = z.max(axis=1, keepdims=True)
-    log_norm = peak[:, 0] + np.log(np.exp(z - peak).sum(axis=1))
-    return float(np.sum(log_norm - z[np.arange(t.size), t]))
+def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
+    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
+    z = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(targets)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return (log_norm - picked).mean(axis=-1)
 
 
 class _evaluating:
@@ -326,9 +329,9 @@ class _evaluating:
             self.model.train(self.was_training)
 
 
-def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
-                       max_batches: int | None = None) -> float:
-    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`.
+def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                     max_batches: int | None = None) -> np.ndarray:
+    """The mean cross-entropy (nats per token) of a language model on each window of held-out `tokens`.
 
     model      -- called as model(x) with x an int64 (B, context) array; returns logits
                   (B, context, V) or (logits, loss) as a GPT does (its loss is ignored)
@@ -342,15 +345,14 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
       inputs = tokens[starts[:, None] + np.arange(T)]      # (n, T); targets: the same + 1
       keep the first max_batches * batch_size windows when max_batches is given
       with _evaluating(model):  (eval mode, no graph; mode restored afterwards; given)
-          for each batch of batch_size windows: logits = _logits_of(model(x));
-              total += _cross_entropy_sum(logits, y)       # given: float64, stable
-    Return total / (number of target tokens) as a float: every token weighs the same, also
-    when the last batch is smaller.
+          for each batch of batch_size windows: logits = _logits_of(model(x))   (given)
+              its windows' losses: _window_cross_entropy(logits, y)   (given: (B,), float64)
+    Return one loss per window: a float64 array of shape (number of windows,), in window order.
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
     if context < 1 or ids.size < context + 1:
-        raise ValueError(f"lm_validation_loss: needs context >= 1 and at least context + 1 = {context + 1} "
+        raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
     n = (ids.size - 1) // context
     starts = np.arange(n) * context
@@ -358,12 +360,35 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
     targets = ids[starts[:, None] + np.arange(context) + 1]
     if max_batches is not None:
         inputs, targets = inputs[:int(max_batches) * batch_size], targets[:int(max_batches) * batch_size]
-    total = 0.0
+    losses = []
     with _evaluating(model):
         for first in range(0, len(inputs), batch_size):
             logits = _logits_of(model(inputs[first:first + batch_size]))
-            total += _cross_entropy_sum(logits, targets[first:first + batch_size])
-    return total / targets.size
+            losses.append(_window_cross_entropy(logits, targets[first:first + batch_size]))
+    return np.concatenate(losses)
+
+
+def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                       max_batches: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`, in fixed,
+    non-overlapping windows (see `lm_window_losses`): the mean of the windows' losses, which is
+    the mean over tokens, since every window has `context` of them. Deterministic."""
+    return float(np.mean(lm_window_losses(model, tokens, context, batch_size, max_batches)))
+
+
+def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """(mean of a − b, low, high): the percentile-bootstrap interval of the mean difference of
+    PAIRED scores — the same windows (or examples) scored by two models, a[i] and b[i]. Resampling
+    the pairs (one index array (resamples, n)) keeps what is common to both models out of the
+    interval: the windows that are hard for every model. The interval excluding 0 means the two
+    models' quality measurably differs on this data."""
+    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(diff.mean()), float(low), float(high)
 
 
 def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:

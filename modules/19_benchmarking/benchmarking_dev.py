@@ -666,8 +666,7 @@ def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int =
     diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
-    tail = (1.0 - float(confidence)) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
+    low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
     return float(diff.mean()), float(low), float(high)
 
 
@@ -716,8 +715,8 @@ def test_unit_quality_metrics():
     vocab, text = 7, np.arange(101) % 7  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
     uniform = lambda x: (Tensor(np.zeros(np.shape(x) + (vocab,), np.float32)), None)  # noqa: E731
     per_window = lm_window_losses(uniform, text, context=8, batch_size=5)
-    assert np.shape(per_window) == (12,), (f"(101 - 1) // 8 = 12 windows: expected one loss per WINDOW, shape (12,), "
-                                           f"got {np.shape(per_window)}")
+    assert np.shape(per_window) == (12,), (f"(101 - 1) // 8 = 12 non-overlapping windows: expected one loss per "
+                                           f"WINDOW, shape (12,), got {np.shape(per_window)}")
     loss = lm_validation_loss(uniform, text, context=8, batch_size=4)
     assert abs(loss - np.log(vocab)) < 1e-9, f"equal logits: the loss is ln(V) = {np.log(vocab):.6f}, got {loss}"
 

@@ -40,7 +40,7 @@ def test_targets_are_the_next_tokens():
 def test_one_loss_per_window():
     losses = lm_window_losses(oracle, CYCLE, context=8, batch_size=5)  # 12 windows: batches of 5, 5 and 2
     assert isinstance(losses, np.ndarray) and losses.shape == (12,), (
-        f"(101 - 1) // 8 = 12 windows: expected one loss per WINDOW, shape (12,), got {np.shape(losses)}")
+        f"(101 - 1) // 8 = 12 non-overlapping windows: expected one loss per WINDOW, shape (12,), got {np.shape(losses)}")
     uniform = lambda x: np.zeros(np.shape(x) + (VOCAB,), np.float32)  # noqa: E731
     assert np.allclose(lm_window_losses(uniform, CYCLE, 8, batch_size=5), np.log(VOCAB)), \
         "each window's loss is the MEAN over its positions: equal logits give ln(V) in every window"

@@ -291,7 +291,7 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #4b1864e7
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #885c0a24
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -386,8 +386,7 @@ def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int =
     diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
-    tail = (1.0 - float(confidence)) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
+    low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
     return float(diff.mean()), float(low), float(high)
 
 

@@ -162,12 +162,12 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
     xp = array_module(x.data)
     ### BEGIN SOLUTION
     u = x.data if bias is None else x.data + bias.data
-    t = u * u
-    t *= GELU_COEFF
-    t += 1
-    t *= u
-    t *= GELU_C
     with np.errstate(over="ignore"):  # float16 u³ may overflow; tanh(±inf) = ±1 is right
+        t = u * u
+        t *= GELU_COEFF
+        t += 1
+        t *= u
+        t *= GELU_C
         xp.tanh(t, out=t)
     out = t + 1
     out *= u
@@ -211,6 +211,25 @@ from tinytorch.core.activations import gelu
 from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
 
 
+def check_gelu_slope(slope: np.ndarray, u: np.ndarray, t: np.ndarray) -> None:
+    """AssertionError naming the classic mistake when `slope` is not GELU's derivative at u."""
+    inner = GELU_C * (1 + 3 * GELU_COEFF * u * u)
+    right = 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * inner
+    if np.allclose(slope, right, rtol=1e-8, atol=1e-10):
+        return
+    mistakes = {
+        "(1 − t²) written as (1 − t): d tanh(z)/dz = 1 − tanh(z)²": 0.5 * (1 + t) + 0.5 * u * (1 - t) * inner,
+        "the 3 of d(u³)/du = 3u² is missing: (1 + 3·0.044715·u²)":
+            0.5 * (1 + t) + 0.5 * u * (1 - t * t) * GELU_C * (1 + GELU_COEFF * u * u),
+        "the factor 0.5 is missing": 2 * right,
+        "the term 0.5·(1 + t) is missing (the product rule has two terms)": right - 0.5 * (1 + t),
+    }
+    named = [name for name, wrong in mistakes.items() if np.allclose(slope, wrong, rtol=1e-8, atol=1e-10)]
+    raise AssertionError("bias_gelu_backward: the slope is not GELU's derivative (max |diff| "
+                         f"{np.abs(slope - right).max():.2e}): " + (named[0] if named else
+                         "0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²), times grad"))
+
+
 def test_unit_bias_gelu():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7)) * 2
@@ -234,10 +253,14 @@ def test_unit_bias_gelu():
     assert bias_gelu(Tensor(x.astype(np.float32))).dtype == np.float32, "keep x's dtype (float32 in, float32 out)"
     grad = rng.standard_normal(x.shape)
     kept = grad.copy(), node.saved["u"].copy(), node.saved["tanh"].copy()
-    BACKWARD_RULES["bias_gelu"](grad, node)
+    grads = BACKWARD_RULES["bias_gelu"](grad, node)
     assert np.array_equal(grad, kept[0]), "the rule changed `grad` in place: compute the slope in a new array"
     assert np.array_equal(node.saved["u"], kept[1]) and np.array_equal(node.saved["tanh"], kept[2]), \
         "the rule changed a saved array in place (u or tanh): start the slope from a new array (u * u)"
+    assert isinstance(grads, tuple) and len(grads) == 2, (
+        f"the rule must return one gradient per input: (grad·slope, grad·slope) for inputs (x, bias), got "
+        f"{len(grads) if isinstance(grads, tuple) else type(grads).__name__}")
+    check_gelu_slope(grads[0] / grad, expected_u, expected_t)
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True), Tensor(b, requires_grad=True)]), "bias_gelu: gradients differ from central differences"
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True)]), "bias_gelu without a bias: gradients differ from central differences"
     print("✓ bias_gelu: one op, saves u and tanh, equals gelu(x + b), gradients checked")
@@ -518,7 +541,8 @@ class FusedAdamW(AdamW):
             start += count
         if any(p.grad is None for p in self.params) or \
                 any(len({s["step"] for s in states}) != 1 for _, states in groups):
-            super().step()
+            super().step()  # AdamW assigns new arrays to param.data ...
+            self._keep_flat()  # ... copied back into the flat buffer, the parameters views again
             return
         xp = array_module(self.flat)
         xp.concatenate([p.grad.data.reshape(-1) for p in self.params], out=self.grad_flat)

@@ -21,7 +21,7 @@ from ..core.optimizers import AdamW
 from ..core.tensor import Tensor, array_module, as_tensor, record_op
 from ..models.transformer import MLP
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #7d8032f7
+# %% ../../modules/18_acceleration/acceleration_dev.py #c133f2db
 GELU_C = SQRT_2_OVER_PI  # c in tanh(c·(u + GELU_COEFF·u³)): √(2/π), module 02's constant; GELU_COEFF = 0.044715
 
 
@@ -43,12 +43,12 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
                          f"got {bias.shape}.")
     xp = array_module(x.data)
     u = x.data if bias is None else x.data + bias.data
-    t = u * u
-    t *= GELU_COEFF
-    t += 1
-    t *= u
-    t *= GELU_C
     with np.errstate(over="ignore"):  # float16 u³ may overflow; tanh(±inf) = ±1 is right
+        t = u * u
+        t *= GELU_COEFF
+        t += 1
+        t *= u
+        t *= GELU_C
         xp.tanh(t, out=t)
     out = t + 1
     out *= u
@@ -135,7 +135,7 @@ def fuse(model: Module) -> Module:
             _replace_submodule(fused, name, FusedMLP(module))
     return fused
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #de2cf482
+# %% ../../modules/18_acceleration/acceleration_dev.py #d9a2799c
 class FusedAdamW(AdamW):
     """AdamW (module 06) whose step runs on one flat buffer: the same updates, bit for bit.
 
@@ -203,7 +203,8 @@ class FusedAdamW(AdamW):
             start += count
         if any(p.grad is None for p in self.params) or \
                 any(len({s["step"] for s in states}) != 1 for _, states in groups):
-            super().step()
+            super().step()  # AdamW assigns new arrays to param.data ...
+            self._keep_flat()  # ... copied back into the flat buffer, the parameters views again
             return
         xp = array_module(self.flat)
         xp.concatenate([p.grad.data.reshape(-1) for p in self.params], out=self.grad_flat)

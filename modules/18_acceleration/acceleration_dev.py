@@ -382,6 +382,8 @@ def recorded_ops(tensor: Tensor) -> set:
 
 def test_unit_fuse():
     model = GPT(17, 16, 2, 2, 8, seed=3, dtype=np.float64)
+    for block in model.blocks:  # biases start at 0: make them count, so a forgotten bias shows
+        block.mlp.fc.bias.data = np.linspace(-1.0, 1.0, block.mlp.fc.bias.size)
     before = {name: p.data.copy() for name, p in model.named_parameters()}
     fused = fuse(model)
     assert fused is not model, "fuse must return a NEW model (copy.deepcopy), not change the one it is given"
@@ -409,6 +411,7 @@ def test_unit_fuse():
     model.zero_grad()
     floss.backward()
     for name, p in fused.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient from the fused model: is it used in the forward?"
         assert np.allclose(p.grad.numpy(), plain[name], rtol=1e-10, atol=1e-12), \
             f"gradient of {name} differs from the original model's"
     print("✓ fuse: a new model, the same weight tensors, bias_gelu in every MLP, same loss and gradients")
@@ -623,10 +626,10 @@ def test_unit_fused_adamw():
         "after step() a parameter is no longer a view into the flat buffer: update p, m, v in place "
         "(p -= …), never p = …")
     names = [name for name, _ in model.named_parameters()]
-    for name, a, b, start in zip(names, expected, got, initial):
-        if np.array_equal(b, start):
-            raise AssertionError(f"{name} did not change in 3 steps: write into p in place (p -= …); "
-                                 "`p = p - …` only rebinds the local name")
+    for name, b, start in zip(names, got, initial):
+        assert not np.array_equal(b, start), (f"{name} did not change in 3 steps: write into p in place (p -= …); "
+                                              "`p = p - …` only rebinds the local name")
+    for name, a, b in zip(names, expected, got):
         assert np.array_equal(a, b), (
             f"{name} after 3 steps differs from AdamW's by up to {np.abs(a - b).max():.2e}: follow module 06's "
             "operations in its order (decay first, then m and v in place, bias corrections with step t, "

@@ -679,9 +679,7 @@ print(f"ratio: {loop_time.median_s / flat_time.median_s:.2f}x")
 # small dot product at each. Measure both on the same input:
 
 # %%
-from tinytorch.core.spatial import conv2d
-
-
+#| export
 def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Valid convolution (stride 1, no padding) with a Python loop over output positions:
     out[:, :, i, j] = Σ x[:, :, i:i+kh, j:j+kw] · w, a tensordot per position."""
@@ -693,6 +691,8 @@ def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
             out[:, :, i, j] = np.tensordot(x[:, :, i:i + kh, j:j + kw], w, axes=([1, 2, 3], [1, 2, 3]))
     return out
 
+# %%
+from tinytorch.core.spatial import conv2d
 
 images = np.random.default_rng(5).standard_normal((16, 8, 16, 16)).astype(np.float32)
 kernels = np.random.default_rng(6).standard_normal((16, 8, 3, 3)).astype(np.float32)
@@ -850,6 +850,73 @@ drift = max(np.abs(p.data - q.data).max() for p, q in zip(plain_model.parameters
 print(f"largest weight difference after {len(plain_samples)} steps each: {drift:.2e}")
 
 # %% [markdown]
+# ## 8. The allocator: memory handed back, then faulted in again
+#
+# Time the two steps at the milestone's size with the CPU clock and a surprise can appear: the
+# fused step does less arithmetic yet may take *more* time (the benchmark saw it on our machine). The clock counts the kernel's time too, and
+# the kernel is busy with **page faults**. NumPy gets its arrays from the C library's `malloc`.
+# glibc's `malloc` hands large arrays straight to the operating system (`mmap`), and when the
+# freed memory at the top of its heap grows past a threshold it gives it back (`trim`). A
+# training step frees its whole graph at the end, so memory goes back to the system, and the
+# next step touches fresh pages again; each first touch of a 4 KiB page is a fault. How many
+# faults a step takes depends on the sizes of its arrays, how many are alive at once (the fused
+# op keeps `tanh` until the backward) and the order they are freed in: it can differ from one
+# step to the next and between the two models, so count them rather than guess.
+#
+# `keep_freed_memory()` (given) raises glibc's two thresholds with `mallopt`, so freed memory stays
+# in the process and is reused. It changes the whole process — PyTorch in the same process too —
+# and does nothing on a C library other than glibc. Count the page faults of one step
+# (`resource.getrusage(...).ru_minflt`, the minor faults of this process so far):
+
+# %%
+#| export
+def keep_freed_memory(limit_bytes: int = 256 * 2**20) -> bool:
+    """Ask glibc's malloc to keep up to `limit_bytes` of freed memory in the process instead of
+    returning it to the system (mallopt M_TRIM_THRESHOLD), and to serve arrays below that size
+    from its heap instead of fresh mmap'ed pages (M_MMAP_THRESHOLD). Affects the whole process.
+    Returns True when both settings were accepted; False (and changes nothing) off glibc."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    return bool(libc.mallopt(m_trim_threshold, int(limit_bytes))) and \
+        bool(libc.mallopt(m_mmap_threshold, min(int(limit_bytes), 32 * 2**20)))  # glibc caps it at 32 MiB
+
+# %%
+import resource
+
+
+def faults_of(step_fn) -> int:
+    """Minor page faults of this process during one call of step_fn."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    step_fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+# The milestone's size (section 7's small model allocates too little to show it).
+big_plain = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
+big_fused = fuse(GPT(65, 128, 4, 4, 64, bias=False, seed=0))
+big_x, big_y = np.random.default_rng(11).integers(0, 65, (2, 12, 64))
+big_steps = {"plain": make_step(big_plain, AdamW(weight_decay_groups(big_plain, 0.1))),
+             "fused": make_step(big_fused, FusedAdamW(weight_decay_groups(big_fused, 0.1)))}
+xb, yb = big_x, big_y  # make_step's closures read the batch from these names
+for name, step_fn in big_steps.items():
+    step_fn()  # the first step creates the optimizer's state
+    print(f"default allocator, {name} step: {faults_of(step_fn):6d} page faults")
+print("glibc keeps freed memory:", keep_freed_memory())
+for name, step_fn in big_steps.items():
+    step_fn()  # one step to fill the kept heap
+    print(f"memory kept,       {name} step: {faults_of(step_fn):6d} page faults")
+
+# %% [markdown]
+# Run the timing of section 7 again after this cell to see what the faults cost on your
+# machine (the benchmark measures both settings, with PyTorch in the same process).
+
+# %% [markdown]
 # ## Summary
 #
 # * Measure first: module 14's profile names the ops; the matrix products are BLAS in both
@@ -862,6 +929,8 @@ print(f"largest weight difference after {len(plain_samples)} steps each: {drift:
 # * `FusedAdamW` keeps every parameter as a view into one flat buffer and updates each group
 #   with a handful of array calls: bit-for-bit `AdamW`, because every element sees the same
 #   operations in the same order.
+# * The C library's allocator is part of the step: memory returned to the system at the end
+#   of one step is faulted back in by the next. Count faults before blaming arithmetic.
 # * Python loops cost per iteration, whatever the work: a convolution looped over positions,
 #   or a product of small tiles, is bound by calls, far below the roofline. Hand each call
 #   enough work.

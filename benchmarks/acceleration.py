@@ -12,7 +12,8 @@ What is measured, on ONE thread, CPU time (`time.process_time`), variants interl
    (4 layers, 4 heads, width 128, context 64, batch 12, no biases), plain and fused;
 2. the training step (forward, cross-entropy, backward, AdamW with decay on the matrices only): module
    13's GPT with module 06's AdamW, `fuse(model)` with `FusedAdamW`, and PyTorch eager (the same model,
-   written in benchmarks/gpt.py), interleaved in the same run;
+   written in benchmarks/gpt.py), interleaved in the same run; first with glibc's default allocator,
+   then after module 18's `keep_freed_memory()` (the process keeps freed memory: no page faults);
 3. each fusion before and after: add + gelu against bias_gelu (with a bias, and gelu against bias_gelu
    without one) at the MLP's shape (768 × 512), forward and backward; log_softmax · one-hot against
    module 04's cross_entropy; AdamW's per-parameter step against FusedAdamW's flat step on the
@@ -44,7 +45,8 @@ from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.core.spatial import conv2d  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
-from tinytorch.perf.acceleration import FusedAdamW, bias_gelu, blocked_matmul, conv2d_loops, fuse  # noqa: E402
+from tinytorch.perf.acceleration import (FusedAdamW, bias_gelu, blocked_matmul, conv2d_loops, fuse,  # noqa: E402
+                                         keep_freed_memory)
 from tinytorch.perf.profiling import Profiler, machine_peak  # noqa: E402
 
 torch = import_torch()
@@ -117,13 +119,18 @@ def training_step(repeats: int) -> dict[str, float]:
             theirs_opt.step()
 
         fns["torch"] = torch_step
-    medians = interleaved_medians(fns, repeats)
-    for label in ("plain", "fused"):
-        ratio = f", {medians[label] / medians['torch']:.2f}x PyTorch eager" if "torch" in medians else ""
-        console.print(f"training step, {label}: {medians[label] * 1e3:.1f} ms{ratio}")
-    if "torch" in medians:
-        console.print(f"training step, PyTorch eager: {medians['torch'] * 1e3:.1f} ms")
-    return medians
+    results = {}
+    for allocator in ("default", "kept"):  # glibc's defaults first: keep_freed_memory cannot be undone
+        if allocator == "kept" and not keep_freed_memory():
+            break
+        medians = interleaved_medians(fns, repeats)
+        for label in ("plain", "fused"):
+            ratio = f", {medians[label] / medians['torch']:.2f}x PyTorch eager" if "torch" in medians else ""
+            console.print(f"training step, {label}, allocator {allocator}: {medians[label] * 1e3:.1f} ms{ratio}")
+        if "torch" in medians:
+            console.print(f"training step, PyTorch eager, allocator {allocator}: {medians['torch'] * 1e3:.1f} ms")
+        results[allocator] = medians
+    return results
 
 
 # ---- 3. each fusion, before and after ---------------------------------------------------------------
@@ -208,14 +215,18 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, a
         "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
         "backward, AdamW (decay on matrices only). Plain: module 13's GPT, module 06's AdamW. Fused: `fuse(model)`",
         "(bias + GELU as one op saving its tanh) and `FusedAdamW` (one flat buffer).", "",
-        "| path | step | PyTorch eager | ratio |", "|---|---:|---:|---:|",
+        "The step ran twice, all three variants interleaved each time: first with glibc's default allocator,",
+        "then after `keep_freed_memory()` (module 18 section 8: glibc keeps freed memory instead of returning",
+        "it, so a step does not fault its pages back in; it applies to PyTorch in this process too).", "",
+        "| allocator | path | step | PyTorch eager | ratio |", "|---|---|---:|---:|---:|",
     ]
-    for label in ("plain", "fused"):
-        theirs = (f"{step['torch'] * 1e3:.1f} ms | {step[label] / step['torch']:.2f}×" if "torch" in step
-                  else "not installed | -")
-        lines.append(f"| {label} | {step[label] * 1e3:.1f} ms | {theirs} |")
-    lines += ["", f"Fused / plain: {step['fused'] / step['plain']:.2f}. Target: the fused step at most 1.1× "
-              "PyTorch eager.", "",
+    for allocator, medians in step.items():
+        for label in ("plain", "fused"):
+            theirs = (f"{medians['torch'] * 1e3:.1f} ms | {medians[label] / medians['torch']:.2f}×" if "torch" in medians
+                      else "not installed | -")
+            lines.append(f"| {allocator} | {label} | {medians[label] * 1e3:.1f} ms | {theirs} |")
+    lines += ["", "Fused / plain: " + ", ".join(f"{a} allocator {m['fused'] / m['plain']:.2f}" for a, m in step.items())
+              + ". Target: the fused step at most 1.1× PyTorch eager.", "",
               "### Each fusion, before and after", "",
               "| what | before | after | before | after | speed-up |", "|---|---|---|---:|---:|---:|"]
     for row in rows:

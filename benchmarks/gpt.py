@@ -65,7 +65,7 @@ from tinytorch.perf.profiling import CupyMemory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "milestones"))
-from shakespeare import fused_path  # noqa: E402  (module 18's fuse and FusedAdamW, or None while not done)
+from shakespeare import fused_path, keep_freed_memory  # noqa: E402  (module 18's fused path, or None while not done)
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
@@ -306,6 +306,7 @@ def torch_recipe(iters: int | None = None, device: str = "cpu") -> int:
     milestone = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(milestone)
     R = dict(milestone.RECIPE, iters=iters or milestone.RECIPE["iters"])
+    keep_freed_memory()  # the allocator setting the milestone uses (module 18), so both run under the same
     start = time.perf_counter()
     train, val, tokenizer = milestone.load_text()
     torch.manual_seed(1337)

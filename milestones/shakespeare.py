@@ -136,6 +136,17 @@ def fused_path() -> tuple[object, object, str]:
     return fuse, FusedAdamW, ""
 
 
+def keep_freed_memory() -> bool:
+    """Module 18's `keep_freed_memory()` when module 18 is exported (given code: it works before the
+    stubs are done): glibc keeps freed memory in the process, so a step does not fault its pages
+    back in. Used on both paths here, and by the PyTorch recipe in benchmarks/gpt.py."""
+    try:
+        from tinytorch.perf.acceleration import keep_freed_memory as keep
+    except ImportError:
+        return False
+    return keep()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
@@ -177,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"width {RECIPE['embed_dim']}, context {RECIPE['context']}, "
                   f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations; "
                   f"device {device_label(args.device)}")
+    kept = keep_freed_memory()
     console.print("training path: " + ("fused (module 18): fuse(model) + FusedAdamW" if fuse is not None
-                                       else f"plain (module 13's model, module 06's AdamW): {why_plain}"))
+                                       else f"plain (module 13's model, module 06's AdamW): {why_plain}")
+                  + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else ""))
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
     console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "

@@ -352,7 +352,7 @@ def fuse(model: Module) -> Module:
     FusedMLP(mlp). `model` itself is not changed.
 
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
-    buffer t of model}: the module tree is new, the weight tensors are the SAME objects (an
+    buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
     replace with _replace_submodule(copy, name, FusedMLP(module)). A model that is itself an
     MLP is returned as FusedMLP(its copy). TypeError (given) for anything but a Module.

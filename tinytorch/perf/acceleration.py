@@ -80,7 +80,7 @@ def bias_gelu_backward(grad: Any, node) -> tuple:
     slope *= grad
     return (slope,) if len(node.inputs) == 1 else (slope, slope)
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #0881d8f1
+# %% ../../modules/18_acceleration/acceleration_dev.py #75c91659
 class FusedMLP(Module):
     """Module 13's MLP with bias + GELU fused: dropout(proj(bias_gelu(rows @ fc.weight, fc.bias))).
 
@@ -119,7 +119,7 @@ def fuse(model: Module) -> Module:
     FusedMLP(mlp). `model` itself is not changed.
 
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
-    buffer t of model}: the module tree is new, the weight tensors are the SAME objects (an
+    buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
     replace with _replace_submodule(copy, name, FusedMLP(module)). A model that is itself an
     MLP is returned as FusedMLP(its copy). TypeError (given) for anything but a Module.

@@ -155,7 +155,7 @@ def fusions(repeats: int) -> list[dict]:
         ("softmax + cross-entropy (768 × 65), forward + backward", "log_softmax · one-hot, sum", "cross_entropy",
          lambda: (-(log_softmax(logits, dim=-1) * onehot).sum() / 768).backward(),
          lambda: cross_entropy(logits, labels).backward()),
-        ("AdamW step, the milestone's 26 parameters", "AdamW (per parameter)", "FusedAdamW (flat)",
+        (f"AdamW step, the milestone's {len(plain_opt.params)} parameters", "AdamW (per parameter)", "FusedAdamW (flat)",
          plain_opt.step, fused_opt.step),
     ]
     rows = []

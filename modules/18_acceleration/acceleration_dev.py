@@ -458,8 +458,8 @@ for label, fn in (("composed log_softmax·onehot", composed_loss), ("fused cross
 # ## 5. A multi-tensor optimizer: AdamW over one flat buffer
 #
 # Module 06's `AdamW.step` loops over the parameters and runs about a dozen array operations
-# on each: for the milestone's GPT that is 26 parameters, some 300 NumPy calls on arrays of a
-# few hundred bytes to a few hundred kilobytes. Each call costs a few microseconds of Python
+# on each: for the milestone's GPT (35 parameter tensors, printed below) that is several hundred
+# NumPy calls on arrays of a few hundred bytes to a few hundred kilobytes. Each call costs a few microseconds of Python
 # and NumPy dispatch whatever its size. PyTorch's `foreach` and `fused` AdamW (and Apex's
 # multi-tensor apply) solve it by working on all parameters at once.
 #

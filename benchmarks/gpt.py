@@ -459,7 +459,7 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
               f"| now: `.grad` on leaves only, intermediate gradients released once used | "
               f"{memory['forward'] / 2**20:.1f} MiB | {memory['peak'] / 2**20:.1f} MiB | {memory['intermediate_grads']} |",
               "", "The first row was measured with this script's `peak_memory` on the engine before module 05's",
-              "leaves-only change (this branch at commit 15bad5c); parameters are 3.1 MiB.", ""]
+              "leaves-only change (commit 15bad5c in this repository's history); parameters are 3.1 MiB.", ""]
     if milestone:
         first = next(iter(milestone.values()))
         threads, how = first["threads"], "at the same time" if first["concurrent"] else "one after the other"

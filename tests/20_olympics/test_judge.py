@@ -1,0 +1,135 @@
+"""The judge at work (tito/olympics.py): real submission folders of a tiny GPT, each run in the sandbox.
+
+Every cheat here is a few lines of submission.py; the judge must catch each one with its reason,
+and never take a number a submission reports.
+"""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from olympics_entries import VOCAB, tiny_gpt, tiny_task, write_entry
+from tito.course import CourseError
+from tito.olympics import SubmissionError, judge, read_submission, write_leaderboard
+
+
+def _by_name(board, event):
+    return {row.name: row for row in board.boards[event]}
+
+
+@pytest.fixture(scope="module")
+def honesty(tmp_path_factory):
+    """One judge run over the honest baseline and five cheats (smallest and generation)."""
+    root = tmp_path_factory.mktemp("entries")
+    base = write_entry(root / "baseline")
+    claims = {"checkpoint_bytes": 1, "tokens_per_s": 1e9, "val_loss": 0.0}
+    boastful = write_entry(root / "boastful", model=tiny_gpt(seed=2), body=f'''
+        import json
+        RESULTS = {claims!r}
+        print(json.dumps(RESULTS))
+        with open("results.json", "w") as handle:
+            json.dump(RESULTS, handle)
+    ''')
+    sharp = tiny_gpt()
+    sharp.token_embedding.weight.data[...] *= 300  # confident and wrong: a loss far above the bar
+    careless = write_entry(root / "careless", model=sharp)
+    snoop = write_entry(root / "snoop", body=f'''
+        SECRET = open({str(root / "baseline" / "model.npz")!r}, "rb").read()
+    ''')
+    swapper = write_entry(root / "swapper", body='''
+        import numpy as np
+        from tinytorch.core.training import load_checkpoint
+        _real = build_model
+        def build_model():
+            model = _real()
+            load_checkpoint("teacher.npz", model)
+            return model
+    ''')
+    shutil.copyfile(base / "model.npz", swapper / "teacher.npz")
+    entries = [read_submission(p) for p in (base, boastful, careless, snoop, swapper)]
+    board = judge(entries, tiny_task(), ["smallest", "generation"], baseline=entries[0])
+    return board, root
+
+
+def test_a_self_reported_number_is_ignored(honesty):
+    board, root = honesty
+    row = _by_name(board, "smallest")["boastful"]
+    assert row.qualified, f"an honest model that also prints claims is judged like any other, got {row.reason!r}"
+    assert row.score == (root / "boastful" / "model.npz").stat().st_size > 1, \
+        f"the judge measures the checkpoint's bytes itself (it claimed 1), got {row.score}"
+    assert row.extra["val_loss"] > 1.0, f"the judge computes the loss itself (it claimed 0.0), got {row.extra['val_loss']}"
+    rate = _by_name(board, "generation")["boastful"]
+    assert rate.qualified and 0 < rate.score < 1e6, f"tokens/s timed by the judge (it claimed 1e9), got {rate.score}"
+
+
+def test_missing_the_quality_bar_disqualifies_with_the_reason(honesty):
+    board, _ = honesty
+    for event in ("smallest", "generation"):
+        row = _by_name(board, event)["careless"]
+        assert not row.qualified and row.rank is None, f"{event}: a loss far above the bar must be disqualified"
+        assert row.reason.startswith("validation loss") and "above the quality bar" in row.reason, \
+            f"{event}: the reason must say the loss and the bar, got {row.reason!r}"
+
+
+def test_reading_outside_the_folder_disqualifies(honesty):
+    board, root = honesty
+    row = _by_name(board, "smallest")["snoop"]
+    assert not row.qualified and row.reason.startswith("reads outside its folder: "), \
+        f"opening another entry's checkpoint must disqualify: reads outside its folder, got {row.reason!r}"
+    assert str(root / "baseline" / "model.npz") in row.reason, f"the reason names the path, got {row.reason!r}"
+
+
+def test_loading_other_weights_disqualifies(honesty):
+    board, _ = honesty
+    row = _by_name(board, "generation")["swapper"]
+    assert not row.qualified, "weights loaded from a file that is not the declared CHECKPOINT must disqualify"
+    assert row.reason == "loads weights other than its declared checkpoint: <its folder>/teacher.npz", \
+        f"the reason names the file it loaded, got {row.reason!r}"
+
+
+def test_the_honest_baseline_wins_and_the_files_are_written(honesty, tmp_path):
+    board, _ = honesty
+    assert [r.name for r in board.boards["smallest"] if r.qualified] == ["baseline", "boastful"] or \
+        [r.name for r in board.boards["smallest"] if r.qualified] == ["boastful", "baseline"]
+    assert {r.rank for r in board.boards["smallest"] if r.qualified} == {1}, "equal bytes share rank 1"
+    written = write_leaderboard(board, tmp_path)
+    names = {p.name for p in written}
+    assert {"leaderboard.md", "leaderboard.csv", "pareto.png"} <= names, f"got {names}"
+    text = (tmp_path / "leaderboard.md").read_text()
+    assert "reads outside its folder" in text and "above the quality bar" in text, "the reasons are on the leaderboard"
+
+
+def test_renaming_an_entry_changes_nothing(tmp_path):
+    small = tiny_gpt()
+    small_entry = write_entry(tmp_path / "a" / "plain", model=small)
+    other = write_entry(tmp_path / "a" / "other", model=tiny_gpt(seed=3))
+    first = judge([read_submission(small_entry), read_submission(other)], tiny_task(), ["smallest"],
+                  baseline_loss=10.0)
+    renamed = tmp_path / "b" / "int1-world-record"
+    shutil.copytree(small_entry, renamed)
+    second = judge([read_submission(renamed), read_submission(other)], tiny_task(), ["smallest"], baseline_loss=10.0)
+    before = [(r.key, r.rank, r.score, r.extra["val_loss"]) for r in first.boards["smallest"]]
+    after = [(r.key, r.rank, r.score, r.extra["val_loss"]) for r in second.boards["smallest"]]
+    assert before == after, f"the same folder under another name must be judged identically:\n{before}\n{after}"
+
+
+def test_bad_input_says_what_to_do(tmp_path):
+    with pytest.raises(SubmissionError, match="holds no submission.py"):
+        read_submission(tmp_path)
+    (tmp_path / "submission.py").write_text("CHECKPOINT = 'model.npz'\n")
+    with pytest.raises(SubmissionError, match=r"defines no build_model\(\)"):
+        read_submission(tmp_path)
+    (tmp_path / "submission.py").write_text("def build_model():\n    pass\n")
+    with pytest.raises(SubmissionError, match="declares no checkpoint"):
+        read_submission(tmp_path)
+    (tmp_path / "submission.py").write_text("CHECKPOINT = 'model.npz'\ndef build_model():\n    pass\n")
+    with pytest.raises(SubmissionError, match="has no model.npz"):
+        read_submission(tmp_path)
+    with pytest.raises(SubmissionError, match="train"):
+        read_submission(tmp_path, need_train=True)
+    (tmp_path / "submission.py").write_text("CHECKPOINT = '../x.npz'\ndef build_model():\n    pass\n")
+    with pytest.raises(SubmissionError, match="inside the submission folder"):
+        read_submission(tmp_path)
+    with pytest.raises(CourseError, match="Unknown event fastest.*smallest, generation, speedrun"):
+        judge([], tiny_task(), ["fastest"], baseline_loss=1.0)

@@ -1,0 +1,882 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 19: Benchmarking — numbers you can defend
+#
+# > A benchmark is a claim: "this variant is faster", "this one is as good and half the size".
+# > A claim needs the machine it was measured on, a measurement that treats every variant the
+# > same, and an error bar. Without them, a 3% "speed-up" is the noise of the next run.
+#
+# Modules 14–17 built variants of the same models: int8 weights, pruned weights, smaller
+# MLPs, checkpointed blocks. Which of them *really* differ? This module builds the harness
+# that answers it honestly, and the course's later capstone (module 20) judges submissions
+# with exactly this code:
+#
+# * **the environment** — CPU, cores, the BLAS library and its threads, versions, the GPU:
+#   a number without them cannot be reproduced;
+# * **interleaved measurement** — warm up, then run the variants round by round in a rotating
+#   order, so a burst of load from another program hits all of them, not one;
+# * **confidence intervals** — the median of the readings with a *bootstrap* interval, and a
+#   comparison that says "no measurable difference" when the intervals overlap;
+# * **quality on held-out data** — accuracy on the digits test split, cross-entropy on the
+#   Shakespeare validation split, computed by the harness from the model's outputs (never a
+#   number the model reports about itself);
+# * **the Pareto front** — the variants no other variant beats on quality *and* cost at once.
+#
+# **What you will be able to do when you finish:**
+#
+# * record the facts a benchmark result needs beside it, and explain why each one matters;
+# * compute a bootstrap confidence interval of a median with one vectorised NumPy expression;
+# * write an interleaved timing loop with warm-up, and tell "faster" from "no measurable
+#   difference" with intervals, not medians alone;
+# * measure accuracy, validation loss, latency (p50, p90), throughput and tokens per second
+#   on held-out data, and check that a model outputting random numbers scores chance;
+# * find the Pareto front of quality against latency and size, as a table and a plot.
+#
+# **Time:** about three hours.
+#
+# | section | you write | what it does |
+# |---|---|---|
+# | 2 | `bootstrap_ci` | a confidence interval of the median, by resampling |
+# | 3 | `measure` | warm-up, then interleaved rounds in a rotating order |
+# | 4 | `compare` | ratio, interval of the difference, and the verdict |
+# | 5 | `lm_validation_loss`, `accuracy` | quality on held-out data, from the outputs |
+# | 7 | `pareto_front` | the rows no other row dominates |
+#
+# Module 14's tools do the low-level work here: `measure_latency` (warm-up and a timed loop,
+# CuPy synchronised), `count_flops` and `peak_memory`.
+
+# %% [markdown]
+# This lesson times your code. The lesson asks NumPy's BLAS for one thread before NumPy
+# starts (in Jupyter: restart the kernel before running from the top), so that a timing does
+# not depend on how many cores other programs leave free.
+
+# %%
+import os
+
+for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_thread_setting, "1")
+
+# %%
+#| default_exp perf.benchmarking
+
+# %%
+#| export
+import importlib.util
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tinytorch.core.autograd import no_grad
+from tinytorch.core.tensor import Tensor, to_host
+from tinytorch.core.training import save_checkpoint
+from tinytorch.perf.profiling import measure_latency
+
+# %% [markdown]
+# ## 1. The environment: what a number needs beside it
+#
+# The same code runs at very different speeds on different machines, with different BLAS
+# libraries (OpenBLAS, MKL, Accelerate), with one BLAS thread or sixteen, on a GPU or not.
+# `environment()` collects these facts (given code: nothing to write here). The BLAS library
+# and its thread count come from `threadpoolctl`, which asks the loaded library itself, so
+# what it reports is what NumPy really uses, not what an environment variable asked for.
+
+# %%
+#| export
+def _cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo; elsewhere what `platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _blas() -> str:
+    """NumPy's BLAS library, its version and its thread count, as the loaded library reports them."""
+    from threadpoolctl import threadpool_info
+
+    found = [pool for pool in threadpool_info() if pool.get("user_api") == "blas"]
+    if not found:
+        return "unknown"
+    return "; ".join(f"{pool.get('internal_api', '?')} {pool.get('version') or ''}".strip()
+                     + f" ({pool.get('num_threads', '?')} thread{'' if pool.get('num_threads') == 1 else 's'})"
+                     for pool in found)
+
+
+def _gpu() -> str:
+    """The GPU CuPy would use ("none" without CuPy or without a visible GPU)."""
+    if importlib.util.find_spec("cupy") is None:
+        return "none"
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    except Exception as err:  # CuPy installed but no driver or no device: say so, do not fail
+        return f"none ({type(err).__name__})"
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"{name} ({props['totalGlobalMem'] / 2**30:.0f} GiB), CuPy {cupy.__version__}"
+
+
+def environment() -> dict[str, str]:
+    """The facts a measurement needs beside it, as strings.
+
+    Keys: cpu (model name), cores (logical CPUs), blas (library, version, threads),
+    python, numpy, tinytorch, torch (its version, or "not installed"; read from the installed
+    package's metadata, so PyTorch is never imported just to ask), gpu (name, memory and CuPy
+    version, or "none"), date (UTC).
+    """
+    import tinytorch
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "not installed"
+    return {
+        "cpu": _cpu_name(),
+        "cores": str(os.cpu_count()),
+        "blas": _blas(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "tinytorch": tinytorch.__version__,
+        "torch": torch_version,
+        "gpu": _gpu(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+# %%
+for key, value in environment().items():
+    print(f"{key:>9}: {value}")
+
+# %% [markdown]
+# ## 2. One number is not a measurement: the bootstrap
+#
+# Time the same function twenty times and you get twenty different numbers: the CPU's clock
+# changes speed, caches are warm or cold, another program takes the core for a moment. We
+# report the **median** (an unlucky reading that took ten times longer moves a mean a lot and
+# a median not at all) — but how sure are we of that median?
+#
+# The **bootstrap** answers without any formula: pretend the readings you have *are* the
+# distribution, draw `n` readings from them **with replacement** (some twice, some not at
+# all), and take the median of that resample. Do it 2,000 times. The spread of those 2,000
+# medians is how much the median would move if you measured again; the middle 95% of them is
+# the **95% confidence interval** (the *percentile bootstrap*: the 2.5th and 97.5th
+# percentiles).
+#
+# The whole thing is one array operation: an index array of shape `(resamples, n)` picks the
+# resamples, `np.median(..., axis=1)` takes all 2,000 medians at once. No Python loop.
+
+# %%
+#| export
+def bootstrap_ci(samples: Any, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """(low, high): the percentile-bootstrap confidence interval of the median of `samples`.
+
+    samples    -- the readings, any shape (flattened), at least one, all finite
+    confidence -- the interval's probability, in (0, 1): 0.95 keeps the middle 95%
+    resamples  -- how many resamples (at least 1)
+    seed       -- the resampling is drawn from np.random.default_rng(seed): the same call
+                  gives the same interval
+
+    Steps (the exact recipe: the tests recompute it):
+      x = the samples as a float64 1-D array, n = len(x)
+      rng = np.random.default_rng(seed)
+      idx = rng.integers(0, n, size=(resamples, n))        # WITH replacement
+      medians = np.median(x[idx], axis=1)                  # (resamples,): one median per row
+      tail = (1 - confidence) / 2                          # half outside on each side
+      low, high = np.quantile(medians, [tail, 1 - tail])
+    Return (float(low), float(high)). With one sample, the interval is that sample twice.
+    """
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"bootstrap_ci: samples must be at least one finite number, got {x.size} values "
+                         f"({int(np.sum(~np.isfinite(x)))} not finite).")
+    if not 0.0 < float(confidence) < 1.0 or int(resamples) < 1:
+        raise ValueError(f"bootstrap_ci: confidence must be in (0, 1) and resamples >= 1, "
+                         f"got {confidence} and {resamples}.")
+    ### BEGIN SOLUTION
+    n = x.size
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(int(resamples), n))
+    medians = np.median(x[idx], axis=1)
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(medians, [tail, 1.0 - tail])
+    return float(low), float(high)
+    ### END SOLUTION
+
+# %%
+def test_unit_bootstrap_ci():
+    readings = np.array([10.0, 11.0, 9.0, 10.5, 10.2, 9.8, 30.0, 10.1, 9.9, 10.3])
+    low, high = bootstrap_ci(readings)
+    median = float(np.median(readings))
+    assert low <= median <= high, f"the interval [{low}, {high}] must contain the median {median}"
+    assert high < 12.0, (f"high = {high}: one slow reading (30) must not drag the interval of the MEDIAN "
+                         "up (an interval of the mean would be)")
+    assert high - low > 0, "the interval has width 0: resample WITH replacement (rng.integers), not a permutation"
+    assert bootstrap_ci(readings) == (low, high), "the same seed must give the same interval"
+    rng = np.random.default_rng(0)
+    expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
+    assert np.allclose((low, high), expected), f"expected {tuple(expected)}, got {(low, high)}: follow the recipe"
+    print("✓ bootstrap_ci: the interval of the median, by resampling with replacement")
+
+
+test_unit_bootstrap_ci()
+
+# %% [markdown]
+# **Predict, then run.** With 10 readings the interval is wide; with 1,000 from the same
+# distribution it is narrower. By how much? (For a median, roughly like `1/√n`.) Run it:
+
+# %%
+noise = np.random.default_rng(1)
+for n in (10, 100, 1000):
+    readings = 1.0 + noise.exponential(0.1, size=n)  # a lower bound plus positive noise, as timings are
+    low, high = bootstrap_ci(readings)
+    print(f"n = {n:>4}: median {np.median(readings):.4f}, 95% interval [{low:.4f}, {high:.4f}], width {high - low:.4f}")
+
+# %% [markdown]
+# ## 3. A measurement: a name, the raw readings, a unit
+#
+# A `Measurement` keeps the raw readings (so anyone can re-analyse them), their unit, and the
+# median with its interval (given code). Seconds print as milliseconds; rates (a unit ending
+# in `/s`, such as `tokens/s`) are *better when higher*, which `compare` needs to know.
+
+# %%
+#| export
+@dataclass
+class Measurement:
+    """Readings of one variant: `samples` (1-D float64 array, in `unit`: "s", "tokens/s", ...),
+    their `median` and the bootstrap confidence interval of the median `[low, high]`."""
+
+    name: str
+    samples: np.ndarray
+    unit: str = "s"
+    confidence: float = 0.95
+    median: float = field(init=False)
+    low: float = field(init=False)
+    high: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.samples = np.asarray(self.samples, dtype=np.float64).ravel()
+        self.median = float(np.median(self.samples))
+        self.low, self.high = bootstrap_ci(self.samples, self.confidence)
+
+    @property
+    def higher_is_better(self) -> bool:
+        """True for rates (units ending in "/s"): more tokens per second is better."""
+        return self.unit.endswith("/s")
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile of the readings (q in 0..100; numpy's linear interpolation)."""
+        return float(np.percentile(self.samples, q))
+
+    @property
+    def p50(self) -> float:
+        return self.percentile(50)
+
+    @property
+    def p90(self) -> float:
+        return self.percentile(90)
+
+    def _format(self, value: float) -> str:
+        return f"{value * 1e3:.3f} ms" if self.unit == "s" else f"{value:.4g} {self.unit}"
+
+    def __str__(self) -> str:
+        return (f"{self.name}: {self._format(self.median)} [{self._format(self.low)}, {self._format(self.high)}] "
+                f"({len(self.samples)} readings, {self.confidence:.0%} interval of the median)")
+
+# %% [markdown]
+# ## 3. Interleaving: every variant sees the same machine
+#
+# The naive benchmark times variant A twenty times, then variant B twenty times. If another
+# program starts in the middle, or the CPU heats up and slows down, B pays for it and A does
+# not: the "difference" is the machine's. The fix is to **interleave**: round 1 runs A then
+# B, round 2 runs B then A, and so on — a **rotating order**, so that neither variant is
+# always the one that runs right after the other (caches left warm or cold by the previous
+# call favour whichever comes second).
+#
+# Before any reading, every variant is called `warmup` times (also interleaved): the first
+# calls pay for things later calls do not (memory the allocator has not seen yet, code paths
+# never run), and they are not what we want to measure.
+#
+# On a GPU, work is queued and the call returns before it finishes; `measure` waits for the
+# queued CuPy work before reading the clock (given: `_synchronizer()`).
+
+# %%
+#| export
+def _synchronizer() -> Callable[[], None]:
+    """A function that waits for queued GPU work: CuPy's, when CuPy is imported and sees a GPU; else nothing."""
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        try:
+            if cupy.cuda.runtime.getDeviceCount() > 0:
+                return lambda: cupy.cuda.Device().synchronize()
+        except Exception:  # CuPy without a driver: there is no GPU work to wait for
+            pass
+    return lambda: None
+
+
+def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup: int = 3,
+            clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] | None = None,
+            unit: str = "s") -> dict[str, Measurement]:
+    """Time each variant (a function of no arguments) `repeats` times, interleaved.
+
+    variants -- name -> fn; at least one
+    clock    -- read before and after each call (seconds): time.perf_counter (wall clock);
+                time.process_time counts only this process's CPU time
+    sync     -- called after every call, before the clock is read (None: `_synchronizer()`,
+                which waits for CuPy's queued work when there is a GPU)
+
+    Steps:
+      names = list(variants)
+      warm-up: `warmup` rounds, each calling every variant once (in the order of names), untimed
+      then for round r in 0 .. repeats-1:
+          order = names rotated left by r (r % len(names)): round 0 A,B,C; round 1 B,C,A; ...
+          for each name in order: start = clock(); variants[name](); sync(); reading = clock() - start
+    Return {name: Measurement(name, its `repeats` readings in round order, unit)}, in the order
+    of `variants`. Warm-up calls are never readings.
+    """
+    names = list(variants)
+    if not names or int(repeats) < 1 or int(warmup) < 0:
+        raise ValueError(f"measure: needs at least one variant, repeats >= 1 and warmup >= 0; "
+                         f"got {len(names)} variants, repeats={repeats}, warmup={warmup}.")
+    wait = _synchronizer() if sync is None else sync
+    ### BEGIN SOLUTION
+    for _ in range(int(warmup)):
+        for name in names:
+            variants[name]()
+    wait()
+    readings: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(int(repeats)):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = clock()
+            variants[name]()
+            wait()
+            readings[name].append(clock() - start)
+    return {name: Measurement(name, np.array(readings[name]), unit) for name in names}
+    ### END SOLUTION
+
+# %% [markdown]
+# The test drives `measure` with module 14's `FakeClock`: each variant advances the fake clock
+# by a known amount, so the readings are known exactly, and a log shows the order of calls.
+
+# %%
+from tinytorch.perf.profiling import FakeClock
+
+
+def test_unit_measure():
+    fake, calls = FakeClock(), []
+
+    def variant(name, seconds, first_seconds):
+        def run():
+            calls.append(name)
+            fake.advance(first_seconds if calls.count(name) == 1 else seconds)
+        return run
+
+    result = measure({"A": variant("A", 1.0, 50.0), "B": variant("B", 2.0, 50.0), "C": variant("C", 3.0, 50.0)},
+                     repeats=4, warmup=1, clock=fake)
+    assert list(result) == ["A", "B", "C"], f"keys in the order of the variants, got {list(result)}"
+    assert calls[:3] == ["A", "B", "C"], f"warm-up: each variant once per round first, got {calls[:3]}"
+    assert len(calls) == 15, f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}"
+    assert calls[3:] == list("ABC" "BCA" "CAB" "ABC"), \
+        f"rounds must interleave the variants in a rotating order (ABC, BCA, CAB, ...), got {''.join(calls[3:])}"
+    for name, seconds in (("A", 1.0), ("B", 2.0), ("C", 3.0)):
+        got = result[name].samples
+        assert len(got) == 4, f"{name}: 4 readings (warm-up calls are not readings), got {len(got)}"
+        assert np.all(got == seconds), (f"{name}: every reading should be {seconds} s, got {got}: a warm-up call "
+                                        "was timed, or the clock was read around the wrong call")
+    print("✓ measure: warm-up first, then interleaved rounds in a rotating order")
+
+
+test_unit_measure()
+
+# %% [markdown]
+# ## 4. Comparing two measurements
+#
+# Two medians always differ. The question is whether the difference is larger than what
+# measuring again would change. `compare(a, b)` reports:
+#
+# * `ratio` = median of a / median of b (for times: above 1 means a is slower);
+# * `difference` = median of a − median of b, with its own bootstrap interval
+#   `[difference_low, difference_high]` (both medians resampled at once; given code);
+# * `verdict`: exactly `"no measurable difference"` when the two intervals `[low, high]`
+#   **overlap**; otherwise who wins: for times the smaller median is faster, for rates
+#   (`higher_is_better`) the larger one.
+#
+# Overlapping 95% intervals is a cautious test (two intervals can overlap a little while the
+# difference is still real): we prefer "we cannot tell" to a false claim.
+
+# %%
+#| export
+@dataclass
+class Comparison:
+    """The comparison of two Measurements of the same unit (see `compare`)."""
+
+    a: Measurement
+    b: Measurement
+    ratio: float
+    difference: float
+    difference_low: float
+    difference_high: float
+    verdict: str
+
+    @property
+    def winner(self) -> str | None:
+        """The name of the better variant, or None when there is no measurable difference."""
+        return None if self.verdict == NO_DIFFERENCE else self.verdict.split(" is ")[0]
+
+    def __str__(self) -> str:
+        return (f"{self.a.name} / {self.b.name} = {self.ratio:.3f}x; difference {self.a._format(self.difference)} "
+                f"[{self.a._format(self.difference_low)}, {self.a._format(self.difference_high)}]: {self.verdict}")
+
+
+NO_DIFFERENCE = "no measurable difference"
+
+
+def difference_ci(a: Measurement, b: Measurement, confidence: float = 0.95, resamples: int = 2000,
+                  seed: int = 0) -> tuple[float, float]:
+    """The percentile-bootstrap interval of median(a) − median(b): both resampled at once (vectorised)."""
+    rng = np.random.default_rng(seed)
+    med_a = np.median(a.samples[rng.integers(0, a.samples.size, size=(resamples, a.samples.size))], axis=1)
+    med_b = np.median(b.samples[rng.integers(0, b.samples.size, size=(resamples, b.samples.size))], axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(med_a - med_b, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def ranking(measurements: dict[str, Measurement] | list[Measurement]) -> list[str]:
+    """The names, best first by median: the smallest time first, or the largest rate for rates."""
+    items = list(measurements.values()) if isinstance(measurements, dict) else list(measurements)
+    return [m.name for m in sorted(items, key=lambda m: -m.median if m.higher_is_better else m.median)]
+
+
+def compare(a: Measurement, b: Measurement) -> Comparison:
+    """Compare two Measurements of the same unit.
+
+    ratio      -- a.median / b.median
+    difference -- a.median - b.median, with difference_ci(a, b) as its interval (given)
+    verdict    -- NO_DIFFERENCE ("no measurable difference") when the intervals overlap
+                  (a.low <= b.high and b.low <= a.high); otherwise the better one wins:
+                  for times the smaller median, for rates (a.higher_is_better) the larger:
+                  f"{winner.name} is faster" when the unit is "s" or a rate ("/s"),
+                  f"{winner.name} is better" for any other unit.
+    Raises ValueError when the units differ.
+    """
+    if a.unit != b.unit:
+        raise ValueError(f"compare: {a.name} is in {a.unit!r} and {b.name} in {b.unit!r}; compare the same unit.")
+    low, high = difference_ci(a, b)
+    ### BEGIN SOLUTION
+    ratio = a.median / b.median
+    if a.low <= b.high and b.low <= a.high:
+        verdict = NO_DIFFERENCE
+    else:
+        a_wins = a.median > b.median if a.higher_is_better else a.median < b.median
+        winner = a if a_wins else b
+        word = "faster" if a.unit == "s" or a.higher_is_better else "better"
+        verdict = f"{winner.name} is {word}"
+    return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
+    ### END SOLUTION
+
+# %%
+def test_unit_compare():
+    fast = Measurement("fast", np.linspace(1.0, 1.1, 15))
+    slow = Measurement("slow", np.linspace(2.0, 2.2, 15))
+    result = compare(slow, fast)
+    assert abs(result.ratio - slow.median / fast.median) < 1e-12, \
+        f"ratio = median of a / median of b = {slow.median / fast.median}, got {result.ratio}"
+    assert result.verdict == "fast is faster", f"the smaller time wins: expected 'fast is faster', got {result.verdict!r}"
+    assert result.difference_low > 0, "slow − fast: the interval of the difference must exclude zero here"
+    same = Measurement("same", np.linspace(1.02, 1.12, 15))
+    assert compare(fast, same).verdict == "no measurable difference", \
+        f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}"
+    low_rate = Measurement("low", np.linspace(100, 110, 9), unit="tokens/s")
+    high_rate = Measurement("high", np.linspace(200, 210, 9), unit="tokens/s")
+    assert compare(low_rate, high_rate).verdict == "high is faster", \
+        "for a rate (tokens/s) MORE is faster: expected 'high is faster'"
+    print(f"✓ compare: {result}")
+
+
+test_unit_compare()
+
+# %% [markdown]
+# **Predict, then run.** Two functions: one multiplies two 64×64 matrices, the other does the
+# same and then sleeps for 2 ms. Will the harness call them different? Will it call two
+# *identical* functions different? Run it a few times.
+
+# %%
+a_matrix = np.random.default_rng(0).standard_normal((64, 64))
+plain = lambda: a_matrix @ a_matrix  # noqa: E731
+delayed = lambda: (a_matrix @ a_matrix, time.sleep(0.002))  # noqa: E731
+twin = lambda: a_matrix @ a_matrix  # noqa: E731
+timed = measure({"plain": plain, "delayed": delayed, "twin": twin}, repeats=15)
+for m in timed.values():
+    print(m)
+print(compare(timed["delayed"], timed["plain"]))
+print(compare(timed["twin"], timed["plain"]))
+
+# %% [markdown]
+# ## 5. Quality on held-out data, computed by the harness
+#
+# The course this one is modelled on scored models on random inputs against random labels.
+# The number meant nothing. Ours are measured on the data the milestones hold out: the 359
+# digits of the test split, and the last 10% of Tiny Shakespeare.
+#
+# Two rules keep a quality number honest:
+#
+# * **The harness computes it from the outputs.** `lm_validation_loss` takes the model's
+#   logits and computes the cross-entropy itself (in float64, with a stable log-sum-exp); it
+#   never trusts a loss the model returns. A model that outputs random logits then scores
+#   chance, whatever it claims: about `ln(vocab_size)` nats for a language model, about 10%
+#   for ten digit classes.
+# * **Every variant sees exactly the same examples.** The validation text is cut into fixed,
+#   **non-overlapping** windows: window `i` is the tokens `i·context … (i+1)·context − 1` as
+#   input and the same positions shifted by one as targets. No random batches, so running it
+#   twice gives the same number to the last digit, and the difference between two variants is
+#   the variants'.
+#
+# The model runs in evaluation mode (dropout off) and without recording a graph
+# (`no_grad()`), and is put back into the mode it was in afterwards.
+
+# %%
+#| export
+def _logits_of(output: Any) -> np.ndarray:
+    """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
+    if isinstance(output, tuple):
+        output = output[0]
+    return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
+
+
+def _cross_entropy_sum(logits: np.ndarray, targets: np.ndarray) -> float:
+    """Sum over positions of −log softmax(logits)[target], in float64 (log-sum-exp with the max subtracted)."""
+    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
+    t = np.asarray(targets).reshape(-1)
+    peak = z.max(axis=1, keepdims=True)
+    log_norm = peak[:, 0] + np.log(np.exp(z - peak).sum(axis=1))
+    return float(np.sum(log_norm - z[np.arange(t.size), t]))
+
+
+class _evaluating:
+    """`with _evaluating(model):` evaluation mode and no graph inside; the model's mode restored after."""
+
+    def __init__(self, model: Any):
+        self.model, self.was_training = model, getattr(model, "training", False)
+        self.no_grad = no_grad()
+
+    def __enter__(self) -> Any:
+        if hasattr(self.model, "eval"):
+            self.model.eval()
+        self.no_grad.__enter__()
+        return self.model
+
+    def __exit__(self, *exc: Any) -> None:
+        self.no_grad.__exit__(*exc)
+        if hasattr(self.model, "train"):
+            self.model.train(self.was_training)
+
+
+def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                       max_batches: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`.
+
+    model      -- called as model(x) with x an int64 (B, context) array; returns logits
+                  (B, context, V) or (logits, loss) as a GPT does (its loss is ignored)
+    tokens     -- 1-D token ids (list, array or Tensor), at least context + 1 of them
+    context    -- window length T
+    batch_size -- windows per forward call; max_batches -- use only the first batches (None: all)
+
+    Steps:
+      n = (len(tokens) - 1) // context                    # whole, non-overlapping windows
+      starts = np.arange(n) * context                      # window i: tokens[i*T : i*T + T]
+      inputs = tokens[starts[:, None] + np.arange(T)]      # (n, T); targets: the same + 1
+      keep the first max_batches * batch_size windows when max_batches is given
+      with _evaluating(model):  (eval mode, no graph; mode restored afterwards; given)
+          for each batch of batch_size windows: logits = _logits_of(model(x));
+              total += _cross_entropy_sum(logits, y)       # given: float64, stable
+    Return total / (number of target tokens) as a float: every token weighs the same, also
+    when the last batch is smaller.
+    """
+    ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
+    context = int(context)
+    if context < 1 or ids.size < context + 1:
+        raise ValueError(f"lm_validation_loss: needs context >= 1 and at least context + 1 = {context + 1} "
+                         f"tokens, got context={context} and {ids.size} tokens.")
+    ### BEGIN SOLUTION
+    n = (ids.size - 1) // context
+    starts = np.arange(n) * context
+    inputs = ids[starts[:, None] + np.arange(context)]
+    targets = ids[starts[:, None] + np.arange(context) + 1]
+    if max_batches is not None:
+        inputs, targets = inputs[:int(max_batches) * batch_size], targets[:int(max_batches) * batch_size]
+    total = 0.0
+    with _evaluating(model):
+        for first in range(0, len(inputs), batch_size):
+            logits = _logits_of(model(inputs[first:first + batch_size]))
+            total += _cross_entropy_sum(logits, targets[first:first + batch_size])
+    return total / targets.size
+    ### END SOLUTION
+
+
+def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
+    """Fraction of the examples X (N, ...) whose arg-max logit equals the label y (N,).
+
+    model(x) returns logits (B, classes) (or (logits, loss)); x is a Tensor slice of X (X is
+    made a Tensor first when it is an array; a Tensor stays on its device). Runs under `_evaluating(model)`
+    (eval mode, no graph, mode restored), `batch_size` examples per call; returns
+    (number correct) / N as a float — count correct answers per batch, divide once at the end.
+    """
+    x_all = X if isinstance(X, Tensor) else Tensor(np.asarray(X))  # a Tensor stays on its device
+    labels = np.asarray(to_host(y.data if isinstance(y, Tensor) else y)).ravel()
+    if len(x_all) != labels.size or labels.size == 0:
+        raise ValueError(f"accuracy: X has {len(x_all)} examples and y {labels.size} labels; "
+                         "give one label per example (and at least one).")
+    ### BEGIN SOLUTION
+    correct = 0
+    with _evaluating(model):
+        for first in range(0, labels.size, batch_size):
+            logits = _logits_of(model(x_all[first:first + batch_size]))
+            correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
+    return correct / labels.size
+    ### END SOLUTION
+
+# %% [markdown]
+# The test checks both against hand-computed facts: a model whose logits are all equal
+# predicts each of `V` tokens with probability `1/V`, so its loss is exactly `ln V`; a model
+# that looks the answer up scores 100%; a model that outputs random numbers scores chance.
+
+# %%
+class RandomLogits:
+    """A "model" that ignores its input and outputs random logits (seeded): it must score chance."""
+
+    def __init__(self, classes: int, scale: float = 1.0, seed: int = 0):
+        self.classes, self.scale, self.rng = classes, scale, np.random.default_rng(seed)
+
+    def __call__(self, x):
+        data = np.asarray(to_host(x.data if isinstance(x, Tensor) else x))
+        # token ids (B, T) -> (B, T, classes); features (B, F) -> (B, classes)
+        shape = data.shape if np.issubdtype(data.dtype, np.integer) else data.shape[:-1]
+        return Tensor((self.scale * self.rng.standard_normal(shape + (self.classes,))).astype(np.float32))
+
+
+def test_unit_quality_metrics():
+    vocab, text = 7, np.arange(101) % 7  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
+    uniform = lambda x: (Tensor(np.zeros(np.shape(x) + (vocab,), np.float32)), None)  # noqa: E731
+    loss = lm_validation_loss(uniform, text, context=8, batch_size=4)
+    assert abs(loss - np.log(vocab)) < 1e-9, f"equal logits: the loss is ln(V) = {np.log(vocab):.6f}, got {loss}"
+
+    def oracle(x):  # puts logit 20 on the true next token
+        logits = np.zeros(np.shape(x) + (vocab,), np.float32)
+        np.put_along_axis(logits, ((np.asarray(x) + 1) % vocab)[..., None], 20.0, axis=-1)
+        return logits
+    good = lm_validation_loss(oracle, text, context=8, batch_size=5)
+    assert good < 1e-6, (f"a model that knows the next token scores ~0, got {good}: the targets must be the "
+                         "inputs shifted by ONE position (tokens[i*T + 1 : i*T + T + 1])")
+    noise = lm_validation_loss(RandomLogits(vocab, scale=0.01), text, context=8)
+    assert abs(noise - np.log(vocab)) < 0.01, f"random (tiny) logits score chance ln(V), got {noise}"
+
+    labels = np.arange(200) % 10
+    features = np.eye(10, dtype=np.float32)[labels]  # one-hot: the logits ARE the answer
+    identity = lambda x: x  # noqa: E731
+    assert accuracy(identity, features, labels, batch_size=64) == 1.0, "a model outputting the answer scores 1.0"
+    chance = accuracy(RandomLogits(10), features, labels)
+    assert 0.03 <= chance <= 0.17, f"random logits over 10 classes score about 0.1, got {chance}"
+    print(f"✓ lm_validation_loss and accuracy: equal logits ln(V) = {loss:.4f}, oracle {good:.2g}, "
+          f"random logits {noise:.4f} nats and {chance:.0%}")
+
+
+test_unit_quality_metrics()
+
+# %% [markdown]
+# ## 6. Speed and size: latency, throughput, tokens per second, bytes
+#
+# Four numbers describe the cost of a model, each measured (given code, built on what you
+# wrote and on module 14):
+#
+# * **latency at batch 1** — one example in, one answer out: what a user waits. We report
+#   the median (p50) and the 90th percentile (p90): the p90 is the wait one request in ten
+#   exceeds. `latency(fn, *args)` uses module 14's `measure_latency` and keeps its readings
+#   as a `Measurement` (with `.p50`, `.p90`, `.percentile(q)`).
+# * **throughput** — examples per second with a large batch: what a server pays per answer.
+#   Batching spreads the fixed cost of each call (Python, the graph, small kernels) over many
+#   examples.
+# * **tokens per second of generation** — `generation_rate(model, prompt, new_tokens)`
+#   times the whole `generate` call (greedy, batch 1, KV cache on), `repeats` times.
+# * **size** — `parameter_count(model)` (the numbers the model stores: a quantized layer's
+#   integer weights count as the weights they replace) and `checkpoint_bytes(path or model)`,
+#   the bytes of module 07's checkpoint file on disk.
+#
+# FLOPs (module 14's `count_flops`) and peak memory (`peak_memory`) complete the picture.
+
+# %%
+#| export
+def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
+    """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
+    its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
+    timing = measure_latency(fn, *args, warmup=warmup, repeats=repeats)
+    return Measurement(name or getattr(fn, "__name__", "fn"), np.array(timing.samples), "s")
+
+
+def throughput(fn: Callable[..., Any], batch: Any, warmup: int = 2, repeats: int = 10,
+               name: str | None = None) -> Measurement:
+    """Examples per second of fn(batch): len(batch) / each latency reading (unit "examples/s")."""
+    seconds = latency(fn, batch, warmup=warmup, repeats=repeats).samples
+    return Measurement(name or getattr(fn, "__name__", "fn"), len(batch) / seconds, "examples/s")
+
+
+def generation_rate(model: Any, prompt_tokens: Any, new_tokens: int = 256, repeats: int = 3, warmup: int = 1,
+                    name: str | None = None) -> Measurement:
+    """Tokens per second of model.generate(prompt (1, T), new_tokens, temperature=0) — greedy,
+    batch 1, the whole call timed (wall clock, CuPy synchronised) — `repeats` readings after
+    `warmup` untimed calls. Unit "tokens/s": new_tokens / seconds of each call."""
+    prompt = np.asarray(to_host(prompt_tokens.data if isinstance(prompt_tokens, Tensor) else prompt_tokens),
+                        dtype=np.int64).reshape(1, -1)
+    run = lambda: model.generate(prompt, int(new_tokens), temperature=0.0)  # noqa: E731
+    seconds = measure({"generate": run}, repeats=repeats, warmup=warmup)["generate"].samples
+    return Measurement(name or type(model).__name__, int(new_tokens) / seconds, "tokens/s")
+
+
+def parameter_count(model: Any) -> int:
+    """The numbers a model stores as weights: every parameter's size, plus, for a quantized
+    layer (a module with a `qweight` buffer), the in_features × out_features weights its
+    integers stand for (packed int4 holds two in a byte). Masks, scales and zero points are
+    bookkeeping, not weights."""
+    total = sum(int(p.size) for p in model.parameters())
+    for module in model.modules():
+        own = module.__dict__
+        if "qweight" not in own:
+            continue
+        if hasattr(module, "in_features"):          # QuantizedLinear: a weight (in, out) and maybe a bias buffer
+            total += int(module.in_features) * int(module.out_features)
+            total += int(own["bias"].size) if isinstance(own.get("bias"), Tensor) else 0
+        else:                                       # QuantizedEmbedding: a table (num, dim)
+            total += int(module.num_embeddings) * int(module.embedding_dim)
+    return total
+
+
+def checkpoint_bytes(path_or_model: Any) -> int:
+    """Bytes on disk of a checkpoint file; given a model, of module 07's `save_checkpoint` of it
+    (written to a temporary folder, measured, deleted)."""
+    if isinstance(path_or_model, (str, os.PathLike)):
+        return Path(path_or_model).stat().st_size
+    with tempfile.TemporaryDirectory() as folder:
+        return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
+
+# %% [markdown]
+# ## 7. The Pareto front: which variants are worth keeping
+#
+# A variant is **dominated** when another variant is at least as good on every axis — quality
+# and each cost — and strictly better on at least one. A dominated variant is never the right
+# choice: the other one is better, whatever you care about. The variants left are the
+# **Pareto front**: moving along it, you buy quality with latency or size.
+#
+# Quality may be "lower is better" (a loss) or "higher is better" (an accuracy); costs are
+# always lower-is-better. Two identical rows do not dominate each other (neither is strictly
+# better), so both stay.
+
+# %%
+#| export
+def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
+    """The rows no other row dominates, in their original order.
+
+    rows    -- dicts holding at least the keys `quality` and each of `costs` (numbers)
+    quality -- the quality key: lower is better (a loss) unless higher_quality_is_better
+    costs   -- cost keys (latency, bytes, ...): lower is better
+    Row j dominates row i when j is <= i on every axis and < on at least one, after turning
+    quality into "lower is better" (negate it when higher_quality_is_better).
+    Vectorised: build values (n, 1 + len(costs)), compare every pair at once by broadcasting
+    (n, 1, k) against (1, n, k); no Python loop over pairs.
+    """
+    if not rows:
+        return []
+    missing = [key for key in [quality, *costs] if any(key not in row for row in rows)]
+    if missing:
+        raise ValueError(f"pareto_front: some rows lack {missing}; every row needs {[quality, *costs]}.")
+    ### BEGIN SOLUTION
+    values = np.array([[row[quality], *(row[c] for c in costs)] for row in rows], dtype=np.float64)
+    if higher_quality_is_better:
+        values[:, 0] = -values[:, 0]
+    other, this = values[None, :, :], values[:, None, :]          # [i, j]: row j against row i
+    dominated = (np.all(other <= this, axis=2) & np.any(other < this, axis=2)).any(axis=1)
+    return [row for row, out in zip(rows, dominated) if not out]
+    ### END SOLUTION
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def pareto_table(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False,
+                 columns: list[str] | None = None) -> str:
+    """A Markdown table of every row (`columns`, default: name, quality, costs) and a last
+    column "Pareto": "✓" for the rows on the front, "dominated" for the others."""
+    front = pareto_front(rows, quality, costs, higher_quality_is_better)
+    keys = columns or ["name", quality, *costs]
+    lines = ["| " + " | ".join([*keys, "Pareto"]) + " |", "|" + "---|" * (len(keys) + 1)]
+    for row in rows:
+        mark = "✓" if any(row is kept for kept in front) else "dominated"
+        lines.append("| " + " | ".join([*(_cell(row.get(k, "")) for k in keys), mark]) + " |")
+    return "\n".join(lines)
+
+
+def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, higher_quality_is_better: bool = False,
+                title: str = "", dpi: int = 100):
+    """Quality against one cost: every row a labelled point, the front joined by a line.
+    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
+    import matplotlib
+
+    if "inline" not in matplotlib.get_backend().lower():
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = sorted(pareto_front(rows, quality, [cost], higher_quality_is_better), key=lambda r: r[cost])
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ax.scatter([r[cost] for r in rows], [r[quality] for r in rows], color="tab:gray", label="variants")
+    ax.plot([r[cost] for r in front], [r[quality] for r in front], "o-", color="tab:red", label="Pareto front")
+    for r in rows:
+        ax.annotate(str(r.get("name", "")), (r[cost], r[quality]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    costs = [r[cost] for r in rows]
+    if min(costs) > 0 and max(costs) / min(costs) > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{cost} (lower is better)")
+    ax.set_ylabel(f"{quality} ({'higher' if higher_quality_is_better else 'lower'} is better)")
+    ax.set_title(title or f"{quality} against {cost}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=dpi, metadata={"Software": None})
+    return fig
+
+# %%
+def test_unit_pareto_front():
+    rows = [{"name": "big", "loss": 1.0, "ms": 10.0}, {"name": "small", "loss": 1.5, "ms": 2.0},
+            {"name": "worse", "loss": 1.6, "ms": 3.0}, {"name": "twin", "loss": 1.5, "ms": 2.0}]
+    names = [r["name"] for r in pareto_front(rows, "loss", ["ms"])]
+    assert names == ["big", "small", "twin"], (f"expected ['big', 'small', 'twin'], got {names}: 'worse' is "
+                                               "dominated by 'small'; identical rows do not dominate each other")
+    rows_acc = [{"name": "a", "acc": 0.9, "ms": 5.0}, {"name": "b", "acc": 0.8, "ms": 6.0}]
+    names = [r["name"] for r in pareto_front(rows_acc, "acc", ["ms"], higher_quality_is_better=True)]
+    assert names == ["a"], f"higher accuracy AND lower latency: only 'a' survives, got {names}"
+    print("✓ pareto_front: the rows nothing beats on every axis")
+
+
+test_unit_pareto_front()

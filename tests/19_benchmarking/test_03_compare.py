@@ -1,0 +1,61 @@
+"""Module 19, section 4: compare — ratio, the interval of the difference, the verdict."""
+import numpy as np
+import pytest
+
+from tinytorch.perf.benchmarking import Measurement, compare, ranking
+
+
+def spread(name, centre, unit="s", n=15):
+    return Measurement(name, centre * np.linspace(0.98, 1.02, n), unit)
+
+
+def test_ratio_is_a_over_b():
+    result = compare(spread("a", 3.0), spread("b", 1.0))
+    assert result.ratio == pytest.approx(3.0), f"ratio = median(a) / median(b) = 3.0, got {result.ratio}"
+    assert result.difference == pytest.approx(2.0)
+
+
+def test_overlapping_intervals_are_no_measurable_difference():
+    a, b = spread("a", 1.0), spread("b", 1.005)
+    assert a.low <= b.high and b.low <= a.high
+    assert compare(a, b).verdict == "no measurable difference", (
+        f"the intervals overlap ([{a.low:.4f}, {a.high:.4f}] and [{b.low:.4f}, {b.high:.4f}]): expected exactly "
+        f"'no measurable difference', got {compare(a, b).verdict!r}; compare intervals, not medians")
+    assert compare(a, b).winner is None
+
+
+def test_smaller_time_is_faster_whichever_side():
+    slow, fast = spread("slow", 2.0), spread("fast", 1.0)
+    assert compare(slow, fast).verdict == "fast is faster", f"got {compare(slow, fast).verdict!r}"
+    assert compare(fast, slow).verdict == "fast is faster", f"got {compare(fast, slow).verdict!r}"
+    assert compare(fast, slow).winner == "fast"
+
+
+def test_higher_rate_is_faster():
+    low, high = spread("low", 100.0, "tokens/s"), spread("high", 300.0, "tokens/s")
+    assert compare(low, high).verdict == "high is faster", (
+        f"for a rate (unit ending in /s) more is better: expected 'high is faster', got {compare(low, high).verdict!r}")
+
+
+def test_other_units_say_better():
+    small, big = spread("small", 1.0, "bytes"), spread("big", 5.0, "bytes")
+    assert compare(big, small).verdict == "small is better"
+
+
+def test_difference_interval():
+    result = compare(spread("slow", 2.0), spread("fast", 1.0))
+    assert 0 < result.difference_low <= result.difference <= result.difference_high, \
+        f"[{result.difference_low}, {result.difference_high}] must hold the difference {result.difference}"
+    assert "no measurable difference" in str(compare(spread("a", 1.0), spread("b", 1.0)))
+
+
+def test_units_must_match():
+    with pytest.raises(ValueError, match="unit"):
+        compare(spread("a", 1.0), spread("b", 1.0, "tokens/s"))
+
+
+def test_ranking_best_first():
+    times = {n: spread(n, c) for n, c in (("b", 2.0), ("a", 1.0), ("c", 3.0))}
+    assert ranking(times) == ["a", "b", "c"]
+    rates = [spread(n, c, "tokens/s") for n, c in (("b", 2.0), ("a", 1.0), ("c", 3.0))]
+    assert ranking(rates) == ["c", "b", "a"]

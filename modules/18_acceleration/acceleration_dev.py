@@ -1,0 +1,864 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 18: Acceleration — make the GPT faster where the time really goes
+#
+# > Speed is found by measuring, not by guessing. The profiler of module 14 names the
+# > operations that take the time; each fix here is one of them, checked to compute exactly
+# > what it replaces, and timed before and after on your own machine.
+#
+# Module 13's GPT trains on Shakespeare. Module 14's profiler showed where its training step
+# spends its time: the matrix products (the same BLAS kernels PyTorch calls), then GELU,
+# LayerNorm and attention, then a long tail of small operations and the optimizer. This module
+# makes the step faster with the three tools that every fast framework uses:
+#
+# * **fusion** — several elementwise steps as one recorded op that keeps exactly what its
+#   backward needs (GELU's backward recomputes a `tanh` its forward already had);
+# * **multi-tensor updates** — AdamW over one flat buffer in which every parameter is a view,
+#   so a step is a handful of array calls instead of a dozen per parameter;
+# * **vectorisation** — the same arithmetic, fewer Python-level steps: a loop convolution
+#   against im2col, and a blocked matrix product against BLAS, explained with the roofline.
+#
+# **What you will be able to do when you finish:**
+#
+# * read a profile and say which operation to fuse and why;
+# * write a fused op (`bias_gelu`) with its backward rule, check it against central
+#   differences and against the composed version, and measure what it saves;
+# * write `fuse(model)`: a new GPT with the fused ops in place and the same weight tensors,
+#   without touching module 13's classes;
+# * write the flat-buffer update of `FusedAdamW` and show it is bit-for-bit `AdamW`;
+# * predict from arithmetic intensity when a blocked product or a loop is slow, and check
+#   it on your machine.
+#
+# **Time:** about three hours — sections 1–4 (profile, fused GELU, `fuse`) in a first sitting,
+# 5–7 (the flat optimizer, vectorisation, the whole step) in a second.
+#
+# | section | you write | what it does |
+# |---|---|---|
+# | 2 | `bias_gelu`, `bias_gelu_backward` | bias + GELU as one op that saves its `tanh` |
+# | 3 | `FusedMLP.forward`, `fuse` | the GPT with fused MLPs, same weight tensors |
+# | 5 | `FusedAdamW._group_update` | one group's AdamW update on flat arrays |
+# | 6 | `blocked_matmul` | a matrix product tile by tile, honouring the tile size |
+#
+# **On a GPU.** The same ideas go further there (one CuPy `ElementwiseKernel` per fused op,
+# the whole step captured in a CUDA graph, because small GPU steps are bound by kernel
+# launches). This edition of the lesson was written and tested without a GPU: those parts
+# are not in it, and no GPU number appears here.
+
+# %% [markdown]
+# This lesson times your code. NumPy's matrix products may split over several threads, and on a
+# busy machine the same product can take ten times longer from one run to the next, so the
+# lesson asks for one BLAS thread before NumPy starts (in Jupyter: restart the kernel before
+# running the notebook from the top).
+
+# %%
+import os
+
+for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_thread_setting, "1")
+
+# %%
+#| default_exp perf.acceleration
+
+# %%
+#| export
+import copy
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+from tinytorch.core.activations import GELU_COEFF, SQRT_2_OVER_PI
+from tinytorch.core.autograd import register_backward
+from tinytorch.core.layers import Module
+from tinytorch.core.optimizers import AdamW
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op
+from tinytorch.models.transformer import MLP
+
+# %% [markdown]
+# ## 1. Where the time goes
+#
+# Before changing anything, measure. Module 14's `Profiler` listens to every recorded op and
+# to every backward rule. Here it watches one forward and backward pass of a small GPT (the
+# milestone's shape with 2 layers and a shorter context, so the lesson runs in seconds; the
+# benchmark `tito bench acceleration` profiles the milestone's own model).
+
+# %%
+from tinytorch.core.optimizers import weight_decay_groups
+from tinytorch.models.transformer import GPT
+from tinytorch.perf.profiling import Profiler, measure_latency
+
+small = GPT(65, 128, 2, 4, 32, bias=False, seed=0)
+ids, targets = np.random.default_rng(0).integers(0, 65, (2, 8, 32))
+with Profiler() as prof:
+    _, loss = small(ids, targets=targets)
+    loss.backward()
+print(prof.table(top=8))
+
+# %% [markdown]
+# Read the table from the top. The matrix products are BLAS: NumPy and PyTorch call the same
+# kind of kernel, and there is little to win there. Below them, `gelu` has a backward much
+# slower than its forward: module 05's rule recomputes `tanh(c·(x + 0.044715·x³))`, the most
+# expensive step of the forward, because the forward saved nothing. `layer_norm` and `sdpa`
+# are already one op each (modules 12 and 13 fused them), and so is `cross_entropy`
+# (module 04 computes softmax and the loss from the logits in one op and saves the
+# probabilities). The optimizer is not in the table at all: it records no op, so it is
+# timed separately in section 5.
+#
+# Profiling costs time itself (the profiler runs Python for every op), so compare rows of one
+# table with each other, and time the step without the profiler.
+
+# %% [markdown]
+# ## 2. Fusion: bias + GELU as one op
+#
+# GELU (tanh form) is `0.5·u·(1 + t)` with `t = tanh(c·(u + 0.044715·u³))`, `c = √(2/π)`, and in
+# an MLP `u = x + b` is the output of a Linear layer with a bias. Composed, that is two ops
+# (`add`, then `gelu`), and the backward of `gelu` computes `t` again. The derivative is
+#
+# `dGELU/du = 0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²)`
+#
+# so with `t` saved, the backward is a few multiplications and additions: no `tanh`. The
+# fused op takes `x` and the bias, computes `u` once, and saves `u` and `t`. Its gradient for
+# `x` and for the bias is the same array `grad·slope` (the engine sums it over the rows for the
+# bias, with `unbroadcast`).
+#
+# ### Your turn: `bias_gelu` and its backward rule
+#
+# Write both. The docstrings are the whole contract. Work in place where you can (`xp.tanh(…,
+# out=…)`, `*=`): each temporary array of an elementwise op costs a pass over memory, which is
+# what an elementwise op's time is.
+
+# %%
+#| export
+GELU_C = SQRT_2_OVER_PI  # c in tanh(c·(u + GELU_COEFF·u³)): √(2/π), module 02's constant; GELU_COEFF = 0.044715
+
+
+def bias_gelu(x: Any, bias: Any = None) -> Tensor:
+    """GELU (tanh form) of x + bias, as ONE recorded op that saves what its backward needs.
+
+    x    -- a floating Tensor (..., N) (or array/list); bias -- a Tensor of shape (N,) or None.
+    Returns 0.5·u·(1 + t), u = x + bias (u = x without a bias), t = tanh(c·(u + 0.044715·u³)),
+    c = GELU_C = √(2/π): equal to gelu(x + bias) of modules 02/05, in x's dtype and shape.
+    Records op "bias_gelu" with inputs (x, bias), or (x,) when bias is None, and saves:
+        u    -- the pre-activation x + bias (x's array itself when there is no bias)
+        tanh -- the array t, the same shape and dtype as x
+    ValueError (given) when the bias is not of shape (x.shape[-1],).
+    """
+    x = as_tensor(x)
+    bias = None if bias is None else as_tensor(bias)
+    if bias is not None and bias.shape != (x.shape[-1],):  # given
+        raise ValueError(f"bias_gelu: the bias must have shape ({x.shape[-1]},) for x of shape {x.shape}, "
+                         f"got {bias.shape}.")
+    xp = array_module(x.data)
+    ### BEGIN SOLUTION
+    u = x.data if bias is None else x.data + bias.data
+    t = u * u
+    t *= GELU_COEFF
+    t += 1
+    t *= u
+    t *= GELU_C
+    with np.errstate(over="ignore"):  # float16 u³ may overflow; tanh(±inf) = ±1 is right
+        xp.tanh(t, out=t)
+    out = t + 1
+    out *= u
+    out *= 0.5
+    inputs = (x,) if bias is None else (x, bias)
+    return record_op("bias_gelu", out, inputs, u=u, tanh=t)
+    ### END SOLUTION
+
+
+@register_backward("bias_gelu")
+def bias_gelu_backward(grad: Any, node) -> tuple:
+    """The gradient of bias_gelu from its saved `u` and `tanh` (no tanh computed here).
+
+    slope = 0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²), c = GELU_C.
+    Returns (grad·slope,) for inputs (x,), or (grad·slope, grad·slope) for (x, bias): the same
+    array twice is fine (the engine sums the bias's copy over the rows). Never changes `grad`
+    or the saved arrays in place (backward may run twice on a kept graph).
+    """
+    u, t = node.saved["u"], node.saved["tanh"]
+    ### BEGIN SOLUTION
+    slope = u * u
+    slope *= 3 * GELU_COEFF
+    slope += 1
+    slope *= u
+    slope *= GELU_C
+    slope *= 1 - t * t
+    slope += t
+    slope += 1
+    slope *= 0.5
+    slope *= grad
+    return (slope,) if len(node.inputs) == 1 else (slope, slope)
+    ### END SOLUTION
+
+# %% [markdown]
+# The test checks, in this order: the op and what it saves, the value against the composed
+# `gelu(x + b)`, that the rule leaves its inputs alone, then the gradients against central
+# differences in float64 (module 05's `gradcheck`).
+
+# %%
+from tinytorch.core.activations import gelu
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
+
+
+def test_unit_bias_gelu():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 7)) * 2
+    b = rng.standard_normal(7)
+    out = bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))
+    node = out._node
+    assert node is not None and node.op == "bias_gelu", \
+        f"record ONE op named 'bias_gelu', got {None if node is None else node.op!r}"
+    assert len(node.inputs) == 2, f"inputs (x, bias) when a bias is given, got {len(node.inputs)} input(s)"
+    assert set(node.saved) >= {"u", "tanh"}, f"save u and tanh, got {sorted(node.saved)}"
+    expected_u = x + b
+    assert np.allclose(node.saved["u"], expected_u), \
+        "saved u must be x + bias (the pre-activation), got something else: did you save x, or forget the bias?"
+    expected_t = np.tanh(GELU_C * (expected_u + GELU_COEFF * expected_u ** 3))
+    assert np.allclose(node.saved["tanh"], expected_t), \
+        "saved tanh must be tanh(c·(u + 0.044715·u³)) of u = x + bias (the t of the forward, before 1 + t)"
+    composed = gelu(Tensor(expected_u)).numpy()
+    assert np.allclose(out.numpy(), composed, rtol=1e-12, atol=1e-12), (
+        f"value differs from gelu(x + bias) by up to {np.abs(out.numpy() - composed).max():.2e}: "
+        "0.5·u·(1 + t), with u = x + bias")
+    assert bias_gelu(Tensor(x.astype(np.float32))).dtype == np.float32, "keep x's dtype (float32 in, float32 out)"
+    grad = rng.standard_normal(x.shape)
+    kept = grad.copy(), node.saved["u"].copy(), node.saved["tanh"].copy()
+    BACKWARD_RULES["bias_gelu"](grad, node)
+    assert np.array_equal(grad, kept[0]), "the rule changed `grad` in place: compute the slope in a new array"
+    assert np.array_equal(node.saved["u"], kept[1]) and np.array_equal(node.saved["tanh"], kept[2]), \
+        "the rule changed a saved array in place (u or tanh): start the slope from a new array (u * u)"
+    assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True), Tensor(b, requires_grad=True)]), "bias_gelu: gradients differ from central differences"
+    assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True)]), "bias_gelu without a bias: gradients differ from central differences"
+    print("✓ bias_gelu: one op, saves u and tanh, equals gelu(x + b), gradients checked")
+
+
+test_unit_bias_gelu()
+
+# %% [markdown]
+# ### Predict, then run: what does the saved `tanh` buy?
+#
+# The composed version is `add` then `gelu` (whose backward computes `tanh` again); the fused
+# one is a single op. Before running the cell: which half — forward or backward — should
+# get faster, and by roughly how much, if `tanh` is the most expensive step of GELU?
+
+# %%
+h = Tensor(np.random.default_rng(1).standard_normal((768, 512)).astype(np.float32), requires_grad=True)
+b512 = Tensor(np.zeros(512, np.float32), requires_grad=True)
+g = np.ones(h.shape, np.float32)
+
+
+def composed_step():
+    (gelu(h + b512)).backward(g)
+
+
+def fused_step():
+    bias_gelu(h, b512).backward(g)
+
+
+for label, fn in (("composed add + gelu", composed_step), ("fused bias_gelu", fused_step)):
+    print(f"{label:22s} forward + backward: {measure_latency(fn, warmup=2, repeats=10)}")
+
+# %% [markdown]
+# The fused op saves the backward's `tanh` and one op's worth of Python and temporaries.
+# What is left is memory traffic: every `*=` is a pass over 1.5 MB. A compiled kernel (C,
+# or CuPy's `ElementwiseKernel` on a GPU) does the whole formula in one pass; NumPy cannot.
+
+# %% [markdown]
+# ## 3. `fuse(model)`: the GPT with fused MLPs
+#
+# Module 13's `MLP` computes `proj(gelu(fc(rows)))`. A fused MLP computes the first layer's
+# product itself and hands the bias to `bias_gelu`: `proj(bias_gelu(rows @ fc.weight,
+# fc.bias))`. We never change module 13's classes: `fuse(model)` returns a **new** model
+# (a deep copy of the module tree) in which every `MLP` is replaced by a `FusedMLP`. The
+# weight tensors are **shared**, not copied: the copy is told that every parameter is its
+# own copy (`copy.deepcopy(model, memo)` with `memo = {id(p): p}`), so an optimizer built on
+# the fused model trains the original too, and saving the original saves what was trained.
+# The parameter names stay the same (`blocks.0.mlp.fc.weight`), because `FusedMLP` registers
+# the MLP's own `fc`, `proj` and `dropout` under the same names.
+
+# %%
+#| export
+class FusedMLP(Module):
+    """Module 13's MLP with bias + GELU fused: dropout(proj(bias_gelu(rows @ fc.weight, fc.bias))).
+
+    Built from an MLP: registers the MLP's own `fc`, `proj` and `dropout` (the same objects,
+    so the same weights and the same parameter names). forward(x (..., E)) -> (..., E).
+    """
+
+    def __init__(self, mlp: MLP):
+        super().__init__()
+        self.fc, self.proj, self.dropout = mlp.fc, mlp.proj, mlp.dropout
+
+    def forward(self, x: Any) -> Tensor:
+        """As MLP.forward: rows = x flattened to (N, E) (given); `out` (N, E) =
+        dropout(proj(bias_gelu(rows @ fc.weight, fc.bias))) — fc's product without its bias
+        (fc.bias may be None), the bias inside bias_gelu; then reshaped to x's shape (given)."""
+        x = as_tensor(x)
+        rows = x.reshape(-1, x.shape[-1])
+        ### BEGIN SOLUTION
+        out = self.dropout(self.proj(bias_gelu(rows @ self.fc.weight, self.fc.bias)))
+        ### END SOLUTION
+        return out.reshape(x.shape)
+
+
+def _replace_submodule(root: Module, name: str, new: Module) -> None:
+    """Set the sub-module at dotted `name` ("blocks.0.mlp") of `root` to `new` (a list item by index)."""
+    *path, last = name.split(".")
+    parent = root
+    for part in path:
+        parent = parent[int(part)] if part.isdigit() else getattr(parent, part)
+    if last.isdigit():
+        parent[int(last)] = new
+    else:
+        setattr(parent, last, new)
+
+
+def fuse(model: Module) -> Module:
+    """A new model with the fused ops in place: every MLP (module 13's class, exactly) becomes
+    FusedMLP(mlp). `model` itself is not changed.
+
+    The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
+    buffer t of model}: the module tree is new, the weight tensors are the SAME objects (an
+    update through either model changes both). Walk model.named_modules()[1:] of the copy and
+    replace with _replace_submodule(copy, name, FusedMLP(module)). A model that is itself an
+    MLP is returned as FusedMLP(its copy). TypeError (given) for anything but a Module.
+    """
+    if not isinstance(model, Module):
+        raise TypeError(f"fuse needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
+    ### BEGIN SOLUTION
+    shared = {id(t): t for t in model.parameters()}
+    shared.update({id(t): t for _, t in model.named_buffers()})
+    fused = copy.deepcopy(model, shared)
+    if type(fused) is MLP:
+        return FusedMLP(fused)
+    for name, module in fused.named_modules()[1:]:
+        if type(module) is MLP:
+            _replace_submodule(fused, name, FusedMLP(module))
+    return fused
+    ### END SOLUTION
+
+# %%
+from tinytorch.core.autograd import topological_order
+
+
+def recorded_ops(tensor: Tensor) -> set:
+    """The names of the ops in the graph behind `tensor`."""
+    return {t._node.op for t in topological_order(tensor) if t._node is not None}
+
+
+def test_unit_fuse():
+    model = GPT(17, 16, 2, 2, 8, seed=3, dtype=np.float64)
+    before = {name: p.data.copy() for name, p in model.named_parameters()}
+    fused = fuse(model)
+    assert fused is not model, "fuse must return a NEW model (copy.deepcopy), not change the one it is given"
+    assert all(type(block.mlp) is MLP for block in model.blocks), \
+        "the original model's MLPs were replaced: replace them in the copy only"
+    kinds = [type(block.mlp).__name__ for block in fused.blocks]
+    assert kinds == ["FusedMLP"] * 2, f"every block's mlp must become a FusedMLP, got {kinds}"
+    names = [name for name, _ in fused.named_parameters()]
+    assert names == list(before), "the fused model must have the same parameter names, in the same order"
+    same = [p is q for p, q in zip(model.parameters(), fused.parameters())]
+    assert all(same), (
+        f"{same.count(False)} parameter(s) are copies: share the weight tensors (memo = {{id(p): p}} in "
+        "copy.deepcopy), so that training the fused model trains the original")
+    ids = np.random.default_rng(0).integers(0, 17, (3, 8))
+    tgt = np.random.default_rng(1).integers(0, 17, (3, 8))
+    logits, loss = model(ids, targets=tgt)
+    flogits, floss = fused(ids, targets=tgt)
+    ops = recorded_ops(floss)
+    assert "bias_gelu" in ops and "gelu" not in ops, \
+        f"the fused model's graph must use bias_gelu and no gelu; its ops: {sorted(ops)}"
+    assert np.allclose(flogits.numpy(), logits.numpy(), rtol=1e-12, atol=1e-12), \
+        "the fused model's logits differ from the original's: FusedMLP must compute proj(gelu(fc(rows)))"
+    loss.backward()
+    plain = {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
+    model.zero_grad()
+    floss.backward()
+    for name, p in fused.named_parameters():
+        assert np.allclose(p.grad.numpy(), plain[name], rtol=1e-10, atol=1e-12), \
+            f"gradient of {name} differs from the original model's"
+    print("✓ fuse: a new model, the same weight tensors, bias_gelu in every MLP, same loss and gradients")
+
+
+test_unit_fuse()
+
+# %% [markdown]
+# ## 4. Softmax and cross-entropy: fused since module 04
+#
+# The issue every framework meets is the loss: `log(softmax(z))[y]` composed from three ops
+# keeps the softmax, its log and the picked entries, and is unstable for large logits.
+# Module 04's `cross_entropy` is already the fused version: one op from the logits, with
+# log-sum-exp, saving only the probabilities, and a backward of `probs − onehot`. Measure
+# what that fusion is worth against the composed chain (`log_softmax`, then picking the
+# targets with a one-hot mask, then the mean):
+
+# %%
+from tinytorch.core.activations import log_softmax
+from tinytorch.core.losses import cross_entropy
+
+logits = Tensor(np.random.default_rng(2).standard_normal((768, 65)).astype(np.float32), requires_grad=True)
+labels = np.random.default_rng(3).integers(0, 65, 768)
+onehot = np.eye(65, dtype=np.float32)[labels]
+
+
+def composed_loss():
+    (-(log_softmax(logits, dim=-1) * onehot).sum() / len(labels)).backward()
+
+
+def fused_loss():
+    cross_entropy(logits, labels).backward()
+
+
+assert np.isclose((-(log_softmax(logits, dim=-1) * onehot).sum() / len(labels)).item(),
+                  cross_entropy(logits, labels).item(), rtol=1e-5), "the two losses must agree"
+for label, fn in (("composed log_softmax·onehot", composed_loss), ("fused cross_entropy", fused_loss)):
+    print(f"{label:28s} forward + backward: {measure_latency(fn, warmup=2, repeats=10)}")
+
+# %% [markdown]
+# ## 5. A multi-tensor optimizer: AdamW over one flat buffer
+#
+# Module 06's `AdamW.step` loops over the parameters and runs about a dozen array operations
+# on each: for the milestone's GPT that is 26 parameters, some 300 NumPy calls on arrays of a
+# few hundred bytes to a few hundred kilobytes. Each call costs a few microseconds of Python
+# and NumPy dispatch whatever its size. PyTorch's `foreach` and `fused` AdamW (and Apex's
+# multi-tensor apply) solve it by working on all parameters at once.
+#
+# `FusedAdamW` lays every parameter end to end in **one flat array** and makes each parameter's
+# `.data` a **view** into it (`flat[start:end].reshape(shape)`); the two moments are flat
+# arrays too. Then a step is: gather the gradients into one flat array (one
+# `concatenate`, given), and run AdamW's formula once per parameter group on slices of the
+# flat arrays (the GPT has two groups: decayed matrices, undecayed vectors, which lie end to
+# end because the groups are laid out in order). Each element goes through exactly the
+# operations `AdamW` applies to it, in the same order and the same dtype, so the result is
+# **bit-for-bit** the same. The update writes into the flat arrays **in place**: assigning a
+# new array to `param.data` would cut the view.
+#
+# The given code lays out the buffer, keeps it in step when something replaces a parameter's
+# array (`load_state_dict`, `model.to`), and falls back to `AdamW`'s per-parameter loop when a
+# parameter has no gradient or the step counts differ (the flat update assumes one step count
+# per group). You write one group's update.
+
+# %%
+#| export
+class FusedAdamW(AdamW):
+    """AdamW (module 06) whose step runs on one flat buffer: the same updates, bit for bit.
+
+    Every parameter's `.data` becomes a view into `self.flat` (all parameters end to end,
+    group after group); `state[i]["exp_avg"]` and `["exp_avg_sq"]` are views into the flat
+    moments `self.exp_avg`, `self.exp_avg_sq` (so `state_dict()` is AdamW's, with type
+    "FusedAdamW"). All parameters must share one dtype and device (ValueError otherwise).
+    The state exists from construction on (zeros, step 0), not from the first step.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        kinds = {(p.dtype, p.device) for p in self.params}
+        if len(kinds) != 1:
+            raise ValueError(f"FusedAdamW: every parameter must have one dtype and device for one flat buffer, "
+                             f"got {sorted(map(str, kinds))}; use AdamW, or one FusedAdamW per dtype.")
+        xp = array_module(self.params[0].data)
+        sizes = [p.size for p in self.params]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+        self.flat = xp.empty(self.offsets[-1], dtype=self.params[0].dtype)
+        self.grad_flat, self.work = xp.empty_like(self.flat), xp.empty_like(self.flat)
+        self.exp_avg, self.exp_avg_sq = xp.zeros_like(self.flat), xp.zeros_like(self.flat)
+        self._views: list = [None] * len(self.params)
+        for i in range(len(self.params)):
+            self._adopt(i)
+        ends = np.cumsum([len(group["params"]) for group in self.param_groups]).tolist()
+        self.group_ranges = [(self.offsets[e - len(g["params"])], self.offsets[e])
+                             for g, e in zip(self.param_groups, ends)]
+
+    def _view(self, array: Any, i: int) -> Any:
+        return array[self.offsets[i]:self.offsets[i + 1]].reshape(self.params[i].shape)
+
+    def _adopt(self, i: int, state: dict | None = None) -> None:
+        """Copy parameter i's values (and `state`'s moments and step, if given) into the flat
+        arrays and point the parameter and its state at their views."""
+        param = self.params[i]
+        view = self._view(self.flat, i)
+        view[...] = param.data
+        param.data = view
+        self._views[i] = view
+        old = state if state is not None else self.state[i]
+        entry = {"step": int(old.get("step", 0)), "exp_avg": self._view(self.exp_avg, i),
+                 "exp_avg_sq": self._view(self.exp_avg_sq, i)}
+        for key in ("exp_avg", "exp_avg_sq"):
+            entry[key][...] = old[key] if key in old else 0
+        self.state[i] = entry
+
+    def _keep_flat(self) -> None:
+        """Re-adopt every parameter whose array or state was replaced since the last step."""
+        for i, param in enumerate(self.params):
+            state = self.state[i]
+            if (param.data is not self._views[i] or state.get("exp_avg") is None
+                    or state["exp_avg"].base is not self.exp_avg or state["exp_avg_sq"].base is not self.exp_avg_sq):
+                self._adopt(i, state)
+
+    def step(self) -> None:
+        """One AdamW step: on the flat buffer when every parameter has a gradient and each
+        group's parameters share one step count; otherwise AdamW's per-parameter loop."""
+        self._keep_flat()
+        groups, start = [], 0
+        for group in self.param_groups:
+            count = len(group["params"])
+            groups.append((group, self.state[start:start + count]))
+            start += count
+        if any(p.grad is None for p in self.params) or \
+                any(len({s["step"] for s in states}) != 1 for _, states in groups):
+            super().step()
+            return
+        xp = array_module(self.flat)
+        xp.concatenate([p.grad.data.reshape(-1) for p in self.params], out=self.grad_flat)
+        for (group, states), (lo, hi) in zip(groups, self.group_ranges):
+            t = states[0]["step"] + 1
+            self._group_update(self.flat[lo:hi], self.grad_flat[lo:hi], self.exp_avg[lo:hi],
+                               self.exp_avg_sq[lo:hi], self.work[lo:hi], t, group)
+            for state in states:
+                state["step"] = t
+
+    def _group_update(self, p: Any, g: Any, m: Any, v: Any, work: Any, t: int, settings: dict[str, Any]) -> None:
+        """AdamW's update of one group, in place on flat 1-D arrays (views into the buffers):
+        p parameters, g gradients, m and v the moments, `work` a scratch array of the same size
+        for the intermediate results, t the step number AFTER this step (1 on the first),
+        settings the group's lr, betas, eps, weight_decay.
+
+        Exactly module 06's operations, in its order, so every element is bit-identical:
+            p *= 1 − lr·wd                 (only when wd != 0)
+            m *= β1;  m += (1 − β1)·g
+            v *= β2;  v += (1 − β2)·(g·g)
+            step_size = lr / (1 − β1^t);  denom = sqrt(v) / sqrt(1 − β2^t) + eps   (math.sqrt for the scalar)
+            p -= step_size · (m / denom)
+        No new arrays: compute every intermediate into `work` with out= (xp.multiply(g, g,
+        out=work), xp.sqrt(v, out=work), ...). An 800,000-element temporary is a fresh 3 MB
+        allocation each time, slower than the arithmetic on it. Every write into p, m, v is in
+        place (`*=`, `+=`, `-=`): `p = …` would only rebind the local name.
+        """
+        lr, (beta1, beta2), eps, weight_decay = (settings["lr"], settings["betas"], settings["eps"],
+                                                 settings["weight_decay"])
+        xp = array_module(p)
+        ### BEGIN SOLUTION
+        if weight_decay != 0:
+            p *= 1 - lr * weight_decay
+        m *= beta1
+        xp.multiply(g, 1 - beta1, out=work)
+        m += work
+        v *= beta2
+        xp.multiply(g, g, out=work)
+        work *= 1 - beta2
+        v += work
+        step_size = lr / (1 - beta1 ** t)
+        xp.sqrt(v, out=work)
+        work /= math.sqrt(1 - beta2 ** t)
+        work += eps
+        xp.divide(m, work, out=work)
+        work *= step_size
+        p -= work
+        ### END SOLUTION
+
+# %%
+from tinytorch.core.optimizers import AdamW
+
+
+def train_steps(model, optimizer, steps=3, seed=0):
+    """`steps` training steps of `model` on fixed random batches; returns the parameters after them."""
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        x, y = rng.integers(0, model.vocab_size, (2, 4, 8))
+        _, loss = model(x, targets=y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return [p.data.copy() for p in model.parameters()]
+
+
+def test_unit_fused_adamw():
+    reference_model = GPT(19, 16, 2, 2, 8, bias=False, seed=4)
+    model = GPT(19, 16, 2, 2, 8, bias=False, seed=4)
+    settings = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
+    reference = AdamW(weight_decay_groups(reference_model, 0.1), **settings)
+    fused = FusedAdamW(weight_decay_groups(model, 0.1), **settings)
+    assert all(np.shares_memory(p.data, fused.flat) for p in model.parameters()), \
+        "every parameter must be a view into fused.flat"
+    initial = [p.data.copy() for p in model.parameters()]
+    expected = train_steps(reference_model, reference)
+    got = train_steps(model, fused)
+    assert all(np.shares_memory(p.data, fused.flat) for p in model.parameters()), (
+        "after step() a parameter is no longer a view into the flat buffer: update p, m, v in place "
+        "(p -= …), never p = …")
+    names = [name for name, _ in model.named_parameters()]
+    for name, a, b, start in zip(names, expected, got, initial):
+        if np.array_equal(b, start):
+            raise AssertionError(f"{name} did not change in 3 steps: write into p in place (p -= …); "
+                                 "`p = p - …` only rebinds the local name")
+        assert np.array_equal(a, b), (
+            f"{name} after 3 steps differs from AdamW's by up to {np.abs(a - b).max():.2e}: follow module 06's "
+            "operations in its order (decay first, then m and v in place, bias corrections with step t, "
+            "sqrt(v)/sqrt(1 − β2^t) + eps)")
+    for s_ref, s_fused in zip(reference.state, fused.state):
+        assert s_ref["step"] == s_fused["step"], f"step counts differ: AdamW {s_ref['step']}, ours {s_fused['step']}"
+        assert np.array_equal(s_ref["exp_avg"], s_fused["exp_avg"]), "exp_avg differs from AdamW's"
+        assert np.array_equal(s_ref["exp_avg_sq"], s_fused["exp_avg_sq"]), "exp_avg_sq differs from AdamW's"
+    print("✓ FusedAdamW: bit-for-bit AdamW over 3 steps, decay on the matrices only, parameters stay views")
+
+
+test_unit_fused_adamw()
+
+# %% [markdown]
+# ### Predict, then run: how much does the flat step save?
+#
+# The update does the same arithmetic on the same number of elements either way. Before
+# running: is the milestone-sized GPT's optimizer step bound by arithmetic, by memory, or by
+# the number of calls? What should the ratio be?
+
+# %%
+mid = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
+mid_twin = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
+per_parameter = AdamW(weight_decay_groups(mid, 0.1), lr=1e-3, betas=(0.9, 0.99))
+flat = FusedAdamW(weight_decay_groups(mid_twin, 0.1), lr=1e-3, betas=(0.9, 0.99))
+for params in (mid.parameters(), mid_twin.parameters()):
+    for p in params:
+        p.grad = Tensor(np.full(p.shape, 1e-3, np.float32))
+loop_time = measure_latency(per_parameter.step, warmup=2, repeats=15)
+flat_time = measure_latency(flat.step, warmup=2, repeats=15)
+print(f"{len(per_parameter.params)} parameters, {flat.flat.size:,} elements")
+print(f"AdamW (per parameter): {loop_time}")
+print(f"FusedAdamW (flat):     {flat_time}")
+print(f"ratio: {loop_time.median_s / flat_time.median_s:.2f}x")
+
+# %% [markdown]
+# ## 6. Vectorisation, measured: loops, tiles and BLAS
+#
+# A Python loop costs roughly a microsecond per iteration before any arithmetic; NumPy does
+# its arithmetic in C. So the question for any loop is how much work each iteration hands to
+# C. Module 14's **roofline** says how fast that work can be: an operation that does `F`
+# FLOPs on `B` bytes has arithmetic intensity `I = F / B` and cannot run faster than
+# `min(peak FLOP/s, I × peak bytes/s)`.
+#
+# **Convolution.** Module 09's `conv2d` is im2col: the input windows laid out as one matrix,
+# then one matrix product. The naive alternative loops over the output positions and does a
+# small dot product at each. Measure both on the same input:
+
+# %%
+from tinytorch.core.spatial import conv2d
+
+
+def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Valid convolution (stride 1, no padding) with a Python loop over output positions:
+    out[:, :, i, j] = Σ x[:, :, i:i+kh, j:j+kw] · w, a tensordot per position."""
+    n, _, height, width = x.shape
+    out_channels, _, kh, kw = w.shape
+    out = np.empty((n, out_channels, height - kh + 1, width - kw + 1), x.dtype)
+    for i in range(height - kh + 1):
+        for j in range(width - kw + 1):
+            out[:, :, i, j] = np.tensordot(x[:, :, i:i + kh, j:j + kw], w, axes=([1, 2, 3], [1, 2, 3]))
+    return out
+
+
+images = np.random.default_rng(5).standard_normal((16, 8, 16, 16)).astype(np.float32)
+kernels = np.random.default_rng(6).standard_normal((16, 8, 3, 3)).astype(np.float32)
+assert np.allclose(conv2d_loops(images, kernels), conv2d(Tensor(images), Tensor(kernels)).numpy(), atol=1e-4)
+loops_time = measure_latency(conv2d_loops, images, kernels, warmup=1, repeats=5)
+im2col_time = measure_latency(lambda: conv2d(Tensor(images), Tensor(kernels)), warmup=1, repeats=5)
+print(f"loop over {14 * 14} output positions: {loops_time}")
+print(f"im2col + one product:           {im2col_time}")
+print(f"ratio: {loops_time.median_s / im2col_time.median_s:.1f}x")
+
+# %% [markdown]
+# The loop runs 196 small `tensordot`s, each a few thousand FLOPs: the time is Python and
+# NumPy's per-call cost, not arithmetic. im2col does the same FLOPs in one large product.
+#
+# **Matrix products.** A blocked (tiled) product splits `A (m, k) @ B (k, n)` into tiles of
+# `tile × tile` and adds up tile products: `C[I, J] += A[I, K] @ B[K, J]`. In C, tiling keeps
+# the tiles in cache (a `t × t` tile product does `2t³` FLOPs on `3·4t²` bytes, intensity
+# `t/6` FLOP/byte: larger tiles, more reuse); that is how BLAS itself is built. In NumPy each
+# tile product is already a BLAS call, so the only thing tiling adds is Python iterations:
+# `⌈m/t⌉·⌈n/t⌉·⌈k/t⌉` of them.
+#
+# ### Your turn: `blocked_matmul`
+#
+# Write it so that the tile size really matters (a "tiled" product that ignores its tile is a
+# plain product with extra steps). Edge tiles are smaller when the sizes are not multiples of
+# the tile (slicing past the end of an array stops at its end).
+
+# %%
+#| export
+def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
+    """A @ B for 2-D arrays a (m, k), b (k, n), computed tile by tile.
+
+    out (m, n) in the dtype of a @ b (np.result_type(a, b)), starting at zeros; for every tile
+    row i, tile column j and tile depth p (steps of `tile` along m, n and k):
+        out[i:i+tile, j:j+tile] += a[i:i+tile, p:p+tile] @ b[p:p+tile, j:j+tile]
+    so there are exactly ceil(m/tile)·ceil(n/tile)·ceil(k/tile) tile products (edge tiles are
+    smaller). ValueError (given) for shapes that do not chain or a tile < 1.
+    """
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"blocked_matmul: need a (m, k) and b (k, n), got {a.shape} and {b.shape}.")
+    if int(tile) != tile or tile < 1:
+        raise ValueError(f"blocked_matmul: tile must be a positive int, got {tile!r}.")
+    tile = int(tile)
+    ### BEGIN SOLUTION
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.zeros((m, n), dtype=np.result_type(a, b))
+    for i in range(0, m, tile):
+        for j in range(0, n, tile):
+            for p in range(0, k, tile):
+                out[i:i + tile, j:j + tile] += a[i:i + tile, p:p + tile] @ b[p:p + tile, j:j + tile]
+    return out
+    ### END SOLUTION
+
+# %%
+class CountingArray(np.ndarray):
+    """A NumPy array that counts the matrix products it takes part in as the left operand."""
+    products = 0
+
+    def __matmul__(self, other):
+        CountingArray.products += 1
+        return np.asarray(self) @ np.asarray(other)
+
+
+def test_unit_blocked_matmul():
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((10, 7)), rng.standard_normal((7, 9))
+    for tile in (1, 3, 4, 16):
+        got = blocked_matmul(a, b, tile)
+        assert got.shape == (10, 9), f"tile {tile}: expected shape (10, 9), got {got.shape}"
+        assert np.allclose(got, a @ b, atol=1e-12), (
+            f"tile {tile}: differs from a @ b by up to {np.abs(got - a @ b).max():.2e}: add every tile depth p "
+            "(+=), and start from zeros")
+    CountingArray.products = 0
+    blocked_matmul(a.view(CountingArray), b, 3)
+    expected = math.ceil(10 / 3) * math.ceil(9 / 3) * math.ceil(7 / 3)
+    assert CountingArray.products == expected, (
+        f"tile 3 on (10, 7) @ (7, 9): expected {expected} tile products, got {CountingArray.products}: "
+        "loop over tiles of `tile` along m, n AND k (a tiled product that ignores its tile is not tiled)")
+    assert blocked_matmul(a.astype(np.float32), b.astype(np.float32), 4).dtype == np.float32, \
+        "keep the inputs' dtype (float32 in, float32 out): np.zeros(..., dtype=np.result_type(a, b))"
+    print("✓ blocked_matmul: equals a @ b for every tile size, ceil(m/t)·ceil(n/t)·ceil(k/t) tile products")
+
+
+test_unit_blocked_matmul()
+
+# %% [markdown]
+# ### Predict, then run: tiles against BLAS, on the roofline
+#
+# For a 256 × 256 float32 product, predict the time of tiles of 16, 64 and 256 compared with
+# one `a @ b`. The roofline of each tile product is printed beside the measurement: which
+# tiles are bound by Python, which by arithmetic?
+
+# %%
+from tinytorch.perf.profiling import machine_peak
+
+peak_gflops, peak_gbytes = machine_peak(n=256, copy_mib=16, repeats=3)
+a256 = np.random.default_rng(8).standard_normal((256, 256)).astype(np.float32)
+b256 = np.random.default_rng(9).standard_normal((256, 256)).astype(np.float32)
+blas = measure_latency(lambda: a256 @ b256, warmup=2, repeats=10)
+flops = 2 * 256 ** 3
+print(f"this machine: {peak_gflops:.1f} GFLOP/s (256³ product), {peak_gbytes:.1f} GB/s (copy)")
+print(f"BLAS a @ b: {blas.median_s * 1e3:.3f} ms, {flops / blas.median_s / 1e9:.1f} GFLOP/s")
+for tile in (16, 64, 256):
+    timing = measure_latency(blocked_matmul, a256, b256, tile, warmup=1, repeats=5)
+    intensity = tile / 6  # 2t³ FLOPs on 3·4t² bytes
+    bound = min(peak_gflops, intensity * peak_gbytes)
+    print(f"tile {tile:3d}: {(256 // tile) ** 3:5d} tile products, {timing.median_s * 1e3:8.3f} ms, "
+          f"{flops / timing.median_s / 1e9:6.1f} GFLOP/s; a tile's roofline {bound:.1f} GFLOP/s "
+          f"(intensity {intensity:.1f} FLOP/byte); {timing.median_s / blas.median_s:.1f}x BLAS")
+
+# %% [markdown]
+# Small tiles fall far below their own roofline: 4,096 tile products of 16 × 16 spend their
+# time in Python and in NumPy's per-call cost, not in arithmetic or memory. Large tiles
+# approach BLAS because each call does enough work to hide that cost; the last step (one
+# tile) *is* BLAS. Tiling is the right idea inside a compiled kernel; from Python, the
+# fastest tiling is the one BLAS already does.
+
+# %% [markdown]
+# ## 7. The whole step, fused against plain
+#
+# Put the pieces together: the fused model with `FusedAdamW`, against the plain model with
+# `AdamW`, interleaved on the same batch (a small GPT here; `tito bench acceleration` runs
+# the milestone's model against PyTorch eager and writes the result to
+# `benchmarks/RESULTS.md`). Both models start from the same weights, so after a few steps
+# their weights must still agree (to rounding: the fused GELU's arithmetic is ordered
+# differently from module 05's rule).
+
+# %%
+plain_model = GPT(65, 128, 2, 4, 32, bias=False, seed=0)
+fused_source = GPT(65, 128, 2, 4, 32, bias=False, seed=0)
+fused_model = fuse(fused_source)
+plain_opt = AdamW(weight_decay_groups(plain_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+fused_opt = FusedAdamW(weight_decay_groups(fused_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+xb, yb = np.random.default_rng(10).integers(0, 65, (2, 8, 32))
+
+
+def make_step(model, optimizer):
+    def step():
+        _, loss = model(xb, targets=yb)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+plain_step, fused_step_fn = make_step(plain_model, plain_opt), make_step(fused_model, fused_opt)
+plain_samples, fused_samples = [], []
+for _ in range(6):  # interleaved: the same load on both
+    plain_samples.append(measure_latency(plain_step, warmup=0, repeats=1).median_s)
+    fused_samples.append(measure_latency(fused_step_fn, warmup=0, repeats=1).median_s)
+plain_ms, fused_ms = np.median(plain_samples) * 1e3, np.median(fused_samples) * 1e3
+print(f"plain step {plain_ms:.1f} ms, fused step {fused_ms:.1f} ms, fused/plain {fused_ms / plain_ms:.2f}")
+drift = max(np.abs(p.data - q.data).max() for p, q in zip(plain_model.parameters(), fused_source.parameters()))
+print(f"largest weight difference after {len(plain_samples)} steps each: {drift:.2e}")
+
+# %% [markdown]
+# ## Summary
+#
+# * Measure first: module 14's profile names the ops; the matrix products are BLAS in both
+#   libraries, so the gains are in what surrounds them.
+# * A fused op records once and saves what its backward needs: `bias_gelu` saves `u` and
+#   `tanh(·)`, so its backward computes no `tanh`. It is checked three ways: central
+#   differences, the composed version, and (in the tests) PyTorch.
+# * `fuse(model)` is a deep copy of the module tree that shares the weight tensors; module
+#   13's classes are unchanged.
+# * `FusedAdamW` keeps every parameter as a view into one flat buffer and updates each group
+#   with a handful of array calls: bit-for-bit `AdamW`, because every element sees the same
+#   operations in the same order.
+# * Python loops cost per iteration, whatever the work: a convolution looped over positions,
+#   or a product of small tiles, is bound by calls, far below the roofline. Hand each call
+#   enough work.
+#
+# ## Exercises
+#
+# 1. **LayerNorm's backward.** Module 13's `layer_norm` already saves `xhat` and `rstd`. Profile
+#    its forward and backward at the milestone's shape and count the array passes each makes.
+#    Which one could a compiled kernel merge?
+# 2. **Fuse the residual add.** Write `bias_gelu`'s sibling `bias_dropout_add(x, bias,
+#    residual, p)` as one op with its rule; check it with `gradcheck`. Does it help at E = 128?
+# 3. **One flat gradient.** `FusedAdamW` copies every gradient into `grad_flat`. How long does
+#    that copy take compared with the update? What would the engine have to do to write the
+#    gradients straight into the flat buffer?
+# 4. **Tiles in C.** On the roofline of section 6, at what tile size does a tile's intensity
+#    reach this machine's ridge point (peak FLOP/s ÷ peak bytes/s)?
+#
+# ## Questions (answer them by running your code)
+#
+# 1. In section 2, how much of `gelu`'s backward time does the saved `tanh` remove? Does the
+#    forward get slower or faster?
+# 2. What fraction of the small GPT's step is the optimizer? How much of it does
+#    `FusedAdamW` remove?
+# 3. Change `_group_update` to compute `denom = xp.sqrt(v / (1 - β2^t)) + eps`, which is the
+#    same formula. Do the weights still match `AdamW` bit for bit? Why not?
+# 4. For which tile size is `blocked_matmul` closest to BLAS on your machine, and why is even
+#    that one slower?

@@ -458,6 +458,8 @@ def _judge_generation(everyone, sessions, results, task: Task, benchmarking, say
     """All entries' generation requests interleaved by module 19's `measure`, timed in this process."""
     prompt = task.val_tokens[:task.prompt_tokens].astype(np.int64)
     live = [e for e in everyone if not sessions[id(e)].error]
+    if not live:
+        return
     last: dict[int, np.ndarray | None] = {}
 
     def request(entry):
@@ -541,6 +543,11 @@ def write_leaderboard(board: Leaderboard, out: Path) -> list[Path]:
         if not rows:
             continue
         path = out / ("pareto.png" if index == 0 else f"pareto-{event}.png")
-        benchmarking.plot_pareto(rows, "val_loss", "cost", path)
+        label = {"smallest": "checkpoint bytes", "generation": "seconds per token", "speedrun": "seconds"}[event]
+        figure = benchmarking.plot_pareto([{**r, label: r["cost"]} for r in rows], "val_loss", label, path,
+                                          title=f"{event}: validation loss against {label} (qualified entries)")
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
         written.append(path)
     return written

@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
     package = os.path.dirname(os.path.realpath(tinytorch.__file__))
     allowed = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                                      *sysconfig.get_paths().values())} | {package})
+    runner = os.path.realpath(__file__)  # a traceback through this file reads its source
     violations: list[str] = []
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(socket_path)
@@ -85,7 +86,7 @@ def main(argv: list[str]) -> int:
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return  # an open of a file descriptor number: the file was opened (and checked) before
         path = os.fsdecode(args[0])
-        if path.startswith(("/dev/", "/proc/self/", "/sys/devices/system/cpu")) or path == os.path.dirname(work):
+        if path.startswith(("/dev/", "/proc/self/", "/sys/devices/system/cpu")) or path in (runner, os.path.dirname(work)):
             return
         mode_text = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
@@ -116,7 +117,10 @@ def main(argv: list[str]) -> int:
         return fail(f"{type(err).__name__}: {err}")
     send(conn, {"ready": True, "violations": violations})
     while True:
-        header, payload = receive(conn)
+        try:
+            header, payload = receive(conn)
+        except (ConnectionError, ValueError):
+            return 4  # the judge hung up (it has what it needs, or it refused an answer)
         op = header.get("op")
         try:
             if op == "bye":

@@ -523,7 +523,12 @@ def write_leaderboard(board: Leaderboard, out: Path) -> list[Path]:
     env = ", ".join(f"{k} {v}" for k, v in board.environment.items() if isinstance(v, (str, int, float)))
     parts = ["# TinyTorch Olympics: leaderboard", "",
              "Every number below was measured by `tito olympics judge` on this machine; none was read from a submission.",
-             f"Environment: {env}", ""]
+             f"Judge's environment: {env}.",
+             f"Each entry ran in tito's sandbox on 1 BLAS thread (the speedrun on {board.task.speedrun_threads}); "
+             f"quality: mean cross-entropy over {board.task.eval_windows} held-out windows of {board.task.context} "
+             f"tokens (seed {board.task.seed}); generation: {board.task.new_tokens} greedy tokens after a "
+             f"{board.task.prompt_tokens}-token prompt, batch 1, {board.task.generation_repeats} interleaved repeats "
+             "(median and 95% bootstrap interval; overlapping intervals share a rank).", ""]
     for event in board.events:
         parts.append(leaderboard_markdown(EVENTS[event], board.boards[event], board.baseline_loss))
         if event == "speedrun" and math.isfinite(board.speedrun_baseline_s):

@@ -18,13 +18,23 @@ def tiny_gpt(seed: int = 1) -> GPT:
     return GPT(VOCAB, WIDTH, LAYERS, HEADS, CONTEXT, seed=seed)
 
 
+def tiny_text(length: int, seed: int) -> str:
+    """Text over VOCAB letters that a model can learn: mostly the next letter of the alphabet, sometimes a random one."""
+    rng = np.random.default_rng(seed)
+    steps = np.where(rng.random(length) < 0.8, 1, rng.integers(0, VOCAB, length))
+    return "".join(chr(ord("a") + int(i)) for i in np.cumsum(steps) % VOCAB)
+
+
 def tiny_task(**overrides):
-    from tito.olympics import Task
+    from tinytorch.text.tokenization import CharTokenizer
+    from tito.olympics import Task, speedrun_files
     from tito.sandbox import Limits
 
-    rng = np.random.default_rng(7)
-    settings = dict(val_tokens=rng.integers(0, VOCAB, 4000), context=CONTEXT, vocab_size=VOCAB, eval_windows=16,
+    tokenizer = CharTokenizer.from_text("".join(chr(ord("a") + i) for i in range(VOCAB)))
+    val = np.array(tokenizer.encode(tiny_text(4000, seed=7)), dtype=np.int64)
+    settings = dict(val_tokens=val, context=CONTEXT, vocab_size=VOCAB, eval_windows=16,
                     eval_batch=8, new_tokens=24, generation_repeats=3, prompt_tokens=4,
+                    train_files=speedrun_files(tiny_text(20000, seed=8), tokenizer),
                     limits=Limits(wall_s=120, cpu_s=120))
     settings.update(overrides)
     return Task(**settings)

@@ -60,7 +60,6 @@ from .sandbox import GiB, Limits, SandboxResult, SandboxUser, SandboxUsers, prep
 
 MAX_CODE_BYTES = 256 * 1024  # everything in a submission besides its checkpoint
 _SOCKET = "judge.sock"
-_TRAIN_TEXT = "olympics_train.txt"  # the speedrun's training text, put beside the submission's files
 
 
 class SubmissionError(CourseError):
@@ -85,7 +84,7 @@ class Task:
     val_tokens: np.ndarray  # held-out ids (1-D)
     context: int
     vocab_size: int
-    train_text: str = ""  # given to speedrun entries as olympics_train.txt
+    train_files: dict = field(default_factory=dict)  # name -> text, put in a speedrun entry's work folder
     eval_windows: int = 64
     eval_batch: int = 16  # windows per logits request
     seed: int = 0
@@ -190,7 +189,8 @@ class Session:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)  # content only: no links, no modes from the submission
         if mode == "speedrun":
-            (self.work / _TRAIN_TEXT).write_text(task.train_text, encoding="utf-8")
+            for name, text in task.train_files.items():
+                (self.work / name).write_text(text, encoding="utf-8")
         if user is not None:
             for path in self.work.rglob("*"):
                 os.chown(path, user.uid, user.gid)
@@ -328,7 +328,17 @@ def shakespeare_task(root: Path, **overrides) -> Task:
     tokenizer = CharTokenizer.from_text(text)
     ids = np.array(tokenizer.encode(text), dtype=np.int64)
     split = int(0.9 * len(ids))
-    return Task(val_tokens=ids[split:], context=64, vocab_size=tokenizer.vocab_size, train_text=text[:split], **overrides)
+    return Task(val_tokens=ids[split:], context=64, vocab_size=tokenizer.vocab_size,
+                train_files=speedrun_files(text[:split], tokenizer), **overrides)
+
+
+def speedrun_files(train_text: str, tokenizer) -> dict:
+    """The files a speedrun entry finds in its folder (module 20's speedrun_data reads them)."""
+    import json
+
+    from tinytorch.perf.olympics import SPEEDRUN_TEXT, SPEEDRUN_TOKENIZER
+
+    return {SPEEDRUN_TEXT: train_text, SPEEDRUN_TOKENIZER: json.dumps({"type": "char", "chars": tokenizer.chars})}
 
 
 def _quality(session: Session, task: Task) -> float:

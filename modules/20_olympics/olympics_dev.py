@@ -92,14 +92,16 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+import time
 from typing import Any
 
 import numpy as np
 
 # %%
-import time
-
+#| export
 from tinytorch.core.tensor import Tensor
+
+# %%
 from tinytorch.core.autograd import no_grad
 from tinytorch.models.transformer import GPT
 
@@ -567,3 +569,58 @@ def leaderboard_rows_csv(event: Event, rows: list[Row]) -> list[dict]:
 
 CSV_FIELDS = ["event", "rank", "entry", "metric", "unit", "score", "low", "high", "val_loss", "qualified",
               "reason", "digest"]
+
+# %% [markdown]
+# ## The speedrun's given pieces
+#
+# A speedrun entry trains from scratch inside the sandbox, so the judge puts the training text
+# and its tokenizer into the entry's work folder (`olympics_train.txt`, and module 10's
+# `CharTokenizer` file `olympics_tokenizer.json`: the ids the judge evaluates with). Given code:
+# `speedrun_data()` reads them; `train_recipe` is nanoGPT's small CPU recipe (the shakespeare
+# milestone's), stopped early when the time budget runs out, with the optimizer class as a
+# parameter so that module 18's `FusedAdamW` can stand in for `AdamW`. The judge times the whole
+# `train(time_budget_s)` call from outside and computes the loss of the model it returns itself.
+
+# %%
+#| export
+SPEEDRUN_TEXT, SPEEDRUN_TOKENIZER = "olympics_train.txt", "olympics_tokenizer.json"
+
+
+def speedrun_data(folder: Any = ".") -> tuple[np.ndarray, Any]:
+    """(training ids as int64, module 10's CharTokenizer) from the files the judge put in `folder`."""
+    from tinytorch.text.tokenization import CharTokenizer
+
+    folder = Path(folder)
+    tokenizer = CharTokenizer.load(folder / SPEEDRUN_TOKENIZER)
+    text = (folder / SPEEDRUN_TEXT).read_text(encoding="utf-8")
+    return np.array(tokenizer.encode(text), dtype=np.int64), tokenizer
+
+
+def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters: int = 2000, batch: int = 12,
+                 lr: float = 1e-3, min_lr: float = 1e-4, warmup: int = 100, weight_decay: float = 0.1,
+                 betas: tuple = (0.9, 0.99), clip: float = 1.0, seed: int = 1337, optimizer_class: Any = None) -> Any:
+    """Train `model` (a GPT) by nanoGPT's small CPU recipe for `iters` steps of `batch` random windows of
+    its context, or until `time_budget_s` seconds have passed (then it stops, a little early). AdamW (or
+    `optimizer_class`, same arguments) with weight decay on the matrices only, `warmup` linear steps, a
+    cosine decay to `min_lr`, gradients clipped to `clip`. Returns the model (in eval mode)."""
+    from tinytorch.core.optimizers import AdamW, weight_decay_groups
+    from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
+
+    start = time.perf_counter()
+    optimizer = (optimizer_class or AdamW)(weight_decay_groups(model, weight_decay), lr=lr, betas=betas)
+    scheduler = CosineWarmupLR(optimizer, warmup_steps=warmup, total_steps=iters, min_lr=min_lr)
+    batches = np.random.default_rng(seed)
+    context = model.max_seq_len
+    model.train()
+    for _ in range(iters):
+        starts = batches.integers(0, len(train_ids) - context, batch)
+        windows = train_ids[starts[:, None] + np.arange(context + 1)]
+        _, loss = model(Tensor(windows[:, :-1]), targets=Tensor(windows[:, 1:]))
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm(model.parameters(), clip)
+        optimizer.step()
+        scheduler.step()
+        if time.perf_counter() - start > 0.95 * time_budget_s:
+            break
+    return model.eval()

@@ -4,6 +4,7 @@ Every cheat here is a few lines of submission.py; the judge must catch each one 
 and never take a number a submission reports.
 """
 import json
+import textwrap
 import shutil
 
 import numpy as np
@@ -133,3 +134,34 @@ def test_bad_input_says_what_to_do(tmp_path):
         read_submission(tmp_path)
     with pytest.raises(CourseError, match="Unknown event fastest.*smallest, generation, speedrun"):
         judge([], tiny_task(), ["fastest"], baseline_loss=1.0)
+
+
+def test_speedrun_times_train_and_judges_the_loss_itself(tmp_path):
+    train_body = '''
+        from tinytorch.perf.olympics import speedrun_data, train_recipe
+
+        def train(time_budget_s):
+            ids, _ = speedrun_data()
+            return train_recipe(GPT(16, 16, 1, 2, 16, seed=0), ids, time_budget_s, iters=ITERS, batch=8, warmup=2, lr=3e-2)
+    '''
+    base = write_entry(tmp_path / "recipe", body="ITERS = 40\n" + textwrap.dedent(train_body))
+    short = write_entry(tmp_path / "short", body="ITERS = 3\n" + textwrap.dedent(train_body))
+    slow = write_entry(tmp_path / "slow", body='''
+        import time
+
+        def train(time_budget_s):
+            time.sleep(time_budget_s + 0.5)
+            return build_model()
+    ''')
+    entries = [read_submission(p, need_train=True) for p in (base, short, slow)]
+    board = judge(entries, tiny_task(speedrun_target=2.0, speedrun_budget_s=3.0), ["speedrun"], baseline=entries[0])
+    rows = _by_name(board, "speedrun")
+    assert rows["recipe"].qualified and rows["recipe"].rank == 1, \
+        f"40 steps on the alphabet text reach loss 2.0 (ln 16 = 2.77 untrained): got {rows['recipe'].reason!r}"
+    assert 0 < rows["recipe"].score < 3 and rows["recipe"].extra["ratio_to_baseline"] == 1.0, \
+        f"the time is the judge's wall clock around train(), got {rows['recipe'].score}"
+    assert rows["recipe"].extra["val_loss"] <= 2.0, f"the judge's own loss, got {rows['recipe'].extra['val_loss']}"
+    assert not rows["short"].qualified and "did not reach the target 2.0" in rows["short"].reason, \
+        f"2 steps cannot reach the target: expected the reason, got {rows['short'].reason!r}"
+    assert not rows["slow"].qualified and "past its budget" in rows["slow"].reason, \
+        f"train() past its budget is disqualified, got {rows['slow'].reason!r}"

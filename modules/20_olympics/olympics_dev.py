@@ -397,10 +397,10 @@ def access_violation(path: Any, work: Any, checkpoint: Any, allowed: Any = (), w
       "reads outside its folder: <path>" for a path outside `work` and outside every `allowed` folder;
       "" otherwise.
     """
-    real = os.path.realpath(os.fspath(path))
     work = os.path.realpath(os.fspath(work))
     checkpoint = os.path.realpath(os.fspath(checkpoint))
     ### BEGIN SOLUTION
+    real = os.path.realpath(os.fspath(path))
     if _inside(real, work):
         if real.lower().endswith(WEIGHT_SUFFIXES) and real != checkpoint:
             return f"loads weights other than its declared checkpoint: {real}"
@@ -624,3 +624,147 @@ def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters:
         if time.perf_counter() - start > 0.95 * time_budget_s:
             break
     return model.eval()
+
+# %% [markdown]
+# ## 7. The judge at work
+#
+# Everything above is what `tito olympics judge` calls. Here it judges three tiny entries,
+# written as real submission folders in a scratch folder: an honest one (the baseline), one
+# that also *claims* a checkpoint of 1 byte and a billion tokens per second (it prints them and
+# writes them to `results.json`), and one whose `build_model()` quietly reads a second weights
+# file from its folder. **Predict, then run:** which numbers does the leaderboard show for the
+# boastful entry, and what happens to the third?
+
+# %%
+import tempfile
+import textwrap
+
+from tinytorch.core.training import save_checkpoint
+
+
+def write_tiny_entry(folder: Path, body: str = "", seed: int = 1) -> Path:
+    """A submission folder: submission.py (a 16-token, width-16 GPT) and its module-07 checkpoint."""
+    folder.mkdir(parents=True)
+    (folder / "submission.py").write_text(textwrap.dedent('''
+        from tinytorch.models.transformer import GPT
+        CHECKPOINT = "model.npz"
+
+        def build_model():
+            return GPT(16, 16, 1, 2, 16, seed=0)
+    ''') + textwrap.dedent(body), encoding="utf-8")
+    save_checkpoint(folder / "model.npz", GPT(16, 16, 1, 2, 16, seed=seed))
+    return folder
+
+
+from tito.olympics import Task, judge, read_submission  # the course's CLI: the judge itself
+from tito.sandbox import Limits
+
+_scratch = Path(tempfile.mkdtemp(prefix="olympics-lesson-"))
+_folders = [write_tiny_entry(_scratch / "honest"),
+            write_tiny_entry(_scratch / "boastful", seed=2, body='''
+                print("checkpoint_bytes = 1, tokens_per_s = 1e9")
+                open("results.json", "w").write('{"checkpoint_bytes": 1, "tokens_per_s": 1e9}')
+            '''),
+            write_tiny_entry(_scratch / "swapper", body='''
+                from tinytorch.core.training import load_checkpoint
+                _plain = build_model
+                def build_model():
+                    model = _plain()
+                    load_checkpoint("better.npz", model)
+                    return model
+            ''')]
+save_checkpoint(_folders[2] / "better.npz", GPT(16, 16, 1, 2, 16, seed=3))
+_entries = [read_submission(f) for f in _folders]
+_task = Task(val_tokens=np.random.default_rng(7).integers(0, 16, 3000), context=16, vocab_size=16,
+             eval_windows=16, new_tokens=32, generation_repeats=5, prompt_tokens=4, limits=Limits(wall_s=60, cpu_s=60))
+_tick = time.perf_counter()
+_board = judge(_entries, _task, ["smallest", "generation"], baseline=_entries[0])
+print(f"judged {len(_entries)} entries in {time.perf_counter() - _tick:.1f} s, each in the sandbox")
+for _event in ("smallest", "generation"):
+    print(leaderboard_markdown(EVENTS[_event], _board.boards[_event], _board.baseline_loss))
+
+# %% [markdown]
+# The boastful entry is ranked on what the judge measured: its checkpoint's bytes from the
+# copy the judge made, its speed from the judge's clock, its loss from its logits; its claims
+# never reach the leaderboard. The swapper is disqualified with the file it opened. Random
+# tokens give a loss near `ln 16`, so the honest entries pass a bar set by the honest baseline.
+# The honest and the boastful entry are the same architecture: in the generation event they
+# should share a rank. If they do not, something else was running on the machine while they
+# were timed (a few milliseconds per request is easily disturbed): run the cell again, and see
+# why the reference leaderboard uses more repeats.
+#
+# ## Your own entry
+#
+# An entry is a folder you can write now, with everything modules 14–19 gave you:
+#
+# ```python
+# # my_entry/submission.py
+# from tinytorch.models.transformer import GPT
+# from tinytorch.perf.quantization import quantize_model
+#
+# CHECKPOINT = "model.npz"          # the only weights the judge lets you load
+#
+# def build_model():                # the shapes only: the judge loads CHECKPOINT into it
+#     return quantize_model(GPT(65, 128, 4, 4, 64, bias=False), mode="weight_only", bits=8)
+#
+# def train(time_budget_s):         # the speedrun only: from scratch, the judge's text in your folder
+#     ...
+# ```
+#
+# Make the checkpoint with module 07's `save_checkpoint(folder / "model.npz", model)` from the
+# shakespeare milestone's model, then `tito olympics judge milestones/olympics_entries/fp32-built
+# my_entry` — the first folder is the baseline that sets the bar (`--baseline DIR` picks another).
+# `tito milestone run olympics` builds and judges the reference entries (fp32, int8, int4,
+# pruned, distilled, fused, checkpointed) three times and writes their leaderboard.
+#
+# ## What the guards do and do not stop
+#
+# | cheat | caught by |
+# |---|---|
+# | a number printed or written to a file | nothing to catch: the judge never reads one |
+# | a loss made up in the runner's process | the judge computes the loss from logits on windows it chose |
+# | fast "generation" of tokens never computed | the judge's clock, the token count, the greedy check on the first context window |
+# | another entry's weights (`../fp32/model.npz`) | the copy: the scratch folder holds this entry only; the hook for an absolute path |
+# | weights hidden in the folder besides CHECKPOINT | the hook (weights suffixes); more than 256 KiB besides the checkpoint is refused |
+# | files elsewhere on the machine | the hook; where the judge runs as root, a user of its own that cannot read root's files |
+#
+# Not stopped: C code that reads a world-readable file without Python's `open` (through
+# `ctypes`), or code that disables the hook's reporting inside its own process — the
+# numbers the judge ranks would still be its own measurements, but a model could have been
+# built from data the rules forbid. An instructor who needs more runs the judge as root (a
+# user of its own per entry, and mount and network namespaces where the machine allows them).
+#
+# ## Summary
+#
+# * A judge that shares nothing with the judged code but bytes over a socket can compute every
+#   number itself: logits in, loss out; requests timed from its own side.
+# * Held-out windows drawn from a seeded generator make every run and every entry comparable.
+# * Stable log-sum-exp in float64 gives the true loss of any finite logits.
+# * The bar is "at most baseline + margin"; a verdict is a reason in words.
+# * Overlapping intervals share a rank: the ranking reproduces because it claims no more
+#   than the measurements show.
+#
+# ## Exercises
+#
+# 1. **Predict the reference leaderboard.** Before running `tito milestone run olympics`, write
+#    down the order you expect in each event. Which technique gains most in bytes? Which one
+#    loses speed, and why (module 15, section 10)?
+# 2. **A sharper bar.** Change `QUALITY_MARGIN` to 0.01 and judge the reference entries again.
+#    Which ones drop out? What margin keeps int4?
+# 3. **More repeats.** Judge the generation event with `generation_repeats` 3 and 15. How do
+#    the intervals change, and do any shared ranks split?
+# 4. **Your entry.** Combine two techniques (say, structured pruning and int8) into one entry.
+#    Does it beat both on bytes while staying under the bar?
+# 5. **Break the judge.** Write an entry that gets a number past the judge. If you succeed,
+#    write the test that catches it.
+#
+# ## Questions (answer them by running your code)
+#
+# 1. An untrained GPT's loss is close to `ln V`. Why, and what does the small difference tell you?
+# 2. Feed `loss_from_logits` logits of 100 and 0 in float32 without the max shift. What does
+#    NumPy return, and why?
+# 3. How many held-out windows does the judge need before two runs of the same entry with
+#    different seeds agree to within 0.01 in loss? Measure it.
+# 4. Why does the greedy check only look at the first context window of the generated text?
+# 5. The pruned entry in the reference leaderboard is faster, and the fused one is not. Use
+#    module 14's profiler to say where each one's time goes.

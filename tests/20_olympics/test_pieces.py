@@ -27,7 +27,11 @@ def test_windows_are_the_same_every_call():
 
 def test_windows_reach_the_last_token_but_never_past_it():
     tokens = np.arange(12)
-    x, y = heldout_windows(tokens, 11, 5)
+    try:
+        x, y = heldout_windows(tokens, 11, 5)
+    except IndexError as err:
+        pytest.fail(f"a window ran past the end ({err}): starts go up to len - context - 1 "
+                    "(integers(0, len(tokens) - context): the high end is excluded)")
     assert np.array_equal(y, np.tile(np.arange(1, 12), (5, 1))), \
         "12 tokens hold one window of 11 (+1 target): every start is 0 (starts run up to len - context - 1)"
     with pytest.raises(ValueError, match="no window"):
@@ -81,11 +85,6 @@ def test_loss_refuses_bad_input():
 
 
 # ---- quality_verdict -----------------------------------------------------------------------------------------------
-def test_quality_bar_at_the_bar_passes():
-    assert quality_verdict(1.75, 1.5, 0.25) == "", "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
-    assert quality_verdict(1.5, 1.5) == "", "the baseline's own loss passes"
-
-
 def test_quality_bar_adds_the_margin():
     assert quality_verdict(1.625, 1.5, 0.25) == "", \
         "1.625 is under the bar 1.5 + 0.25: the bar is baseline + margin (the margin added, not subtracted)"
@@ -93,6 +92,11 @@ def test_quality_bar_adds_the_margin():
     assert reason.startswith("validation loss 1.8750 is above the quality bar 1.7500") and "by 0.1250" in reason, \
         f"1.875 is above the bar 1.75: expected the reason with the loss, the bar and the miss, got {reason!r}"
     assert quality_verdict(float("nan"), 1.5) != "", "a nan loss is never under the bar"
+
+
+def test_quality_bar_at_the_bar_passes():
+    assert quality_verdict(1.75, 1.5, 0.25) == "", "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
+    assert quality_verdict(1.5, 1.5) == "", "the baseline's own loss passes"
 
 
 # ---- greedy_consistent ---------------------------------------------------------------------------------------------

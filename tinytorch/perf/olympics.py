@@ -115,7 +115,7 @@ def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarra
     slack = atol + 1e-6 * np.abs(logits).max(axis=1)
     return mine >= best - slack
 
-# %% ../../modules/20_olympics/olympics_dev.py #54f5e2a4
+# %% ../../modules/20_olympics/olympics_dev.py #6b6e044a
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -133,9 +133,9 @@ def access_violation(path: Any, work: Any, checkpoint: Any, allowed: Any = (), w
       "reads outside its folder: <path>" for a path outside `work` and outside every `allowed` folder;
       "" otherwise.
     """
-    real = os.path.realpath(os.fspath(path))
     work = os.path.realpath(os.fspath(work))
     checkpoint = os.path.realpath(os.fspath(checkpoint))
+    real = os.path.realpath(os.fspath(path))
     if _inside(real, work):
         if real.lower().endswith(WEIGHT_SUFFIXES) and real != checkpoint:
             return f"loads weights other than its declared checkpoint: {real}"

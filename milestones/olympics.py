@@ -21,7 +21,10 @@ reproducible; with --fast the generation ranks are printed, not judged: 3 repeat
 machine). Speeds closer than 5% share a rank, as do speeds whose 95% intervals overlap. The speedrun (training to loss 1.95 from scratch, minutes per entry) is not part of
 this milestone: `tito olympics judge --event speedrun` runs it on entries that define train().
 
-    python milestones/olympics.py [--fast] [--runs N] [--checkpoint PATH] [--out DIR]
+    python milestones/olympics.py [--fast] [--runs N] [--checkpoint PATH] [--out DIR] [--write-results]
+
+--write-results puts the first run's leaderboard and every run's ranks into benchmarks/RESULTS.md
+(section "The Olympics (module 20)"); take it under the shared lock, on a quiet machine.
 """
 from __future__ import annotations
 
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the shakespeare milestone's trained model (default {quantize.DEFAULT_CHECKPOINT})")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-olympics",
                         help="folder for the entries and the leaderboard")
+    parser.add_argument("--write-results", action="store_true",
+                        help="write the leaderboard and every run's ranks to benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     check_output_folder(parser, args.out)
     console = Console(highlight=False, soft_wrap=True)
@@ -132,7 +137,37 @@ def main(argv: list[str] | None = None) -> int:
               # --fast: 3 repeats on a machine busy with the test suite; the ranking of speeds is printed only
               Check(f"generation: entries whose rank differs between {runs} runs", float(differ["generation"]),
                     "at most", 0.0, ".0f", judged=not args.fast)]
-    return verdict_checks(console, checks, start)
+    status = verdict_checks(console, checks, start)
+    if args.write_results:
+        console.print(f"wrote {write_results(boards, path, iters, args.fast)}")
+    return status
+
+
+def write_results(boards: list, checkpoint: Path, iters: int, fast: bool) -> Path:
+    """The section "The Olympics (module 20)" of benchmarks/RESULTS.md: the first run's leaderboard
+    (what write_leaderboard wrote) and each entry's rank in every run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from _common import write_section  # benchmarks/_common.py: one section of RESULTS.md, the rest kept
+
+    from tinytorch.perf.olympics import EVENTS as EVENT_SPECS, leaderboard_markdown
+
+    first = boards[0]
+    lines = ["## The Olympics (module 20)", "",
+             f"`python milestones/olympics.py{' --fast' if fast else ''} --write-results`: the reference entries built "
+             f"from the shakespeare milestone's GPT ({checkpoint.name}, {iters} iterations), judged by "
+             f"`tito olympics judge` {len(boards)} times; every number measured by the judge. "
+             f"Judge's environment: {', '.join(f'{k} {v}' for k, v in first.environment.items())}.", ""]
+    for event in EVENTS:
+        lines.append(leaderboard_markdown(EVENT_SPECS[event], first.boards[event], first.baseline_loss)
+                     .replace("### ", "### run 1, ", 1))
+    lines += [f"### The ranks in each of the {len(boards)} runs", "",
+              "| event | entry | " + " | ".join(f"run {i + 1}" for i in range(len(boards))) + " |",
+              "|---|---|" + "---|" * len(boards)]
+    for event in EVENTS:
+        for row in first.boards[event]:
+            ranks = [{r.name: r.rank for r in b.boards[event]}[row.name] for b in boards]
+            lines.append(f"| {event} | {row.name} | " + " | ".join("—" if r is None else str(r) for r in ranks) + " |")
+    return write_section("## The Olympics (module 20)", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

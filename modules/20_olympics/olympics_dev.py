@@ -279,7 +279,10 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_M
     """"" when `loss` <= baseline_loss + margin (at the bar passes); otherwise the reason, which says
     the loss, the bar and by how much it was missed, e.g.
     "validation loss 1.9731 is above the quality bar 1.9500 (baseline 1.9000 + 0.05) by 0.0231".
-    A loss that is not finite is always above the bar."""
+    A loss that is not finite is always above the bar.
+
+    Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
+    line after it writes the reason from `bar`."""
     ### BEGIN SOLUTION
     bar = baseline_loss + margin
     if math.isfinite(loss) and loss <= bar:
@@ -379,6 +382,8 @@ test_unit_greedy_consistent()
 # %%
 #| export
 def _inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` itself or lies inside it; both are already resolved (os.path.realpath).
+    Inside means: equal, or starts with the folder plus os.sep (so /tmp/work-evil is not inside /tmp/work)."""
     ### BEGIN SOLUTION
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
     ### END SOLUTION
@@ -489,6 +494,9 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else opens a new group
     whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
     modified in place and returned in a new list.
+
+    Your code builds `qualified`: the qualified rows in leaderboard order, each with its rank set;
+    the given lines after it append the disqualified rows (rank None).
     """
     ### BEGIN SOLUTION
     sign = -1.0 if higher_is_better else 1.0

@@ -86,12 +86,15 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
     picked = np.take_along_axis(z, targets[..., None].astype(np.int64), axis=-1)[..., 0]
     return float((log_norm - picked).mean())
 
-# %% ../../modules/20_olympics/olympics_dev.py #94a12686
+# %% ../../modules/20_olympics/olympics_dev.py #6094692c
 def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_MARGIN) -> str:
     """"" when `loss` <= baseline_loss + margin (at the bar passes); otherwise the reason, which says
     the loss, the bar and by how much it was missed, e.g.
     "validation loss 1.9731 is above the quality bar 1.9500 (baseline 1.9000 + 0.05) by 0.0231".
-    A loss that is not finite is always above the bar."""
+    A loss that is not finite is always above the bar.
+
+    Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
+    line after it writes the reason from `bar`."""
     bar = baseline_loss + margin
     if math.isfinite(loss) and loss <= bar:
         return ""
@@ -115,8 +118,10 @@ def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarra
     slack = atol + 1e-6 * np.abs(logits).max(axis=1)
     return mine >= best - slack
 
-# %% ../../modules/20_olympics/olympics_dev.py #6b6e044a
+# %% ../../modules/20_olympics/olympics_dev.py #e2f6a324
 def _inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` itself or lies inside it; both are already resolved (os.path.realpath).
+    Inside means: equal, or starts with the folder plus os.sep (so /tmp/work-evil is not inside /tmp/work)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
@@ -146,7 +151,7 @@ def access_violation(path: Any, work: Any, checkpoint: Any, allowed: Any = (), w
         return ""
     return f"reads outside its folder: {real}"
 
-# %% ../../modules/20_olympics/olympics_dev.py #cfcaade8
+# %% ../../modules/20_olympics/olympics_dev.py #4e23297f
 @dataclass
 class Row:
     """One entry in one event. `score` is the median (or the exact value); [low, high] its interval
@@ -175,6 +180,9 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else opens a new group
     whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
     modified in place and returned in a new list.
+
+    Your code builds `qualified`: the qualified rows in leaderboard order, each with its rank set;
+    the given lines after it append the disqualified rows (rank None).
     """
     sign = -1.0 if higher_is_better else 1.0
     qualified = sorted((r for r in rows if r.qualified), key=lambda r: (sign * r.score, r.key))

@@ -322,15 +322,17 @@ class Session:
 
 def shakespeare_task(root: Path, **overrides) -> Task:
     """The Shakespeare GPT's task: module 10's CharTokenizer on datasets/tinyshakespeare.txt, split
-    90/10 (the shakespeare milestone's split), context 64 (its recipe)."""
+    90/10 (the shakespeare milestone's split), context 64 (its recipe), 256 held-out windows."""
     from tinytorch.text.tokenization import CharTokenizer
 
     text = (Path(root) / "datasets" / "tinyshakespeare.txt").read_text(encoding="utf-8")
     tokenizer = CharTokenizer.from_text(text)
     ids = np.array(tokenizer.encode(text), dtype=np.int64)
     split = int(0.9 * len(ids))
+    settings = dict(eval_windows=256)  # 256 x 64 = 16,384 held-out characters, the same for every entry
+    settings.update(overrides)
     return Task(val_tokens=ids[split:], context=64, vocab_size=tokenizer.vocab_size,
-                train_files=speedrun_files(text[:split], tokenizer), **overrides)
+                train_files=speedrun_files(text[:split], tokenizer), **settings)
 
 
 def speedrun_files(train_text: str, tokenizer) -> dict:

@@ -43,7 +43,9 @@ import hashlib
 import math
 import os
 import shutil
+import signal
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -91,6 +93,7 @@ class Task:
     prompt_tokens: int = 8  # the generation prompt: the first ids of the held-out text
     new_tokens: int = 256
     generation_repeats: int = 7
+    answer_timeout_s: float = 300.0  # building the model, or answering one request (train: the budget + this)
     speed_resolution: float = 0.05  # speeds closer than this (relative) share a rank, whatever the intervals say
     speedrun_target: float = 1.95
     speedrun_budget_s: float = 600.0
@@ -201,7 +204,6 @@ class Session:
         if user is not None:
             os.chown(self.work / _SOCKET, user.uid, user.gid)
         self.listener.listen(1)
-        self.listener.settimeout(task.limits.wall_s)
         self.result: SandboxResult | None = None
         env = {"PYTHONPATH": str(course_root)}
         if mode == "speedrun":
@@ -228,8 +230,11 @@ class Session:
                 if not self.thread.is_alive():
                     self.error = "the runner ended before it connected: " + self._ended()
                     return
-        self.conn.settimeout(self.task.limits.wall_s)
-        header = self._reply()
+        # The runner's pid, from the kernel (SO_PEERCRED): the runner connects before the submission is
+        # imported, so this is the judge's own program, and killing it ends the sandboxed run.
+        ucred = self.conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        self.pid = struct.unpack("3i", ucred)[0]
+        header = self._reply(self.task.answer_timeout_s)
         if header is not None and not header.get("ready"):
             self.error = self.error or f"building the model failed: {header.get('error', 'no reason given')}"
 
@@ -240,9 +245,14 @@ class Session:
             return "(no result)"
         return result.reason or f"exit status {result.returncode}: {result.output.strip()[-800:]}"
 
-    def _reply(self) -> dict | None:
+    def _reply(self, timeout: float) -> dict | None:
+        self.conn.settimeout(timeout)
         try:
             header, payload = receive(self.conn)
+        except socket.timeout:
+            self._stop()
+            self.error = self.error or f"did not answer within {timeout:g} s (stopped)"
+            return None
         except (OSError, ValueError, ConnectionError) as err:
             self.error = self.error or f"the runner stopped answering ({err}): " + self._ended()
             return None
@@ -254,7 +264,14 @@ class Session:
             self.error = self.error or str(header["error"])[:500]
         return header
 
-    def request(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes] | None:
+    def _stop(self) -> None:
+        """Kill the runner (the sandbox then kills whatever it started)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            pass
+
+    def request(self, header: dict, payload: bytes = b"", timeout: float | None = None) -> tuple[dict, bytes] | None:
         """Send one request and wait for its reply; None (and `error` set) when it failed."""
         if self.error or self.conn is None:
             return None
@@ -263,7 +280,7 @@ class Session:
         except OSError as err:
             self.error = f"the runner stopped answering ({err}): " + self._ended()
             return None
-        reply = self._reply()
+        reply = self._reply(timeout or self.task.answer_timeout_s)
         if reply is None or reply.get("error"):
             return None
         return reply, self.payload
@@ -512,7 +529,8 @@ def _judge_speedrun(everyone, results, task: Task, scratch: Path, users, course_
         session = Session(entry, task, scratch / f"speedrun-{index}", user, "speedrun", course_root)
         session.connect()
         start = time.perf_counter()
-        reply = session.request({"op": "train", "budget_s": task.speedrun_budget_s})
+        reply = session.request({"op": "train", "budget_s": task.speedrun_budget_s},
+                                timeout=task.speedrun_budget_s + task.answer_timeout_s)
         seconds = time.perf_counter() - start
         if reply is not None and seconds > task.speedrun_budget_s:
             session.error = f"train() ran {seconds:.1f} s, past its budget of {task.speedrun_budget_s:g} s"

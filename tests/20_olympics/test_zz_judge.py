@@ -5,6 +5,7 @@ and never take a number a submission reports.
 """
 import json
 import textwrap
+import time
 import shutil
 
 import numpy as np
@@ -113,6 +114,23 @@ def test_renaming_an_entry_changes_nothing(tmp_path):
     before = [(r.key, r.rank, r.score, r.extra["val_loss"]) for r in first.boards["smallest"]]
     after = [(r.key, r.rank, r.score, r.extra["val_loss"]) for r in second.boards["smallest"]]
     assert before == after, f"the same folder under another name must be judged identically:\n{before}\n{after}"
+
+
+def test_a_submission_that_hangs_is_stopped_and_disqualified(tmp_path):
+    base = write_entry(tmp_path / "base")
+    stuck = write_entry(tmp_path / "stuck", body='''
+        import time
+
+        def build_model():
+            while True:
+                time.sleep(0.1)
+    ''')
+    tick = time.perf_counter()
+    board = judge([read_submission(base), read_submission(stuck)], tiny_task(answer_timeout_s=2.0), ["smallest"],
+                  baseline_loss=10.0)
+    row = _by_name(board, "smallest")["stuck"]
+    assert not row.qualified and "did not answer within 2 s" in row.reason, f"got {row.reason!r}"
+    assert time.perf_counter() - tick < 30, "the hung runner is killed, not waited for until the wall-clock limit"
 
 
 def test_bad_input_says_what_to_do(tmp_path):

@@ -54,7 +54,7 @@ ENTRIES = Path(__file__).resolve().parent / "olympics_entries"
 EVENTS = ["smallest", "generation"]
 PRUNE_AMOUNT = 0.25  # must equal AMOUNT in olympics_entries/pruned/submission.py
 MIN_INT8_RATIO = 3.5
-FULL = dict(fine_tune=200, student_iters=600, runs=3, repeats=7)
+FULL = dict(fine_tune=200, student_iters=600, runs=3, repeats=15)
 FAST = dict(fine_tune=20, student_iters=30, runs=2, repeats=3)
 
 

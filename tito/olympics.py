@@ -92,7 +92,7 @@ class Task:
     seed: int = 0
     prompt_tokens: int = 8  # the generation prompt: the first ids of the held-out text
     new_tokens: int = 256
-    generation_repeats: int = 7
+    generation_repeats: int = 15
     answer_timeout_s: float = 300.0  # building the model, or answering one request (train: the budget + this)
     speed_resolution: float = 0.05  # speeds closer than this (relative) share a rank, whatever the intervals say
     speedrun_target: float = 1.95

@@ -15,8 +15,10 @@ One entry, in order:
    (`tito.sandbox`): a scratch work folder holding a copy of the submission only (and, for the
    speedrun, the training text), the submission's own user where tito runs as root, limits on
    time, memory and output. The runner installs an audit hook, imports the submission, builds
-   the model and loads the declared checkpoint with module 07's `load_checkpoint`, then
-   answers the judge over a Unix socket in the work folder.
+   the model and loads the declared checkpoint with module 07's `load_checkpoint` from the
+   judge's read-only copy beside the work folder (the submission's code runs before the load
+   and could otherwise replace the file), then answers the judge over a Unix socket in the
+   work folder.
 3. **Measure from outside.** Quality: the runner returns logits for windows of the held-out
    text the judge picked (module 20's `heldout_windows`); the judge computes the loss
    (`loss_from_logits`) and applies the bar (`quality_verdict`). Smallest: the size of the
@@ -198,7 +200,15 @@ class Session:
         if user is not None:
             for path in self.work.rglob("*"):
                 os.chown(path, user.uid, user.gid)
-        self.checkpoint_path = self.work / entry.checkpoint
+        # The weights the runner loads: the judge's own read-only copy beside the work folder, which the
+        # submission's code (running before the load) cannot replace; its size is measured here, now.
+        self.sealed = scratch.parent / f"{scratch.name}-checkpoint"
+        self.sealed.mkdir(mode=0o755)
+        self.checkpoint_path = self.sealed / Path(entry.checkpoint).name
+        if mode == "serve":
+            shutil.copyfile(entry.folder / entry.checkpoint, self.checkpoint_path)
+            self.checkpoint_path.chmod(0o444)
+            self.checkpoint_bytes = self.checkpoint_path.stat().st_size
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.work / _SOCKET))
         if user is not None:
@@ -210,7 +220,7 @@ class Session:
             threads = str(task.speedrun_threads)
             env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         command = [sys.executable, "-m", "tito.olympics_runner", str(self.work), str(self.work / _SOCKET),
-                   entry.checkpoint, mode]
+                   str(self.checkpoint_path), mode, entry.checkpoint]
         self.thread = threading.Thread(target=self._run, args=(command, user, env), daemon=True)
         self.thread.start()
         self.conn: socket.socket | None = None
@@ -427,7 +437,7 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
                 for entry in everyone:
                     session, result = sessions[id(entry)], results[id(entry)]
                     session.connect()
-                    result.checkpoint_bytes = session.checkpoint_path.stat().st_size
+                    result.checkpoint_bytes = session.checkpoint_bytes
                     say(f"quality: {entry.name}")
                     result.val_loss = _quality(session, task)
                 if "generation" in events:

@@ -1,6 +1,10 @@
 """The Olympics' runner: the judge's own program, run in the sandbox beside a copy of one submission.
 
-    python -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE      (MODE: serve | speedrun)
+    python -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+
+CHECKPOINT is the judge's read-only copy of the declared weights (outside WORK), which the runner
+loads; DECLARED the name the submission declared (its copy in WORK may be read too). No other
+weights file may be opened.
 
 It imports NumPy and tinytorch, installs an audit hook (PEP 578) that refuses every `open` the
 access rule of module 20 (`access_violation`) forbids, imports `WORK/submission.py`, builds the
@@ -63,7 +67,7 @@ def receive(conn: socket.socket, max_payload: int = MAX_PAYLOAD) -> tuple[dict, 
 
 
 def main(argv: list[str]) -> int:
-    work, socket_path, checkpoint, mode = argv
+    work, socket_path, checkpoint, mode, declared = argv
     import numpy as np
 
     from tinytorch.core.autograd import no_grad
@@ -73,10 +77,11 @@ def main(argv: list[str]) -> int:
     import tinytorch
 
     work = os.path.realpath(work)
-    checkpoint = os.path.join(work, checkpoint)
+    checkpoint = os.path.realpath(checkpoint)  # the judge's read-only copy, outside the work folder
+    declared = os.path.join(work, declared)  # the submission's own copy, which its code may read too
     package = os.path.dirname(os.path.realpath(tinytorch.__file__))
     allowed = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                                     *sysconfig.get_paths().values())} | {package})
+                                                     *sysconfig.get_paths().values())} | {package, checkpoint})
     runner = os.path.realpath(__file__)  # a traceback through this file reads its source
     violations: list[str] = []
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -91,7 +96,7 @@ def main(argv: list[str]) -> int:
         mode_text = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         writing = any(c in mode_text for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
-        why = access_violation(os.path.join(work, path), work, checkpoint, allowed, writing)
+        why = access_violation(os.path.join(work, path), work, declared, allowed, writing)
         if why:
             if why not in violations:
                 violations.append(why)

@@ -209,3 +209,18 @@ def test_the_reference_techniques_rank_the_same_in_repeated_runs(tmp_path):
         f"fp32 (no dequantization per call) is the fastest in both runs, got ranks {first['fp32']} and {second['fp32']}"
     smallest = [r.name for r in runs[0].boards["smallest"]]
     assert smallest == ["int4", "int8", "fp32"], f"fewer bits, fewer bytes: expected int4, int8, fp32, got {smallest}"
+
+
+def test_replacing_the_checkpoint_before_the_load_changes_nothing(tmp_path):
+    base = write_entry(tmp_path / "base")
+    tiny = write_entry(tmp_path / "shrinker", body='''
+        import numpy as np
+        from tinytorch.core.training import save_checkpoint
+        # at import, before the judge loads CHECKPOINT: overwrite it with other weights
+        save_checkpoint(CHECKPOINT, GPT(16, 16, 1, 2, 16, seed=5))
+    ''')
+    board = judge([read_submission(base), read_submission(tiny)], tiny_task(), ["smallest"], baseline_loss=10.0)
+    rows = _by_name(board, "smallest")
+    assert rows["shrinker"].score == (tiny / "model.npz").stat().st_size, "bytes measured on the judge's copy"
+    assert rows["shrinker"].extra["val_loss"] == rows["base"].extra["val_loss"], \
+        "the model judged is the declared checkpoint as submitted (the same weights as base), not the file rewritten"

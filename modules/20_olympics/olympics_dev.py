@@ -738,6 +738,8 @@ for _event in ("smallest", "generation"):
 # | a loss made up in the runner's process | the judge computes the loss from logits on windows it chose |
 # | fast "generation" of tokens never computed | the judge's clock, the token count, the greedy check on the first context window |
 # | another entry's weights (`../fp32/model.npz`) | the copy: the scratch folder holds this entry only; the hook for an absolute path |
+# | rewriting CHECKPOINT at import, before it is loaded | the runner loads the judge's read-only copy, measured when copied |
+# | a runner that never answers | a time limit per request: the judge kills it and disqualifies it |
 # | weights hidden in the folder besides CHECKPOINT | the hook (weights suffixes); more than 256 KiB besides the checkpoint is refused |
 # | files elsewhere on the machine | the hook; where the judge runs as root, a user of its own that cannot read root's files |
 #

@@ -224,3 +224,12 @@ def test_replacing_the_checkpoint_before_the_load_changes_nothing(tmp_path):
     assert rows["shrinker"].score == (tiny / "model.npz").stat().st_size, "bytes measured on the judge's copy"
     assert rows["shrinker"].extra["val_loss"] == rows["base"].extra["val_loss"], \
         "the model judged is the declared checkpoint as submitted (the same weights as base), not the file rewritten"
+
+
+def test_the_cli_answers_bad_input_with_what_to_do(tmp_path, capsys):
+    from tito.cli import main
+
+    assert main(["olympics", "judge", str(tmp_path), "--event", "fastest"]) == 1
+    assert "Unknown event fastest: choose from smallest, generation, speedrun" in capsys.readouterr().out
+    assert main(["olympics", "judge", str(tmp_path)]) == 1
+    assert "holds no submission.py: write one with build_model()" in capsys.readouterr().out

@@ -274,6 +274,16 @@ class Session:
             self.error = self.error or str(header["error"])[:500]
         return header
 
+    def abort(self) -> None:
+        """Stop the runner if it still runs (a judge that failed itself); a closed session is left alone."""
+        if self.thread.is_alive():
+            if getattr(self, "pid", None):
+                self._stop()
+            for end in (self.conn, self.listener):
+                if end is not None:
+                    end.close()
+            self.thread.join(timeout=30)
+
     def _stop(self) -> None:
         """Kill the runner (the sandbox then kills whatever it started)."""
         try:
@@ -428,8 +438,8 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
     try:
         scratch.chmod(0o711)
         serving = [e for e in events if e != "speedrun"]
+        sessions: dict[int, Session] = {}
         with SandboxUsers(len(everyone)) as claimed:
-            sessions = {}
             if serving:
                 say(f"starting {len(everyone)} runner(s) in the sandbox")
                 for index, (entry, user) in enumerate(zip(everyone, claimed.users)):
@@ -449,6 +459,8 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
             if "speedrun" in events:
                 _judge_speedrun(everyone, results, task, scratch, claimed.users, course_root, say)
     finally:
+        for session in sessions.values():  # after an error of the judge's own: nothing may outlive it
+            session.abort()
         remove_tree(scratch)
     if baseline_loss is None:
         base = results[id(baseline)]

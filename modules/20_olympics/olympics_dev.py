@@ -177,14 +177,18 @@ def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tup
 # %%
 def test_unit_heldout_windows():
     tokens = np.arange(100, 130)
-    x, y = heldout_windows(tokens, 5, 40, seed=3)
+    try:
+        x, y = heldout_windows(tokens, 5, 40, seed=3)
+    except IndexError as err:
+        raise AssertionError(f"a window ran past the end ({err}): starts go up to len - context - 1 "
+                             "(integers(0, len(tokens) - context): the high end is excluded)") from None
     assert x.shape == y.shape == (40, 5), f"expected inputs and targets of shape (40, 5), got {x.shape} and {y.shape}"
     assert x.dtype == np.int64 and y.dtype == np.int64, f"expected int64 ids, got {x.dtype} and {y.dtype}"
     assert np.array_equal(y, x + 1), \
         "targets must be the inputs shifted by one (position t predicts token t+1): the targets are not shifted by one"
     assert y.max() <= tokens[-1], f"a window ran past the end ({y.max()} > {tokens[-1]}): starts go up to len - context - 1"
     x_again, _ = heldout_windows(tokens, 5, 40, seed=3)
-    assert np.array_equal(x, x_again), "the same seed must give the same windows: draw from np.random.default_rng(seed)"
+    assert np.array_equal(x, x_again), "the same seed must give the same windows: draw the starts from np.random.default_rng(seed)"
     last = heldout_windows(np.arange(6), 5, 8)[1]
     assert np.array_equal(last, np.tile(np.arange(1, 6), (8, 1))), \
         f"6 tokens hold exactly one window of 5 (+1): expected starts 0 only, got targets {last[:2]}"
@@ -231,10 +235,11 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
 
 # %%
 def test_unit_loss_from_logits():
-    uniform = np.zeros((2, 3, 4), dtype=np.float32)
+    uniform = np.zeros((2, 3, 4))
     targets = np.array([[0, 1, 2], [3, 0, 1]])
     got = loss_from_logits(uniform, targets)
-    assert abs(got - math.log(4)) < 1e-12, f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f}, got {got}"
+    assert abs(got - math.log(4)) < 1e-12, \
+        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f}, got {got}: the mean over positions of -log p(target)"
     logits = np.array([[[2.0, 0.0, -1.0]]])
     expected = -(2.0 - math.log(math.exp(2) + 1 + math.exp(-1)))
     got = loss_from_logits(logits, np.array([[0]]))
@@ -242,6 +247,13 @@ def test_unit_loss_from_logits():
     got = loss_from_logits(logits, np.array([[2]]))
     assert abs(got - (expected + 3.0)) < 1e-12, \
         f"target 2: expected {expected + 3:.6f}, got {got}: pick the TARGET's logit, not the largest one"
+    rng = np.random.default_rng(0)
+    noisy = (rng.normal(size=(2, 8, 65)) * 3).astype(np.float32)
+    picks = rng.integers(0, 65, size=(2, 8))
+    z = noisy.astype(np.float64)
+    exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(z, picks[..., None], -1)[..., 0]))
+    got = loss_from_logits(noisy, picks)
+    assert abs(got - exact) < 1e-12, f"expected {exact!r}, got {got!r}: compute in float64, not in the logits' float32"
     huge = np.array([[[1000.0, 0.0]]], dtype=np.float32)
     got = loss_from_logits(huge, np.array([[1]]))
     assert abs(got - 1000.0) < 1e-9, \
@@ -294,7 +306,8 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_M
 
 # %%
 def test_unit_quality_verdict():
-    assert quality_verdict(1.5, 1.5, 0.25) == "", "a loss equal to the baseline's passes"
+    assert quality_verdict(1.5, 1.5, 0.25) == "", \
+        "a loss equal to the baseline's passes: the bar is baseline + margin (the margin added, not subtracted)"
     assert quality_verdict(1.75, 1.5, 0.25) == "", \
         "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
     reason = quality_verdict(1.875, 1.5, 0.25)
@@ -347,7 +360,7 @@ def test_unit_greedy_consistent():
     got = greedy_consistent(logits, np.array([1, 1, 1, 2]))
     assert got.shape == (4,) and got.dtype == bool, f"expected a bool array of shape (4,), got {got.shape} {got.dtype}"
     assert got[0], "token 1 has the largest logit (3.0): it is greedy"
-    assert got[1], "tokens 0 and 1 tie at 2.0: token 1 is as greedy as token 0 (argmax picks the first; ties must pass)"
+    assert got[1], "tokens 0 and 1 tie at 2.0: a tie is a greedy choice too (argmax picks the first; compare with the max)"
     assert got[2], "4.99999 is within 1e-4 of 5.0: a near-tie from a different order of additions passes"
     assert not got[3], "token 2 (0.5) is not the largest (1.0): not greedy"
     print("✓ greedy_consistent: the largest logit, ties and near-ties pass")
@@ -427,7 +440,7 @@ def test_unit_access_violation():
     assert got.startswith("loads weights other than its declared checkpoint"), \
         f"another .npz in the folder is other weights, got {got!r}"
     got = access_violation("/tmp/olympics/work/BEST.PT", work, ckpt)
-    assert got.startswith("loads weights other"), f"weights suffixes are case-insensitive (.PT), got {got!r}"
+    assert got.startswith("loads weights other"), f"weights suffixes case-insensitive (.PT is .pt), got {got!r}"
     got = access_violation("/tmp/olympics/work-evil/model.npz", work, ckpt)
     assert got.startswith("reads outside its folder"), \
         f"/tmp/olympics/work-evil is NOT inside /tmp/olympics/work (compare with the folder + os.sep), got {got!r}"
@@ -437,7 +450,7 @@ def test_unit_access_violation():
     assert access_violation("/usr/lib/python3/os.py", work, ckpt, allowed=["/usr/lib/python3"]) == "", \
         "a file in an allowed folder (Python's installation) may be read"
     got = access_violation("/usr/lib/python3/evil.py", work, ckpt, allowed=["/usr/lib/python3"], writing=True)
-    assert got.startswith("writes outside its folder"), f"an allowed folder may be read, never written, got {got!r}"
+    assert got.startswith("writes outside its folder"), f"allowed folders are never written (only read), got {got!r}"
     print("✓ access_violation: resolved paths, folder + separator, only the declared weights")
 
 
@@ -453,9 +466,11 @@ test_unit_access_violation()
 #
 # * qualified entries first (disqualified ones last, unranked), sorted by their score in the
 #   event's direction;
-# * **competition ranking** ("1, 1, 3"): an entry shares the rank of the entry that opened the
-#   current group when their intervals `[low, high]` overlap (module 19's "no measurable
-#   difference"); otherwise it opens a new group, whose rank is its position (1-based);
+# * **competition ranking** ("1, 1, 3"): an entry shares the rank of the entry just above it
+#   when their intervals `[low, high]` overlap (module 19's "no measurable difference");
+#   otherwise it opens a new group, whose rank is its position (1-based). A chain of entries
+#   each indistinguishable from the next is one group: which of them "wins" would change from
+#   run to run;
 # * within a group, the order is by score, then by `key` (a digest of the submission's
 #   bytes) — never by the entry's name, so renaming an entry changes nothing.
 #
@@ -490,9 +505,9 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     """The rows in leaderboard order, each qualified row's `rank` set (disqualified rows: rank None, last).
 
     Qualified rows sorted by score (descending when higher_is_better), then by `key`; ranks are
-    competition ranks of groups: a row joins the group of the row that opened it when their
-    intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else opens a new group
-    whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
+    competition ranks of groups: a row takes the rank of the row just above it when their
+    intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else it opens a new
+    group whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
     modified in place and returned in a new list.
 
     Your code builds `qualified`: the qualified rows in leaderboard order, each with its rank set;
@@ -501,12 +516,13 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     ### BEGIN SOLUTION
     sign = -1.0 if higher_is_better else 1.0
     qualified = sorted((r for r in rows if r.qualified), key=lambda r: (sign * r.score, r.key))
-    leader = None
+    above = None
     for position, row in enumerate(qualified, start=1):
-        if leader is not None and row.low <= leader.high and leader.low <= row.high:
-            row.rank = leader.rank
+        if above is not None and row.low <= above.high and above.low <= row.high:
+            row.rank = above.rank
         else:
-            row.rank, leader = position, row
+            row.rank = position
+        above = row
     ### END SOLUTION
     disqualified = sorted((r for r in rows if not r.qualified), key=lambda r: r.key)
     for row in disqualified:
@@ -522,17 +538,17 @@ def test_unit_rank_entries():
     smallest = rank_entries([row("a", 300), row("b", 100), row("c", 200), row("d", 50, reason="above the bar")],
                             higher_is_better=False)
     assert [r.name for r in smallest] == ["b", "c", "a", "d"], \
-        f"bytes: fewest first, disqualified last: expected b, c, a, d, got {[r.name for r in smallest]}"
+        f"bytes: fewest first, disqualified last (a disqualified entry is never ranked): expected b, c, a, d, got {[r.name for r in smallest]}"
     assert [r.rank for r in smallest] == [1, 2, 3, None], \
         f"expected ranks 1, 2, 3 and None for the disqualified entry, got {[r.rank for r in smallest]}"
     fastest = rank_entries([row("slow", 90, 2), row("fast", 120, 3), row("fast-too", 118, 3), row("mid", 100, 2)],
                            higher_is_better=True)
     assert [r.name for r in fastest] == ["fast", "fast-too", "mid", "slow"], \
-        f"tokens/s: most first, got {[r.name for r in fastest]}"
+        f"tokens/s: most first (descending when higher_is_better), got {[r.name for r in fastest]}"
     assert [r.rank for r in fastest] == [1, 1, 3, 4], \
         f"overlapping intervals share a rank (competition ranking 1, 1, 3, 4), got {[r.rank for r in fastest]}"
     renamed = rank_entries([row("zz", 100, key="k1"), row("aa", 100, key="k2")], higher_is_better=False)
-    assert [r.name for r in renamed] == ["zz", "aa"], "exact ties are ordered by key (the content), never by name"
+    assert [r.name for r in renamed] == ["zz", "aa"], "exact ties are ordered by key (the content), never by the entry's name"
     print("✓ rank_entries: direction, shared ranks for overlapping intervals, disqualified last")
 
 

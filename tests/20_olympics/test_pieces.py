@@ -46,7 +46,7 @@ def test_loss_is_the_targets_negative_log_probability():
     expected = (row([1, 2, 3], 0) + row([0, 0, 5], 2)) / 2
     got = loss_from_logits(logits, targets)
     assert abs(got - expected) < 1e-12, \
-        f"expected {expected:.6f}, got {got:.6f}: the mean over positions of logsumexp(row) - row[TARGET]"
+        f"expected {expected:.6f}, got {got:.6f}: the mean over positions of logsumexp(row) - row[TARGET] (the TARGET's logit)"
     assert isinstance(got, float), f"return a Python float, got {type(got)}"
 
 
@@ -179,8 +179,8 @@ def test_rank_overlapping_intervals_share_a_rank():
     assert [r.rank for r in rows] == [1, 1, 3, 4], \
         f"a and b overlap: they share rank 1, and c is 3rd (competition ranking 1, 1, 3, 4), got {[r.rank for r in rows]}"
     chain = rank_entries([_row("a", 100, 3), _row("b", 95, 3), _row("c", 90, 3)], higher_is_better=True)
-    assert [r.rank for r in chain] == [1, 1, 3], \
-        f"b overlaps the group's first entry a, c overlaps only b: compare with the row that opened the group, got {[r.rank for r in chain]}"
+    assert [r.rank for r in chain] == [1, 1, 1], \
+        f"b overlaps a and c overlaps b: one group (compare each row with the row just above it), got {[r.rank for r in chain]}"
 
 
 def test_rank_never_depends_on_the_name():

@@ -20,10 +20,22 @@ def _by_name(board, event):
     return {row.name: row for row in board.boards[event]}
 
 
+_JUDGED = {}
+
+
 @pytest.fixture(scope="module")
 def honesty(tmp_path_factory):
-    """One judge run over the honest baseline and five cheats (smallest and generation)."""
-    root = tmp_path_factory.mktemp("entries")
+    """judge() -> (board, root): one judge run over the honest baseline and five cheats (smallest and
+    generation), made by the first test that calls it (inside the test: a failure there is a failed
+    test, not a setup error) and shared by the others."""
+    def run():
+        if not _JUDGED:
+            _JUDGED["run"] = _judge_the_cheats(tmp_path_factory.mktemp("entries"))
+        return _JUDGED["run"]
+    return run
+
+
+def _judge_the_cheats(root):
     base = write_entry(root / "baseline")
     claims = {"checkpoint_bytes": 1, "tokens_per_s": 1e9, "val_loss": 0.0}
     boastful = write_entry(root / "boastful", model=tiny_gpt(seed=2), body=f'''
@@ -55,7 +67,7 @@ def honesty(tmp_path_factory):
 
 
 def test_a_self_reported_number_is_ignored(honesty):
-    board, root = honesty
+    board, root = honesty()
     row = _by_name(board, "smallest")["boastful"]
     assert row.qualified, f"an honest model that also prints claims is judged like any other, got {row.reason!r}"
     assert row.score == (root / "boastful" / "model.npz").stat().st_size > 1, \
@@ -66,7 +78,7 @@ def test_a_self_reported_number_is_ignored(honesty):
 
 
 def test_missing_the_quality_bar_disqualifies_with_the_reason(honesty):
-    board, _ = honesty
+    board, _ = honesty()
     for event in ("smallest", "generation"):
         row = _by_name(board, event)["careless"]
         assert not row.qualified and row.rank is None, f"{event}: a loss far above the bar must be disqualified"
@@ -75,7 +87,7 @@ def test_missing_the_quality_bar_disqualifies_with_the_reason(honesty):
 
 
 def test_reading_outside_the_folder_disqualifies(honesty):
-    board, root = honesty
+    board, root = honesty()
     row = _by_name(board, "smallest")["snoop"]
     assert not row.qualified and row.reason.startswith("reads outside its folder: "), \
         f"opening another entry's checkpoint must disqualify: reads outside its folder, got {row.reason!r}"
@@ -83,7 +95,7 @@ def test_reading_outside_the_folder_disqualifies(honesty):
 
 
 def test_loading_other_weights_disqualifies(honesty):
-    board, _ = honesty
+    board, _ = honesty()
     row = _by_name(board, "generation")["swapper"]
     assert not row.qualified, "weights loaded from a file that is not the declared CHECKPOINT must disqualify"
     assert row.reason == "loads weights other than its declared checkpoint: <its folder>/teacher.npz", \
@@ -91,7 +103,7 @@ def test_loading_other_weights_disqualifies(honesty):
 
 
 def test_the_honest_baseline_wins_and_the_files_are_written(honesty, tmp_path):
-    board, _ = honesty
+    board, _ = honesty()
     assert [r.name for r in board.boards["smallest"] if r.qualified] == ["baseline", "boastful"] or \
         [r.name for r in board.boards["smallest"] if r.qualified] == ["boastful", "baseline"]
     assert {r.rank for r in board.boards["smallest"] if r.qualified} == {1}, "equal bytes share rank 1"

@@ -151,7 +151,7 @@ def access_violation(path: Any, work: Any, checkpoint: Any, allowed: Any = (), w
         return ""
     return f"reads outside its folder: {real}"
 
-# %% ../../modules/20_olympics/olympics_dev.py #4e23297f
+# %% ../../modules/20_olympics/olympics_dev.py #b261b6eb
 @dataclass
 class Row:
     """One entry in one event. `score` is the median (or the exact value); [low, high] its interval
@@ -176,9 +176,9 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     """The rows in leaderboard order, each qualified row's `rank` set (disqualified rows: rank None, last).
 
     Qualified rows sorted by score (descending when higher_is_better), then by `key`; ranks are
-    competition ranks of groups: a row joins the group of the row that opened it when their
-    intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else opens a new group
-    whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
+    competition ranks of groups: a row takes the rank of the row just above it when their
+    intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else it opens a new
+    group whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
     modified in place and returned in a new list.
 
     Your code builds `qualified`: the qualified rows in leaderboard order, each with its rank set;
@@ -186,12 +186,13 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
     """
     sign = -1.0 if higher_is_better else 1.0
     qualified = sorted((r for r in rows if r.qualified), key=lambda r: (sign * r.score, r.key))
-    leader = None
+    above = None
     for position, row in enumerate(qualified, start=1):
-        if leader is not None and row.low <= leader.high and leader.low <= row.high:
-            row.rank = leader.rank
+        if above is not None and row.low <= above.high and above.low <= row.high:
+            row.rank = above.rank
         else:
-            row.rank, leader = position, row
+            row.rank = position
+        above = row
     disqualified = sorted((r for r in rows if not r.qualified), key=lambda r: r.key)
     for row in disqualified:
         row.rank = None

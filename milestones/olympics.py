@@ -39,6 +39,7 @@ import numpy as np
 from rich.console import Console
 
 from _args import check_output_folder, positive_int  # milestones/_args.py
+from _device import add_device_argument, device_ready  # milestones/_device.py
 from _verdict import Check, verdict_checks  # milestones/_verdict.py
 import compress  # milestones/compress.py: the fine-tune and distillation loop, the student's shape
 import quantize  # milestones/quantize.py: the trained model, checked to be the shakespeare recipe's
@@ -93,8 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the entries and the leaderboard")
     parser.add_argument("--write-results", action="store_true",
                         help="write the leaderboard and every run's ranks to benchmarks/RESULTS.md")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     check_output_folder(parser, args.out)
+    if not device_ready(args.device):
+        return 2
+    if args.device != "cpu":  # every entry runs in the sandbox's runner, on NumPy
+        print("error: the Olympics judge runs every entry on the CPU (NumPy); run without --device cuda",
+              file=sys.stderr)
+        return 2
     console = Console(highlight=False, soft_wrap=True)
     plan = FAST if args.fast else FULL
     runs = args.runs or plan["runs"]

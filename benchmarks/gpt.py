@@ -13,14 +13,15 @@ What is measured (PyTorch's side is written here as the same model: separate q/k
 F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied to the token table):
 1. one training step of the milestone's model (4 layers, 4 heads, width 128, context 64, batch 12,
    no biases): forward, cross-entropy, backward, AdamW with decay on the matrices only; ours and
-   PyTorch eager interleaved, median CPU time over >= 15 runs, ONE thread;
+   PyTorch eager interleaved, median CPU time over >= 15 runs, ONE thread. Once module 18 is done
+   (exported, no stub left) also its fused path, `fuse(model)` + `FusedAdamW`, in the same run;
 2. generation: tokens per second after a prompt of 32 and of 256 tokens, with and without the
    cache (the same model with a context of 512), and PyTorch's cached loop, ONE thread;
 3. peak memory of our training step (tracemalloc: every NumPy allocation; on a GPU, CuPy's memory
    pool on the device, see `tinytorch.perf.profiling.CupyMemory`);
-4. with --milestone: wall time of `milestones/shakespeare.py` and of the same recipe in PyTorch,
-   each in a fresh process limited to 2 threads (--milestone-threads), run one after the other
-   (with --device cuda, both on the GPU).
+4. with --milestone: wall time of `milestones/shakespeare.py` (module 18's fused path when it is
+   done, and `--plain`) and of the same recipe in PyTorch, each in a fresh process limited to 2
+   threads (--milestone-threads), run one after the other (with --device cuda, all on the GPU).
 On a GPU (--device cuda) the clock is wall time, read after synchronising both libraries.
 """
 from __future__ import annotations
@@ -63,6 +64,9 @@ from tinytorch.models.transformer import GPT  # noqa: E402
 from tinytorch.perf.profiling import CupyMemory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "milestones"))
+from shakespeare import fused_path, keep_freed_memory  # noqa: E402  (module 18's fused path, or None while not done)
+
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 RECIPE = dict(vocab=65, embed=128, layers=4, heads=4, context=64, batch=12)
@@ -168,6 +172,19 @@ def training_step(device: Device, repeats: int) -> dict:
         optimizer.step()
 
     fns = {"ours": ours}
+    fuse, FusedAdamW, _ = fused_path()
+    if fuse is not None:
+        twin = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0).to(device.name)
+        fused_model = fuse(twin)
+        fused_optimizer = FusedAdamW(weight_decay_groups(fused_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+
+        def fused():
+            _, loss = fused_model(x, targets=y)
+            fused_optimizer.zero_grad()
+            loss.backward()
+            fused_optimizer.step()
+
+        fns["fused"] = fused
     if torch is not None:
         torch.manual_seed(0)
         theirs_model = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"]).to(device.torch_device)
@@ -186,9 +203,11 @@ def training_step(device: Device, repeats: int) -> dict:
     table = Table(title=f"GPT training step (forward, cross-entropy, backward, AdamW), {clock.format(repeats)}")
     for col in ("model", "TinyTorch", "PyTorch eager", "ratio"):
         table.add_column(col, justify="left" if col == "model" else "right")
-    ratio = f"{medians['ours'] / medians['torch']:.2f}x" if "torch" in medians else "-"
-    table.add_row("4 layers, 4 heads, E=128, T=64, B=12, no bias", f"{medians['ours'] * 1e3:.1f} ms",
-                  f"{medians['torch'] * 1e3:.1f} ms" if "torch" in medians else "not installed", ratio)
+    for key, label in (("ours", "plain (module 13, AdamW)"), ("fused", "fused (module 18: fuse + FusedAdamW)")):
+        if key in medians:
+            ratio = f"{medians[key] / medians['torch']:.2f}x" if "torch" in medians else "-"
+            table.add_row(f"{label}; 4 layers, 4 heads, E=128, T=64, B=12, no bias", f"{medians[key] * 1e3:.1f} ms",
+                          f"{medians['torch'] * 1e3:.1f} ms" if "torch" in medians else "not installed", ratio)
     console.print(table)
     return medians
 
@@ -287,6 +306,7 @@ def torch_recipe(iters: int | None = None, device: str = "cpu") -> int:
     milestone = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(milestone)
     R = dict(milestone.RECIPE, iters=iters or milestone.RECIPE["iters"])
+    keep_freed_memory()  # the allocator setting the milestone uses (module 18), so both run under the same
     start = time.perf_counter()
     train, val, tokenizer = milestone.load_text()
     torch.manual_seed(1337)
@@ -330,7 +350,10 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
     env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if commands is None:
-        commands = {"tinytorch": [sys.executable, "milestones/shakespeare.py", "--device", device]}
+        command = [sys.executable, "milestones/shakespeare.py", "--device", device]
+        commands = {"tinytorch": command}
+        if fused_path()[0] is not None:  # module 18 done: the milestone's default is its fused path
+            commands = {"tinytorch (fused)": command, "tinytorch (plain)": command + ["--plain"]}
         if torch is not None:
             commands["torch"] = [sys.executable, "benchmarks/gpt.py", "--torch-recipe", "--device", device]
 
@@ -373,6 +396,27 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
 
 
 # ---- RESULTS.md ---------------------------------------------------------------------------------
+def step_rows(step: dict, no_torch: str) -> list[str]:
+    """The training step's table rows: module 13's plain path, then module 18's fused path when measured."""
+    rows = []
+    for key, label in (("ours", "plain: module 13's GPT, module 06's AdamW"),
+                       ("fused", "fused: module 18's `fuse(model)` + `FusedAdamW`")):
+        if key in step:
+            theirs = (f"{step['torch'] * 1e3:.1f} ms | {step[key] / step['torch']:.2f}×" if "torch" in step
+                      else f"{no_torch} | -")
+            rows.append(f"| {label} | {step[key] * 1e3:.1f} ms | {theirs} |")
+    return rows
+
+
+def milestone_ratios(milestone: dict) -> list[str]:
+    """The line that gives each TinyTorch run's wall time over PyTorch's (none without a PyTorch run)."""
+    if "torch" not in milestone:
+        return []
+    ratios = [f"{name} {row['seconds'] / milestone['torch']['seconds']:.2f}×" for name, row in milestone.items()
+              if name != "torch"]
+    return ["", f"Ratio to torch's wall time: {', '.join(ratios)}."]
+
+
 def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: dict | None, args) -> None:
     heading = SECTION
     lines = [
@@ -384,12 +428,9 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
         "### Training step of the milestone's model", "",
         "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
         f"backward, AdamW (decay on matrices only); median of {args.repeats}.", "",
-        "| TinyTorch | PyTorch eager | ratio |", "|---:|---:|---:|",
+        "| path | TinyTorch | PyTorch eager | ratio |", "|---|---:|---:|---:|",
     ]
-    if "torch" in step:
-        lines.append(f"| {step['ours'] * 1e3:.1f} ms | {step['torch'] * 1e3:.1f} ms | {step['ours'] / step['torch']:.2f}× |")
-    else:
-        lines.append(f"| {step['ours'] * 1e3:.1f} ms | not installed | - |")
+    lines += step_rows(step, "not installed")
     lines += ["", "Target: at most 1.5× PyTorch eager (aim 1.2×). The matrix products take the same time in both",
               "libraries (the same BLAS kernels at these sizes); the difference is the rest: our GELU's backward",
               "recomputes the tanh that its forward already computed (PyTorch's fused kernel does neither), LayerNorm",
@@ -426,8 +467,7 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
                   "| | wall time | validation loss |", "|---|---:|---:|"]
         for name, row in milestone.items():
             lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loss']:.4f} |")
-        if "torch" in milestone:
-            lines += ["", f"Ratio: {milestone['tinytorch']['seconds'] / milestone['torch']['seconds']:.2f}×."]
+        lines += milestone_ratios(milestone)
         if first["concurrent"]:
             lines += ["", "`python benchmarks/gpt.py --milestone` runs the two one after the other on 2 threads each. On",
                       "a machine shared with other work that comparison measures the other work: BLAS threads that",
@@ -447,11 +487,8 @@ def write_gpu_results(info: dict, facts: dict, step: dict, gen: list, memory: di
              "### Training step of the milestone's model", "",
              "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
              f"backward, AdamW (decay on matrices only); median of {args.repeats}; PyTorch eager on the same GPU.", "",
-             "| TinyTorch | PyTorch eager | ratio |", "|---:|---:|---:|"]
-    if "torch" in step:
-        lines.append(f"| {step['ours'] * 1e3:.1f} ms | {step['torch'] * 1e3:.1f} ms | {step['ours'] / step['torch']:.2f}× |")
-    else:
-        lines.append(f"| {step['ours'] * 1e3:.1f} ms | not measured | - |")
+             "| path | TinyTorch | PyTorch eager | ratio |", "|---|---:|---:|---:|"]
+    lines += step_rows(step, "not measured")
     lines += ["", "At this size both libraries are bound by launching kernels, not by the GPU: each of our",
               "~230 recorded operations is one or a few CuPy kernels launched from Python.", "",
               f"### Generation (tokens per second, {args.new_tokens} new tokens, batch 1, context 512)", "",
@@ -475,8 +512,7 @@ def write_gpu_results(info: dict, facts: dict, step: dict, gen: list, memory: di
                   "| | wall time | validation loss |", "|---|---:|---:|"]
         for name, row in milestone.items():
             lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loss']:.4f} |")
-        if "torch" in milestone:
-            lines += ["", f"Ratio: {milestone['tinytorch']['seconds'] / milestone['torch']['seconds']:.2f}×."]
+        lines += milestone_ratios(milestone)
         lines.append("")
     write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
     console.print(f"wrote the section {heading[3:]!r} of {RESULTS}")

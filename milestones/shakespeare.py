@@ -12,7 +12,12 @@ prints a sample, saves the attention heat maps of the last layer (module 12's pl
 the trained model as a module-07 checkpoint, `shakespeare_gpt.npz` in --out (the `quantize`
 milestone loads it).
 
-    python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda]
+Once module 18 is done (exported, no stub left) the milestone trains through its fused path:
+`fuse(model)` (the same weight tensors, bias + GELU as one op) and `FusedAdamW` (one flat buffer,
+the same updates as AdamW); `--plain` trains with module 13's model and module 06's AdamW. The
+first lines say which path ran; the checkpoint is module 13's GPT either way.
+
+    python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda] [--plain]
 
 On cuda the token ids live on the GPU from the start: each batch's 12 window starts are drawn on
 the host (the same draws on both devices) and sent over, and the windows are gathered there.
@@ -113,6 +118,35 @@ def saved_model_problem(path: Path, vocab_size: int, fast: bool) -> str | None:
                 "(a --fast or --iters run)")
     return None
 
+def fused_path() -> tuple[object, object, str]:
+    """(fuse, FusedAdamW, "") from module 18 when it is exported and has no stub left; otherwise
+    (None, None, why): the milestone then trains the plain way."""
+    try:
+        from tinytorch.perf.acceleration import FusedAdamW, fuse
+        from tinytorch.models.transformer import MLP
+    except ImportError:
+        return None, None, "module 18 (acceleration) is not exported"
+    try:  # a tiny call of each part: a stub raises NotImplementedError
+        fuse(MLP(2, 4, seed=0))(np.zeros((1, 2), np.float32)).sum().backward()
+        weight = Tensor(np.ones(2, np.float32), requires_grad=True)
+        weight.grad = Tensor(np.ones(2, np.float32))
+        FusedAdamW([weight]).step()
+    except NotImplementedError:
+        return None, None, "module 18 (acceleration) still has stubs"
+    return fuse, FusedAdamW, ""
+
+
+def keep_freed_memory() -> bool:
+    """Module 18's `keep_freed_memory()` when module 18 is exported (given code: it works before the
+    stubs are done): glibc keeps freed memory in the process, so a step does not fault its pages
+    back in. Used on both paths here, and by the PyTorch recipe in benchmarks/gpt.py."""
+    try:
+        from tinytorch.perf.acceleration import keep_freed_memory as keep
+    except ImportError:
+        return False
+    return keep()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
@@ -122,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(default 2000; 200 with --fast)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"folder for the attention heat maps and the trained model ({CHECKPOINT})")
+    parser.add_argument("--plain", action="store_true",
+                        help="train module 13's model with module 06's AdamW even when module 18's fused path is there")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     iters = args.iters if args.iters is not None else (200 if args.fast else RECIPE["iters"])
@@ -141,13 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     # The model moves before the optimizer is made: its state then lives on the same device.
     model = GPT(vocab, RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
                 dropout=0.0, tie_weights=True, bias=False, seed=1337).to(args.device)
-    optimizer = AdamW(weight_decay_groups(model, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
+    fuse, FusedAdamW, why_plain = (None, None, "--plain") if args.plain else fused_path()
+    # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there.
+    net = model if fuse is None else fuse(model)
+    make_optimizer = AdamW if FusedAdamW is None else FusedAdamW
+    optimizer = make_optimizer(weight_decay_groups(net, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
     console.print(f"[bold]Shakespeare[/]: {len(train):,} training / {len(val):,} validation characters, "
                   f"vocabulary {vocab} (module 10's CharTokenizer); GPT {RECIPE['num_layers']} layers x {RECIPE['num_heads']} heads, "
                   f"width {RECIPE['embed_dim']}, context {RECIPE['context']}, "
                   f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations; "
                   f"device {device_label(args.device)}")
+    kept = keep_freed_memory()
+    console.print("training path: " + ("fused (module 18): fuse(model) + FusedAdamW" if fuse is not None
+                                       else f"plain (module 13's model, module 06's AdamW): {why_plain}")
+                  + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else ""))
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
     console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "
@@ -156,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     running, tick = [], time.perf_counter()
     for it in range(1, iters + 1):
         x, y = get_batch(train, RECIPE["batch"], RECIPE["context"], batches)
-        _, loss = model(Tensor(x), targets=Tensor(y))
+        _, loss = net(Tensor(x), targets=Tensor(y))
         optimizer.zero_grad()
         loss.backward()
         clip_grad_norm(model.parameters(), RECIPE["clip"])

@@ -162,12 +162,12 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
     xp = array_module(x.data)
     ### BEGIN SOLUTION
     u = x.data if bias is None else x.data + bias.data
-    t = u * u
-    t *= GELU_COEFF
-    t += 1
-    t *= u
-    t *= GELU_C
     with np.errstate(over="ignore"):  # float16 u³ may overflow; tanh(±inf) = ±1 is right
+        t = u * u
+        t *= GELU_COEFF
+        t += 1
+        t *= u
+        t *= GELU_C
         xp.tanh(t, out=t)
     out = t + 1
     out *= u
@@ -202,6 +202,9 @@ def bias_gelu_backward(grad: Any, node) -> tuple:
     ### END SOLUTION
 
 # %% [markdown]
+# No FLOP formula goes beside this rule: like PyTorch's counter, module 14 counts elementwise
+# ops as 0 FLOPs (they still show their time and bytes in the profile).
+#
 # The test checks, in this order: the op and what it saves, the value against the composed
 # `gelu(x + b)`, that the rule leaves its inputs alone, then the gradients against central
 # differences in float64 (module 05's `gradcheck`).
@@ -209,6 +212,25 @@ def bias_gelu_backward(grad: Any, node) -> tuple:
 # %%
 from tinytorch.core.activations import gelu
 from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
+
+
+def check_gelu_slope(slope: np.ndarray, u: np.ndarray, t: np.ndarray) -> None:
+    """AssertionError naming the classic mistake when `slope` is not GELU's derivative at u."""
+    inner = GELU_C * (1 + 3 * GELU_COEFF * u * u)
+    right = 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * inner
+    if np.allclose(slope, right, rtol=1e-8, atol=1e-10):
+        return
+    mistakes = {
+        "(1 − t²) written as (1 − t): d tanh(z)/dz = 1 − tanh(z)²": 0.5 * (1 + t) + 0.5 * u * (1 - t) * inner,
+        "the 3 of d(u³)/du = 3u² is missing: (1 + 3·0.044715·u²)":
+            0.5 * (1 + t) + 0.5 * u * (1 - t * t) * GELU_C * (1 + GELU_COEFF * u * u),
+        "the factor 0.5 is missing": 2 * right,
+        "the term 0.5·(1 + t) is missing (the product rule has two terms)": right - 0.5 * (1 + t),
+    }
+    named = [name for name, wrong in mistakes.items() if np.allclose(slope, wrong, rtol=1e-8, atol=1e-10)]
+    raise AssertionError("bias_gelu_backward: the slope is not GELU's derivative (max |diff| "
+                         f"{np.abs(slope - right).max():.2e}): " + (named[0] if named else
+                         "0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²), times grad"))
 
 
 def test_unit_bias_gelu():
@@ -234,10 +256,14 @@ def test_unit_bias_gelu():
     assert bias_gelu(Tensor(x.astype(np.float32))).dtype == np.float32, "keep x's dtype (float32 in, float32 out)"
     grad = rng.standard_normal(x.shape)
     kept = grad.copy(), node.saved["u"].copy(), node.saved["tanh"].copy()
-    BACKWARD_RULES["bias_gelu"](grad, node)
+    grads = BACKWARD_RULES["bias_gelu"](grad, node)
     assert np.array_equal(grad, kept[0]), "the rule changed `grad` in place: compute the slope in a new array"
     assert np.array_equal(node.saved["u"], kept[1]) and np.array_equal(node.saved["tanh"], kept[2]), \
         "the rule changed a saved array in place (u or tanh): start the slope from a new array (u * u)"
+    assert isinstance(grads, tuple) and len(grads) == 2, (
+        f"the rule must return one gradient per input: (grad·slope, grad·slope) for inputs (x, bias), got "
+        f"{len(grads) if isinstance(grads, tuple) else type(grads).__name__}")
+    check_gelu_slope(grads[0] / grad, expected_u, expected_t)
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True), Tensor(b, requires_grad=True)]), "bias_gelu: gradients differ from central differences"
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True)]), "bias_gelu without a bias: gradients differ from central differences"
     print("✓ bias_gelu: one op, saves u and tanh, equals gelu(x + b), gradients checked")
@@ -329,7 +355,7 @@ def fuse(model: Module) -> Module:
     FusedMLP(mlp). `model` itself is not changed.
 
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
-    buffer t of model}: the module tree is new, the weight tensors are the SAME objects (an
+    buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
     replace with _replace_submodule(copy, name, FusedMLP(module)). A model that is itself an
     MLP is returned as FusedMLP(its copy). TypeError (given) for anything but a Module.
@@ -359,6 +385,8 @@ def recorded_ops(tensor: Tensor) -> set:
 
 def test_unit_fuse():
     model = GPT(17, 16, 2, 2, 8, seed=3, dtype=np.float64)
+    for block in model.blocks:  # biases start at 0: make them count, so a forgotten bias shows
+        block.mlp.fc.bias.data = np.linspace(-1.0, 1.0, block.mlp.fc.bias.size)
     before = {name: p.data.copy() for name, p in model.named_parameters()}
     fused = fuse(model)
     assert fused is not model, "fuse must return a NEW model (copy.deepcopy), not change the one it is given"
@@ -386,6 +414,7 @@ def test_unit_fuse():
     model.zero_grad()
     floss.backward()
     for name, p in fused.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient from the fused model: is it used in the forward?"
         assert np.allclose(p.grad.numpy(), plain[name], rtol=1e-10, atol=1e-12), \
             f"gradient of {name} differs from the original model's"
     print("✓ fuse: a new model, the same weight tensors, bias_gelu in every MLP, same loss and gradients")
@@ -518,7 +547,8 @@ class FusedAdamW(AdamW):
             start += count
         if any(p.grad is None for p in self.params) or \
                 any(len({s["step"] for s in states}) != 1 for _, states in groups):
-            super().step()
+            super().step()  # AdamW assigns new arrays to param.data ...
+            self._keep_flat()  # ... copied back into the flat buffer, the parameters views again
             return
         xp = array_module(self.flat)
         xp.concatenate([p.grad.data.reshape(-1) for p in self.params], out=self.grad_flat)
@@ -599,10 +629,10 @@ def test_unit_fused_adamw():
         "after step() a parameter is no longer a view into the flat buffer: update p, m, v in place "
         "(p -= …), never p = …")
     names = [name for name, _ in model.named_parameters()]
-    for name, a, b, start in zip(names, expected, got, initial):
-        if np.array_equal(b, start):
-            raise AssertionError(f"{name} did not change in 3 steps: write into p in place (p -= …); "
-                                 "`p = p - …` only rebinds the local name")
+    for name, b, start in zip(names, got, initial):
+        assert not np.array_equal(b, start), (f"{name} did not change in 3 steps: write into p in place (p -= …); "
+                                              "`p = p - …` only rebinds the local name")
+    for name, a, b in zip(names, expected, got):
         assert np.array_equal(a, b), (
             f"{name} after 3 steps differs from AdamW's by up to {np.abs(a - b).max():.2e}: follow module 06's "
             "operations in its order (decay first, then m and v in place, bias corrections with step t, "
@@ -652,9 +682,7 @@ print(f"ratio: {loop_time.median_s / flat_time.median_s:.2f}x")
 # small dot product at each. Measure both on the same input:
 
 # %%
-from tinytorch.core.spatial import conv2d
-
-
+#| export
 def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Valid convolution (stride 1, no padding) with a Python loop over output positions:
     out[:, :, i, j] = Σ x[:, :, i:i+kh, j:j+kw] · w, a tensordot per position."""
@@ -666,6 +694,8 @@ def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
             out[:, :, i, j] = np.tensordot(x[:, :, i:i + kh, j:j + kw], w, axes=([1, 2, 3], [1, 2, 3]))
     return out
 
+# %%
+from tinytorch.core.spatial import conv2d
 
 images = np.random.default_rng(5).standard_normal((16, 8, 16, 16)).astype(np.float32)
 kernels = np.random.default_rng(6).standard_normal((16, 8, 3, 3)).astype(np.float32)
@@ -823,6 +853,73 @@ drift = max(np.abs(p.data - q.data).max() for p, q in zip(plain_model.parameters
 print(f"largest weight difference after {len(plain_samples)} steps each: {drift:.2e}")
 
 # %% [markdown]
+# ## 8. The allocator: memory handed back, then faulted in again
+#
+# Time the two steps at the milestone's size with the CPU clock and a surprise can appear: the
+# fused step does less arithmetic yet may take *more* time (the benchmark saw it on our machine). The clock counts the kernel's time too, and
+# the kernel is busy with **page faults**. NumPy gets its arrays from the C library's `malloc`.
+# glibc's `malloc` hands large arrays straight to the operating system (`mmap`), and when the
+# freed memory at the top of its heap grows past a threshold it gives it back (`trim`). A
+# training step frees its whole graph at the end, so memory goes back to the system, and the
+# next step touches fresh pages again; each first touch of a 4 KiB page is a fault. How many
+# faults a step takes depends on the sizes of its arrays, how many are alive at once (the fused
+# op keeps `tanh` until the backward) and the order they are freed in: it can differ from one
+# step to the next and between the two models, so count them rather than guess.
+#
+# `keep_freed_memory()` (given) raises glibc's two thresholds with `mallopt`, so freed memory stays
+# in the process and is reused. It changes the whole process — PyTorch in the same process too —
+# and does nothing on a C library other than glibc. Count the page faults of one step
+# (`resource.getrusage(...).ru_minflt`, the minor faults of this process so far):
+
+# %%
+#| export
+def keep_freed_memory(limit_bytes: int = 256 * 2**20) -> bool:
+    """Ask glibc's malloc to keep up to `limit_bytes` of freed memory in the process instead of
+    returning it to the system (mallopt M_TRIM_THRESHOLD), and to serve arrays below that size
+    from its heap instead of fresh mmap'ed pages (M_MMAP_THRESHOLD). Affects the whole process.
+    Returns True when both settings were accepted; False (and changes nothing) off glibc."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    return bool(libc.mallopt(m_trim_threshold, int(limit_bytes))) and \
+        bool(libc.mallopt(m_mmap_threshold, min(int(limit_bytes), 32 * 2**20)))  # glibc caps it at 32 MiB
+
+# %%
+import resource
+
+
+def faults_of(step_fn) -> int:
+    """Minor page faults of this process during one call of step_fn."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    step_fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+# The milestone's size (section 7's small model allocates too little to show it).
+big_plain = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
+big_fused = fuse(GPT(65, 128, 4, 4, 64, bias=False, seed=0))
+big_x, big_y = np.random.default_rng(11).integers(0, 65, (2, 12, 64))
+big_steps = {"plain": make_step(big_plain, AdamW(weight_decay_groups(big_plain, 0.1))),
+             "fused": make_step(big_fused, FusedAdamW(weight_decay_groups(big_fused, 0.1)))}
+xb, yb = big_x, big_y  # make_step's closures read the batch from these names
+for name, step_fn in big_steps.items():
+    step_fn()  # the first step creates the optimizer's state
+    print(f"default allocator, {name} step: {faults_of(step_fn):6d} page faults")
+print("glibc keeps freed memory:", keep_freed_memory())
+for name, step_fn in big_steps.items():
+    step_fn()  # one step to fill the kept heap
+    print(f"memory kept,       {name} step: {faults_of(step_fn):6d} page faults")
+
+# %% [markdown]
+# Run the timing of section 7 again after this cell to see what the faults cost on your
+# machine (the benchmark measures both settings, with PyTorch in the same process).
+
+# %% [markdown]
 # ## Summary
 #
 # * Measure first: module 14's profile names the ops; the matrix products are BLAS in both
@@ -835,6 +932,8 @@ print(f"largest weight difference after {len(plain_samples)} steps each: {drift:
 # * `FusedAdamW` keeps every parameter as a view into one flat buffer and updates each group
 #   with a handful of array calls: bit-for-bit `AdamW`, because every element sees the same
 #   operations in the same order.
+# * The C library's allocator is part of the step: memory returned to the system at the end
+#   of one step is faulted back in by the next. Count faults before blaming arithmetic.
 # * Python loops cost per iteration, whatever the work: a convolution looped over positions,
 #   or a product of small tiles, is bound by calls, far below the roofline. Hand each call
 #   enough work.

@@ -1,0 +1,276 @@
+#!/usr/bin/env python
+"""Acceleration benchmarks (module 18): the fused GPT step against plain and PyTorch, each fusion
+before and after, loops against vectorised code, tiles against BLAS.
+
+    python benchmarks/acceleration.py                  # everything below (a few minutes)
+    python benchmarks/acceleration.py --quick          # smoke run: few repeats
+    python benchmarks/acceleration.py --write-results  # also rewrite the "Acceleration (module 18)"
+                                                       # section of benchmarks/RESULTS.md
+
+What is measured, on ONE thread, CPU time (`time.process_time`), variants interleaved, medians:
+1. where the time goes: module 14's Profiler on one forward and backward pass of the milestone's GPT
+   (4 layers, 4 heads, width 128, context 64, batch 12, no biases), plain and fused;
+2. the training step (forward, cross-entropy, backward, AdamW with decay on the matrices only): module
+   13's GPT with module 06's AdamW, `fuse(model)` with `FusedAdamW`, and PyTorch eager (the same model,
+   written in benchmarks/gpt.py), interleaved in the same run; first with glibc's default allocator,
+   then after module 18's `keep_freed_memory()` (the process keeps freed memory: no page faults);
+3. each fusion before and after: add + gelu against bias_gelu (with a bias, and gelu against bias_gelu
+   without one) at the MLP's shape (768 × 512), forward and backward; log_softmax · one-hot against
+   module 04's cross_entropy; AdamW's per-parameter step against FusedAdamW's flat step on the
+   milestone's parameters (gradients set, no graph);
+4. vectorisation: a convolution looped over output positions against module 09's im2col `conv2d`;
+   `blocked_matmul` at several tile sizes against one BLAS product, beside each tile's roofline
+   (module 14's `machine_peak`).
+The GPU parts of module 18 (CuPy kernels, CUDA graphs) are not written yet: this benchmark is CPU only.
+"""
+from __future__ import annotations
+
+import sys
+
+import _common
+
+_common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from _common import import_torch, interleaved_medians, machine, write_section  # noqa: E402
+from tinytorch.core.activations import gelu, log_softmax  # noqa: E402
+from tinytorch.core.losses import cross_entropy  # noqa: E402
+from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
+from tinytorch.core.spatial import conv2d  # noqa: E402
+from tinytorch.core.tensor import Tensor  # noqa: E402
+from tinytorch.models.transformer import GPT  # noqa: E402
+from tinytorch.perf.acceleration import (FusedAdamW, bias_gelu, blocked_matmul, conv2d_loops, fuse,  # noqa: E402
+                                         keep_freed_memory)
+from tinytorch.perf.profiling import Profiler, machine_peak  # noqa: E402
+
+torch = import_torch()
+if torch is not None:
+    from gpt import TorchGPT, torch_groups  # noqa: E402  (benchmarks/gpt.py: the same model in PyTorch)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+SECTION = "## Acceleration (module 18)"
+RECIPE = dict(vocab=65, embed=128, layers=4, heads=4, context=64, batch=12)
+console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
+
+
+def milestone_model(fused: bool):
+    """The milestone's GPT and its optimizer: plain (GPT, AdamW) or fused (fuse(GPT), FusedAdamW)."""
+    r = RECIPE
+    model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0)
+    if fused:
+        model = fuse(model)
+    make = FusedAdamW if fused else AdamW
+    return model, make(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+
+
+def batch() -> tuple[np.ndarray, np.ndarray]:
+    return tuple(np.random.default_rng(0).integers(0, RECIPE["vocab"], (2, RECIPE["batch"], RECIPE["context"])))
+
+
+# ---- 1. the profile ------------------------------------------------------------------------------
+def profiles() -> dict[str, str]:
+    x, y = batch()
+    tables = {}
+    for label, fused in (("plain", False), ("fused", True)):
+        model, _ = milestone_model(fused)
+        for _ in range(2):  # warm up: the first pass pays for first-touch allocations
+            model(x, targets=y)[1].backward()
+        with Profiler() as prof:
+            _, loss = model(x, targets=y)
+            loss.backward()
+        tables[label] = prof.table(top=8)
+        console.print(f"[bold]Profile of one forward + backward, {label}[/]")
+        console.print(tables[label], markup=False)
+    return tables
+
+
+# ---- 2. the training step --------------------------------------------------------------------------
+def training_step(repeats: int) -> dict[str, float]:
+    x, y = batch()
+    fns = {}
+    for label, fused in (("plain", False), ("fused", True)):
+        model, optimizer = milestone_model(fused)
+
+        def step(model=model, optimizer=optimizer):
+            _, loss = model(x, targets=y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        fns[label] = step
+    if torch is not None:
+        r = RECIPE
+        torch.manual_seed(0)
+        theirs = TorchGPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"])
+        theirs_opt = torch.optim.AdamW(torch_groups(theirs, 0.1), lr=1e-3, betas=(0.9, 0.99))
+        tx, ty = torch.tensor(x), torch.tensor(y)
+
+        def torch_step():
+            _, loss = theirs(tx, ty)
+            theirs_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            theirs_opt.step()
+
+        fns["torch"] = torch_step
+    results = {}
+    for allocator in ("default", "kept"):  # glibc's defaults first: keep_freed_memory cannot be undone
+        if allocator == "kept" and not keep_freed_memory():
+            break
+        medians = interleaved_medians(fns, repeats)
+        for label in ("plain", "fused"):
+            ratio = f", {medians[label] / medians['torch']:.2f}x PyTorch eager" if "torch" in medians else ""
+            console.print(f"training step, {label}, allocator {allocator}: {medians[label] * 1e3:.1f} ms{ratio}")
+        if "torch" in medians:
+            console.print(f"training step, PyTorch eager, allocator {allocator}: {medians['torch'] * 1e3:.1f} ms")
+        results[allocator] = medians
+    return results
+
+
+# ---- 3. each fusion, before and after ---------------------------------------------------------------
+def fusions(repeats: int) -> list[dict]:
+    rng = np.random.default_rng(1)
+    h = Tensor(rng.standard_normal((768, 512)).astype(np.float32), requires_grad=True)
+    bias = Tensor(np.zeros(512, np.float32), requires_grad=True)
+    ones = np.ones(h.shape, np.float32)
+    logits = Tensor(rng.standard_normal((768, 65)).astype(np.float32), requires_grad=True)
+    labels = rng.integers(0, 65, 768)
+    onehot = np.eye(65, dtype=np.float32)[labels]
+    plain_model, plain_opt = milestone_model(False)
+    fused_model, fused_opt = milestone_model(True)
+    for model in (plain_model, fused_model):
+        for p in model.parameters():
+            p.grad = Tensor(np.full(p.shape, 1e-3, np.float32))
+    cases = [
+        ("bias + GELU (768 × 512), forward + backward", "add, gelu", "bias_gelu",
+         lambda: gelu(h + bias).backward(ones), lambda: bias_gelu(h, bias).backward(ones)),
+        ("GELU without a bias (768 × 512), forward + backward", "gelu", "bias_gelu",
+         lambda: gelu(h).backward(ones), lambda: bias_gelu(h).backward(ones)),
+        ("softmax + cross-entropy (768 × 65), forward + backward", "log_softmax · one-hot, sum", "cross_entropy",
+         lambda: (-(log_softmax(logits, dim=-1) * onehot).sum() / 768).backward(),
+         lambda: cross_entropy(logits, labels).backward()),
+        ("AdamW step, the milestone's 26 parameters", "AdamW (per parameter)", "FusedAdamW (flat)",
+         plain_opt.step, fused_opt.step),
+    ]
+    rows = []
+    for what, before, after, slow, fast in cases:
+        medians = interleaved_medians({"before": slow, "after": fast}, repeats)
+        rows.append({"what": what, "before": before, "after": after,
+                     "before_s": medians["before"], "after_s": medians["after"]})
+        console.print(f"{what}: {before} {medians['before'] * 1e3:.3f} ms, {after} {medians['after'] * 1e3:.3f} ms, "
+                      f"{medians['before'] / medians['after']:.2f}x")
+    return rows
+
+
+# ---- 4. vectorisation --------------------------------------------------------------------------------
+def vectorisation(repeats: int) -> dict:
+    rng = np.random.default_rng(2)
+    images = rng.standard_normal((16, 8, 16, 16)).astype(np.float32)
+    kernels = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    if not np.allclose(conv2d_loops(images, kernels), conv2d(Tensor(images), Tensor(kernels)).numpy(), atol=1e-4):
+        raise SystemExit("conv2d_loops and conv2d disagree: fix module 18 (or 09) before timing them")
+    conv = interleaved_medians({"loops": lambda: conv2d_loops(images, kernels),
+                                "im2col": lambda: conv2d(Tensor(images), Tensor(kernels))}, repeats)
+    console.print(f"convolution 16×8×16×16 * 16×8×3×3: loops {conv['loops'] * 1e3:.2f} ms, "
+                  f"im2col {conv['im2col'] * 1e3:.2f} ms, {conv['loops'] / conv['im2col']:.1f}x")
+    n = 512
+    peak_gflops, peak_gbytes = machine_peak(n=1024, copy_mib=64, repeats=3)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    if not np.allclose(blocked_matmul(a, b, 64), a @ b, rtol=1e-3, atol=1e-2):
+        raise SystemExit("blocked_matmul differs from a @ b: fix module 18 before timing it")
+    tiles = (16, 32, 64, 128, 256)
+    fns = {"blas": lambda: a @ b, **{t: (lambda t=t: blocked_matmul(a, b, t)) for t in tiles}}
+    medians = interleaved_medians(fns, max(3, repeats // 3))
+    flops = 2 * n ** 3
+    rows = []
+    for tile in tiles:
+        intensity = tile / 6  # a t×t tile product: 2t³ FLOPs on 3·4t² bytes
+        rows.append({"tile": tile, "products": math.ceil(n / tile) ** 3, "s": medians[tile],
+                     "gflops": flops / medians[tile] / 1e9, "intensity": intensity,
+                     "roofline": min(peak_gflops, intensity * peak_gbytes)})
+        console.print(f"blocked {n}³, tile {tile}: {medians[tile] * 1e3:.2f} ms, {rows[-1]['gflops']:.1f} GFLOP/s "
+                      f"(roofline {rows[-1]['roofline']:.1f}); BLAS {medians['blas'] * 1e3:.2f} ms")
+    return {"conv": conv, "n": n, "blas_s": medians["blas"], "blas_gflops": flops / medians["blas"] / 1e9,
+            "tiles": rows, "peak": (peak_gflops, peak_gbytes)}
+
+
+# ---- RESULTS.md ------------------------------------------------------------------------------------
+def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, args) -> None:
+    lines = [
+        SECTION, "",
+        f"Measured {info['date']} with `python benchmarks/acceleration.py` (`tito bench acceleration`) on "
+        f"{info['cpu']}, {info['cores']} logical cores visible; Python {info['python']}, NumPy {info['numpy']} "
+        f"({info['blas']}), PyTorch {info['torch']}.",
+        "One thread; CPU time (`time.process_time`); the variants of each table interleaved in the same run,",
+        f"medians of {args.repeats} (the tile sizes: {max(3, args.repeats // 3)}). CPU only: module 18's GPU parts "
+        "(CuPy kernels, CUDA graphs) are not written yet.", "",
+        "### Training step of the milestone's model", "",
+        "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
+        "backward, AdamW (decay on matrices only). Plain: module 13's GPT, module 06's AdamW. Fused: `fuse(model)`",
+        "(bias + GELU as one op saving its tanh) and `FusedAdamW` (one flat buffer).", "",
+        "The step ran twice, all three variants interleaved each time: first with glibc's default allocator,",
+        "then after `keep_freed_memory()` (module 18 section 8: glibc keeps freed memory instead of returning",
+        "it, so a step does not fault its pages back in; it applies to PyTorch in this process too).", "",
+        "| allocator | path | step | PyTorch eager | ratio |", "|---|---|---:|---:|---:|",
+    ]
+    for allocator, medians in step.items():
+        for label in ("plain", "fused"):
+            theirs = (f"{medians['torch'] * 1e3:.1f} ms | {medians[label] / medians['torch']:.2f}×" if "torch" in medians
+                      else "not installed | -")
+            lines.append(f"| {allocator} | {label} | {medians[label] * 1e3:.1f} ms | {theirs} |")
+    lines += ["", "Fused / plain: " + ", ".join(f"{a} allocator {m['fused'] / m['plain']:.2f}" for a, m in step.items())
+              + ". Target: the fused step at most 1.1× PyTorch eager.", "",
+              "### Each fusion, before and after", "",
+              "| what | before | after | before | after | speed-up |", "|---|---|---|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['what']} | {row['before']} | {row['after']} | {row['before_s'] * 1e3:.3f} ms | "
+                     f"{row['after_s'] * 1e3:.3f} ms | {row['before_s'] / row['after_s']:.2f}× |")
+    conv = vec["conv"]
+    gflops, gbytes = vec["peak"]
+    lines += ["", "### Loops against vectorised code", "",
+              "Convolution of 16 images of 8 × 16 × 16 with 16 kernels of 8 × 3 × 3 (valid, stride 1):", "",
+              "| loop over the 196 output positions | im2col + one product (module 09) | ratio |", "|---:|---:|---:|",
+              f"| {conv['loops'] * 1e3:.2f} ms | {conv['im2col'] * 1e3:.2f} ms | {conv['loops'] / conv['im2col']:.1f}× |",
+              "", f"`blocked_matmul` of two {vec['n']} × {vec['n']} float32 matrices against one BLAS product "
+              f"({vec['blas_s'] * 1e3:.2f} ms, {vec['blas_gflops']:.1f} GFLOP/s). This machine's peaks "
+              f"(module 14's `machine_peak`): {gflops:.1f} GFLOP/s, {gbytes:.1f} GB/s. A tile's roofline is "
+              "min(peak FLOP/s, intensity × peak bytes/s) with intensity t/6 FLOP/byte (2t³ FLOPs on 3·4t² bytes).", "",
+              "| tile | tile products | time | GFLOP/s | a tile's roofline | × BLAS |", "|---:|---:|---:|---:|---:|---:|"]
+    for row in vec["tiles"]:
+        lines.append(f"| {row['tile']} | {row['products']:,} | {row['s'] * 1e3:.2f} ms | {row['gflops']:.1f} | "
+                     f"{row['roofline']:.1f} GFLOP/s | {row['s'] / vec['blas_s']:.1f}× |")
+    lines += ["", "Small tiles fall far below their roofline: the time is Python and NumPy's cost per call, not",
+              "arithmetic or memory. Each tile product is itself a BLAS call, so tiling from Python can only add calls.",
+              "", "### Where the time goes (module 14's Profiler, one forward + backward, after warm-up)", "",
+              "Plain:", "", "```", tables["plain"], "```", "", "Fused:", "", "```", tables["fused"], "```", ""]
+    write_section(SECTION, "\n".join(lines), RESULTS)
+    console.print(f"wrote the section {SECTION[3:]!r} of {RESULTS}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few repeats (a smoke run)")
+    parser.add_argument("--write-results", action="store_true", help=f"rewrite the {SECTION[3:]} section of {RESULTS.name}")
+    args = parser.parse_args(argv)
+    args.repeats = 3 if args.quick else 21
+    info = machine(torch)
+    console.print(f"[bold]Acceleration benchmark[/] — {info['cpu']} ({info['cores']} cores), one thread; "
+                  f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")
+    tables = profiles()
+    step = training_step(args.repeats)
+    rows = fusions(args.repeats)
+    vec = vectorisation(args.repeats)
+    if args.write_results:
+        write_results(info, tables, step, rows, vec, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Module 18, section 6: blocked_matmul honours its tile size and equals a @ b."""
+import math
+
+import numpy as np
+import pytest
+
+from tinytorch.perf.acceleration import blocked_matmul
+
+
+class CountingArray(np.ndarray):
+    products = 0
+
+    def __matmul__(self, other):
+        CountingArray.products += 1
+        return np.asarray(self) @ np.asarray(other)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 5, 8, 64])
+def test_equals_matmul(tile):
+    rng = np.random.default_rng(tile)
+    a, b = rng.standard_normal((9, 13)), rng.standard_normal((13, 6))
+    got = blocked_matmul(a, b, tile)
+    assert np.allclose(got, a @ b, atol=1e-12), \
+        f"tile {tile}: differs from a @ b: add every tile depth p (+=) into an output that starts at zeros"
+
+
+@pytest.mark.parametrize("m,k,n,tile", [(8, 8, 8, 4), (9, 13, 6, 4), (5, 3, 7, 2)])
+def test_number_of_tile_products(m, k, n, tile):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).view(CountingArray)
+    CountingArray.products = 0
+    blocked_matmul(a, rng.standard_normal((k, n)), tile)
+    expected = math.ceil(m / tile) * math.ceil(n / tile) * math.ceil(k / tile)
+    assert CountingArray.products == expected, (
+        f"({m},{k})@({k},{n}) with tile {tile}: expected {expected} tile products, got {CountingArray.products}: "
+        "loop over tiles of `tile` along m, n AND k (a tiled product that ignores its tile is not tiled)")
+
+
+def test_keeps_float32():
+    a = np.ones((4, 4), np.float32)
+    assert blocked_matmul(a, a, 2).dtype == np.float32, "keep the inputs' dtype: np.result_type(a, b)"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="need a"):
+        blocked_matmul(np.ones((2, 3)), np.ones((2, 3)), 2)
+    with pytest.raises(ValueError, match="tile must be"):
+        blocked_matmul(np.ones((2, 2)), np.ones((2, 2)), 0)

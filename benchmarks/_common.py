@@ -9,11 +9,8 @@ before the BLAS library starts, or they are ignored.
 """
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -42,56 +39,31 @@ def import_torch():
 
 
 def machine(torch=None) -> dict:
-    """The facts a result needs beside it: CPU, cores, Python, NumPy and its BLAS, PyTorch, when."""
-    import numpy as np
+    """The facts a result needs beside it: module 19's `environment()` (CPU, cores, BLAS and its
+    threads, Python, NumPy, TinyTorch, GPU, when), with "torch" the version of the PyTorch this
+    benchmark compares with (`torch`), or "not installed" when it has none."""
+    from tinytorch.perf.benchmarking import environment  # here, not at the top: NumPy must start after one_thread()
 
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    blas = "unknown"
-    try:
-        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = f"{info.get('name', '?')} {info.get('version', '')}".strip()
-    except Exception:  # older NumPy: no dict mode
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": blas,
-        "torch": torch.__version__ if torch is not None else "not installed",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    info = environment()
+    info["torch"] = torch.__version__ if torch is not None else "not installed"
+    return info
 
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int,
                         sync: Callable[[], None] | None = None) -> dict[str, float]:
-    """Median seconds of each function, calling them in turn (after one warm-up call each).
+    """Median seconds of each function: module 19's `measure` (one warm-up call each, then the
+    functions in turn, in an order that rotates every round).
 
     Without `sync` (the CPU) the clock is the process's CPU time (`time.process_time`):
     everything runs on one thread, so it is the work itself, and it does not grow when other
     programs take the core away. With `sync` (a GPU) it is wall-clock time, read after
     synchronising the device.
     """
+    from tinytorch.perf.benchmarking import measure
+
     clock = time.process_time if sync is None else time.perf_counter
-    wait = sync or (lambda: None)
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    wait()
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = clock()
-            fn()
-            wait()
-            times[name].append(clock() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    measured = measure(fns, repeats=repeats, warmup=1, clock=clock, sync=sync or (lambda: None))
+    return {name: m.median for name, m in measured.items()}
 
 
 def device_ready(name: str) -> bool:
@@ -297,3 +269,29 @@ def cupy_peak_bytes(prepare: Callable[[], object], run: Callable[[object], objec
         del inputs
     memory.pool.free_all_blocks()
     return memory.peak, memory.reserved, seconds
+
+
+# ---- the Shakespeare GPT the milestone trained (quantization and benchmarking use it) ---------------
+def shakespeare_model(checkpoint: Path, quick: bool, console) -> tuple[object, str]:
+    """(the shakespeare milestone's trained GPT, where it came from): milestones/quantize.py finds the file
+    and checks its recipe, training it first when it is missing; with `quick` and no saved model, an
+    UNTRAINED GPT of the recipe (a smoke run's numbers mean nothing, and say so)."""
+    milestones = str(Path(__file__).resolve().parent.parent / "milestones")
+    if milestones not in sys.path:
+        sys.path.insert(0, milestones)
+    import quantize as quantize_milestone
+    import shakespeare
+
+    from tinytorch.models.transformer import GPT
+
+    _, _, tokenizer = shakespeare.load_text()
+    if quick and not checkpoint.exists():
+        recipe = shakespeare.RECIPE
+        model = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"],
+                    recipe["context"], tie_weights=True, bias=False, seed=0)
+        return model.eval(), "an UNTRAINED GPT of the recipe (--quick, no saved model): numbers without meaning"
+    found = quantize_milestone.trained_model(checkpoint, tokenizer.vocab_size, quick, "cpu", console)
+    if isinstance(found, str):
+        raise SystemExit(f"error: {found}")
+    model, path, iters = found
+    return model, f"the shakespeare milestone's model ({iters} iterations, {path.name})"

@@ -62,17 +62,7 @@ console = Console(width=None if sys.stdout.isatty() else 120)
 # ---- 1. the GPT -----------------------------------------------------------------------------------
 def gpt_model(checkpoint: Path, quick: bool) -> tuple[GPT, str]:
     """The milestone's trained GPT and where it came from; with --quick and no saved model, an untrained one."""
-    _, _, tokenizer = shakespeare.load_text()
-    if quick and not checkpoint.exists():
-        recipe = shakespeare.RECIPE
-        model = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"],
-                    recipe["context"], tie_weights=True, bias=False, seed=0)
-        return model.eval(), "an UNTRAINED GPT of the recipe (--quick, no saved model): numbers without meaning"
-    found = quantize_milestone.trained_model(checkpoint, tokenizer.vocab_size, quick, "cpu", console)
-    if isinstance(found, str):
-        raise SystemExit(f"error: {found}")
-    model, path, iters = found
-    return model, f"the shakespeare milestone's model ({iters} iterations, {path.name})"
+    return _common.shakespeare_model(checkpoint, quick, console)
 
 
 def bench_gpt(model: GPT, batches: int, folder: Path, bits: tuple = BITS) -> list[dict]:

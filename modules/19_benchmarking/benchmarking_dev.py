@@ -50,7 +50,7 @@
 # | 2 | `bootstrap_ci` | a confidence interval of the median, by resampling |
 # | 3 | `measure` | warm-up, then interleaved rounds in a rotating order |
 # | 4 | `compare` | ratio, interval of the difference, and the verdict |
-# | 5 | `lm_validation_loss`, `accuracy` | quality on held-out data, from the outputs |
+# | 5 | `lm_window_losses`, `accuracy` | quality on held-out data, from the outputs |
 # | 7 | `pareto_front` | the rows no other row dominates |
 #
 # Module 14's tools do the low-level work here: `measure_latency` (warm-up and a timed loop,
@@ -86,9 +86,10 @@ from typing import Any, Callable
 import numpy as np
 
 from tinytorch.core.autograd import no_grad
+from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, to_host
-from tinytorch.core.training import save_checkpoint
 from tinytorch.perf.profiling import measure_latency
+from tinytorch.perf.quantization import checkpoint_bytes as saved_bytes
 
 # %% [markdown]
 # ## 1. The environment: what a number needs beside it
@@ -232,10 +233,12 @@ def test_unit_bootstrap_ci():
     assert high < 12.0, (f"high = {high}: one slow reading (30) must not drag the interval of the MEDIAN "
                          "up (an interval of the mean would be)")
     assert high - low > 0, "the interval has width 0: resample WITH replacement (rng.integers), not a permutation"
-    assert bootstrap_ci(readings) == (low, high), "the same seed must give the same interval"
+    assert bootstrap_ci(readings) == (low, high), \
+        "the same seed must give the same interval: make the generator with np.random.default_rng(seed)"
     rng = np.random.default_rng(0)
     expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
-    assert np.allclose((low, high), expected), f"expected {tuple(expected)}, got {(low, high)}: follow the recipe"
+    assert np.allclose((low, high), expected), (f"expected {tuple(expected)}, got {(low, high)}: follow the recipe — np.random.default_rng(seed), "
+                                                "indices of shape (resamples, n), (1 - confidence) / 2 on EACH side")
     print("✓ bootstrap_ci: the interval of the median, by resampling with replacement")
 
 
@@ -304,7 +307,7 @@ class Measurement:
                 f"({len(self.samples)} readings, {self.confidence:.0%} interval of the median)")
 
 # %% [markdown]
-# ## 3. Interleaving: every variant sees the same machine
+# ### Interleaving: every variant sees the same machine
 #
 # The naive benchmark times variant A twenty times, then variant B twenty times. If another
 # program starts in the middle, or the CPU heats up and slows down, B pays for it and A does
@@ -396,9 +399,11 @@ def test_unit_measure():
                      repeats=4, warmup=1, clock=fake)
     assert list(result) == ["A", "B", "C"], f"keys in the order of the variants, got {list(result)}"
     assert calls[:3] == ["A", "B", "C"], f"warm-up: each variant once per round first, got {calls[:3]}"
-    assert len(calls) == 15, f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}"
+    assert len(calls) == 15, (f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}: "
+                              "call every variant `warmup` times before the first reading")
     assert calls[3:] == list("ABC" "BCA" "CAB" "ABC"), \
-        f"rounds must interleave the variants in a rotating order (ABC, BCA, CAB, ...), got {''.join(calls[3:])}"
+        (f"every round must call each variant once (interleaved) and rotate the order each round (ABC, BCA, "
+         f"CAB, ...), got {''.join(calls[3:])}")
     for name, seconds in (("A", 1.0), ("B", 2.0), ("C", 3.0)):
         got = result[name].samples
         assert len(got) == 4, f"{name}: 4 readings (warm-up calls are not readings), got {len(got)}"
@@ -502,16 +507,17 @@ def test_unit_compare():
     slow = Measurement("slow", np.linspace(2.0, 2.2, 15))
     result = compare(slow, fast)
     assert abs(result.ratio - slow.median / fast.median) < 1e-12, \
-        f"ratio = median of a / median of b = {slow.median / fast.median}, got {result.ratio}"
+        f"ratio = median(a) / median(b) = {slow.median / fast.median}, got {result.ratio}"
     assert result.verdict == "fast is faster", f"the smaller time wins: expected 'fast is faster', got {result.verdict!r}"
     assert result.difference_low > 0, "slow − fast: the interval of the difference must exclude zero here"
     same = Measurement("same", np.linspace(1.02, 1.12, 15))
     assert compare(fast, same).verdict == "no measurable difference", \
-        f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}"
+        (f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}: "
+         "compare intervals, not medians")
     low_rate = Measurement("low", np.linspace(100, 110, 9), unit="tokens/s")
     high_rate = Measurement("high", np.linspace(200, 210, 9), unit="tokens/s")
     assert compare(low_rate, high_rate).verdict == "high is faster", \
-        "for a rate (tokens/s) MORE is faster: expected 'high is faster'"
+        "for a rate (tokens/s) more is better: expected 'high is faster'"
     print(f"✓ compare: {result}")
 
 
@@ -542,7 +548,7 @@ print(compare(timed["twin"], timed["plain"]))
 #
 # Two rules keep a quality number honest:
 #
-# * **The harness computes it from the outputs.** `lm_validation_loss` takes the model's
+# * **The harness computes it from the outputs.** `lm_window_losses` takes the model's
 #   logits and computes the cross-entropy itself (in float64, with a stable log-sum-exp); it
 #   never trusts a loss the model returns. A model that outputs random logits then scores
 #   chance, whatever it claims: about `ln(vocab_size)` nats for a language model, about 10%
@@ -555,6 +561,12 @@ print(compare(timed["twin"], timed["plain"]))
 #
 # The model runs in evaluation mode (dropout off) and without recording a graph
 # (`no_grad()`), and is put back into the mode it was in afterwards.
+#
+# You write `lm_window_losses`, which returns **one loss per window**; `lm_validation_loss`
+# (given) is their mean. Keeping the windows apart is what lets us ask later whether two
+# models *really* differ in quality: the validation set is a sample too, and
+# `paired_difference(a, b)` (given) bootstraps the mean difference of two models' losses on the
+# same windows.
 
 # %%
 #| export
@@ -565,13 +577,15 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
-def _cross_entropy_sum(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Sum over positions of −log softmax(logits)[target], in float64 (log-sum-exp with the max subtracted)."""
-    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
-    t = np.asarray(targets).reshape(-1)
-    peak = z.max(axis=1, keepdims=True)
-    log_norm = peak[:, 0] + np.log(np.exp(z - peak).sum(axis=1))
-    return float(np.sum(log_norm - z[np.arange(t.size), t]))
+def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
+    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
+    z = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(targets)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return (log_norm - picked).mean(axis=-1)
 
 
 class _evaluating:
@@ -593,9 +607,9 @@ class _evaluating:
             self.model.train(self.was_training)
 
 
-def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
-                       max_batches: int | None = None) -> float:
-    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`.
+def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                     max_batches: int | None = None) -> np.ndarray:
+    """The mean cross-entropy (nats per token) of a language model on each window of held-out `tokens`.
 
     model      -- called as model(x) with x an int64 (B, context) array; returns logits
                   (B, context, V) or (logits, loss) as a GPT does (its loss is ignored)
@@ -609,15 +623,14 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
       inputs = tokens[starts[:, None] + np.arange(T)]      # (n, T); targets: the same + 1
       keep the first max_batches * batch_size windows when max_batches is given
       with _evaluating(model):  (eval mode, no graph; mode restored afterwards; given)
-          for each batch of batch_size windows: logits = _logits_of(model(x));
-              total += _cross_entropy_sum(logits, y)       # given: float64, stable
-    Return total / (number of target tokens) as a float: every token weighs the same, also
-    when the last batch is smaller.
+          for each batch of batch_size windows: logits = _logits_of(model(x))   (given)
+              its windows' losses: _window_cross_entropy(logits, y)   (given: (B,), float64)
+    Return one loss per window: a float64 array of shape (number of windows,), in window order.
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
     if context < 1 or ids.size < context + 1:
-        raise ValueError(f"lm_validation_loss: needs context >= 1 and at least context + 1 = {context + 1} "
+        raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
     ### BEGIN SOLUTION
     n = (ids.size - 1) // context
@@ -626,13 +639,35 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
     targets = ids[starts[:, None] + np.arange(context) + 1]
     if max_batches is not None:
         inputs, targets = inputs[:int(max_batches) * batch_size], targets[:int(max_batches) * batch_size]
-    total = 0.0
+    losses = []
     with _evaluating(model):
         for first in range(0, len(inputs), batch_size):
             logits = _logits_of(model(inputs[first:first + batch_size]))
-            total += _cross_entropy_sum(logits, targets[first:first + batch_size])
-    return total / targets.size
+            losses.append(_window_cross_entropy(logits, targets[first:first + batch_size]))
+    return np.concatenate(losses)
     ### END SOLUTION
+
+
+def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                       max_batches: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`, in fixed,
+    non-overlapping windows (see `lm_window_losses`): the mean of the windows' losses, which is
+    the mean over tokens, since every window has `context` of them. Deterministic."""
+    return float(np.mean(lm_window_losses(model, tokens, context, batch_size, max_batches)))
+
+
+def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """(mean of a − b, low, high): the percentile-bootstrap interval of the mean difference of
+    PAIRED scores — the same windows (or examples) scored by two models, a[i] and b[i]. Resampling
+    the pairs (one index array (resamples, n)) keeps what is common to both models out of the
+    interval: the windows that are hard for every model. The interval excluding 0 means the two
+    models' quality measurably differs on this data."""
+    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
+    return float(diff.mean()), float(low), float(high)
 
 
 def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
@@ -679,6 +714,9 @@ class RandomLogits:
 def test_unit_quality_metrics():
     vocab, text = 7, np.arange(101) % 7  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
     uniform = lambda x: (Tensor(np.zeros(np.shape(x) + (vocab,), np.float32)), None)  # noqa: E731
+    per_window = lm_window_losses(uniform, text, context=8, batch_size=5)
+    assert np.shape(per_window) == (12,), (f"(101 - 1) // 8 = 12 non-overlapping windows: expected one loss per "
+                                           f"WINDOW, shape (12,), got {np.shape(per_window)}")
     loss = lm_validation_loss(uniform, text, context=8, batch_size=4)
     assert abs(loss - np.log(vocab)) < 1e-9, f"equal logits: the loss is ln(V) = {np.log(vocab):.6f}, got {loss}"
 
@@ -688,7 +726,7 @@ def test_unit_quality_metrics():
         return logits
     good = lm_validation_loss(oracle, text, context=8, batch_size=5)
     assert good < 1e-6, (f"a model that knows the next token scores ~0, got {good}: the targets must be the "
-                         "inputs shifted by ONE position (tokens[i*T + 1 : i*T + T + 1])")
+                         "inputs shifted by one position (tokens[i*T + 1 : i*T + T + 1])")
     noise = lm_validation_loss(RandomLogits(vocab, scale=0.01), text, context=8)
     assert abs(noise - np.log(vocab)) < 0.01, f"random (tiny) logits score chance ln(V), got {noise}"
 
@@ -758,7 +796,7 @@ def parameter_count(model: Any) -> int:
     layer (a module with a `qweight` buffer), the in_features × out_features weights its
     integers stand for (packed int4 holds two in a byte). Masks, scales and zero points are
     bookkeeping, not weights."""
-    total = sum(int(p.size) for p in model.parameters())
+    total = count_parameters(model)  # module 03's: every parameter once (tied weights too)
     for module in model.modules():
         own = module.__dict__
         if "qweight" not in own:
@@ -772,12 +810,12 @@ def parameter_count(model: Any) -> int:
 
 
 def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's `save_checkpoint` of it
-    (written to a temporary folder, measured, deleted)."""
+    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
+    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
     if isinstance(path_or_model, (str, os.PathLike)):
         return Path(path_or_model).stat().st_size
     with tempfile.TemporaryDirectory() as folder:
-        return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
+        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% [markdown]
 # ## 7. The Pareto front: which variants are worth keeping
@@ -821,7 +859,7 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
 
 def _cell(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
+        return f"{value:.5g}"
     return str(value)
 
 
@@ -875,8 +913,207 @@ def test_unit_pareto_front():
                                                "dominated by 'small'; identical rows do not dominate each other")
     rows_acc = [{"name": "a", "acc": 0.9, "ms": 5.0}, {"name": "b", "acc": 0.8, "ms": 6.0}]
     names = [r["name"] for r in pareto_front(rows_acc, "acc", ["ms"], higher_quality_is_better=True)]
-    assert names == ["a"], f"higher accuracy AND lower latency: only 'a' survives, got {names}"
+    assert names == ["a"], f"with accuracy HIGHER is better: 'a' (more accurate and faster) dominates 'b', got {names}"
     print("✓ pareto_front: the rows nothing beats on every axis")
 
 
 test_unit_pareto_front()
+
+# %% [markdown]
+# ## 8. Which of the course's variants really differ? (digits)
+#
+# Now the harness on real models. We train the milestones' digits MLP (`64 → 128 → 64 → 10`)
+# for a few seconds on the training split (`datasets/digits.npz`, the milestones' 80/20
+# split with seed 0), and build three variants with modules 15 and 16:
+#
+# * `int8` — `quantize_model(mlp)`: int8 weights per channel, dequantized in the forward;
+# * `pruned-80%` — `prune_global` of 80% of the Linear weights (masks; still dense products);
+# * `low-rank-16` — the first layer replaced by `low_rank(linear, 16)`: two thinner products.
+#
+# For each: accuracy on the **359 test images**, latency at batch 1 (the four variants
+# interleaved), throughput on the whole test split, parameters, checkpoint bytes, FLOPs per
+# image (module 14's `count_flops`) and the peak memory of the batched forward
+# (`peak_memory`).
+#
+# **Predict first:** which variant is the fastest at batch 1? Which has the smallest
+# checkpoint? Will int8 be *faster* (NumPy has no fast int8 product: module 15)?
+
+# %%
+import copy
+
+from tinytorch.core.activations import ReLU
+from tinytorch.core.layers import Linear, Sequential
+from tinytorch.core.losses import cross_entropy
+from tinytorch.core.optimizers import AdamW
+from tinytorch.perf.compression import low_rank, prune_global
+from tinytorch.perf.profiling import count_flops, peak_memory
+from tinytorch.perf.quantization import quantize_model
+from threadpoolctl import threadpool_limits
+
+DATASETS = Path("../../datasets")
+if not DATASETS.exists():  # run from the repository root
+    DATASETS = Path("datasets")
+with np.load(DATASETS / "digits.npz", allow_pickle=False) as digits:
+    features = digits["images"].reshape(len(digits["images"]), -1).astype(np.float32) / 16.0
+    labels = digits["labels"].astype(np.int64)
+order = np.random.default_rng(0).permutation(len(labels))  # the milestones' split
+n_test = int(round(0.2 * len(labels)))
+x_train, y_train, x_test, y_test = features[order[n_test:]], labels[order[n_test:]], features[order[:n_test]], labels[order[:n_test]]
+
+mlp = Sequential(Linear(64, 128, seed=1), ReLU(), Linear(128, 64, seed=2), ReLU(), Linear(64, 10, seed=3))
+optimizer, shuffle = AdamW(mlp.parameters(), lr=3e-3, weight_decay=0.01), np.random.default_rng(0)
+for epoch in range(10):
+    for batch in np.array_split(shuffle.permutation(len(y_train)), len(y_train) // 32):
+        loss = cross_entropy(mlp(Tensor(x_train[batch])), y_train[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+mlp.eval()
+
+pruned = copy.deepcopy(mlp)
+prune_global([m for m in pruned.modules() if isinstance(m, Linear)], 0.8)
+thin = copy.deepcopy(mlp)
+thin[0] = low_rank(mlp[0], 16)
+variants = {"fp32": mlp, "int8": quantize_model(mlp), "pruned-80%": pruned, "low-rank-16": thin}
+
+one_image, test_batch = Tensor(x_test[:1]), Tensor(x_test)
+with threadpool_limits(limits=1), no_grad():
+    at_batch_1 = measure({name: (lambda m=model: m(one_image)) for name, model in variants.items()}, repeats=40)
+    batched = measure({name: (lambda m=model: m(test_batch)) for name, model in variants.items()}, repeats=8)
+rows = []
+for name, model in variants.items():
+    with no_grad():
+        flops, peak = count_flops(model, one_image), peak_memory(model, test_batch)
+    rows.append({"name": name, "accuracy": accuracy(model, x_test, y_test),
+                 "p50_ms": 1e3 * at_batch_1[name].p50, "p90_ms": 1e3 * at_batch_1[name].p90,
+                 "images_per_s": len(y_test) / batched[name].median, "params": parameter_count(model),
+                 "bytes": checkpoint_bytes(model), "flops": flops, "peak_kib": peak / 1024})
+print(pareto_table(rows, "accuracy", ["p50_ms", "bytes"], higher_quality_is_better=True,
+                   columns=["name", "accuracy", "p50_ms", "p90_ms", "images_per_s", "params", "bytes", "flops", "peak_kib"]))
+print(f"(test split: {len(y_test)} images; one image is {100 / len(y_test):.2f} accuracy points)")
+for name in ("int8", "pruned-80%", "low-rank-16"):
+    print(compare(at_batch_1[name], at_batch_1["fp32"]))
+
+# %% [markdown]
+# Read the table before the verdicts. Some things to notice (your numbers will differ; the
+# *shape* of the result is what to look at):
+#
+# * `int8` should keep the accuracy within a test image or two, and its checkpoint holds one
+#   byte per weight plus a scale per channel instead of four bytes per weight. Its forward
+#   dequantizes the weights back to float32 on every call (module 15), so it does *more*
+#   work than fp32 at the same FLOPs: see what `compare` says about its latency.
+# * `pruned-80%` has exactly the FLOPs of fp32 (a mask zeroes weights; the product is still
+#   dense), adds a mask multiply, and its checkpoint stores the weights *and* the masks. Pruning
+#   pays only with a sparse format or structured pruning (module 16); look at its bytes and its
+#   accuracy after 80% of the weights are gone without fine-tuning.
+# * `low-rank-16` has fewer parameters and FLOPs. Whether that makes it measurably faster at
+#   batch 1 — where Python's per-call overhead, not arithmetic, sets the time — is what
+#   `compare` answers.
+# * A variant is on the Pareto front of accuracy against latency and bytes when nothing else
+#   beats it on all three at once.
+#
+# The plot shows accuracy against latency with the front joined:
+
+# %%
+import matplotlib
+
+if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # running as a script: draw to a file, no window
+figure = plot_pareto(rows, "accuracy", "p50_ms", Path(tempfile.gettempdir()) / "tinytorch_pareto_digits.png",
+                     higher_quality_is_better=True, title="digits MLP variants: accuracy against batch-1 latency")
+print(f"saved {Path(tempfile.gettempdir()) / 'tinytorch_pareto_digits.png'}")
+
+# %% [markdown]
+# ## 9. The Shakespeare GPT: validation loss and tokens per second
+#
+# A cost must be lower-is-better, so the table's cost is milliseconds per token (the inverse
+# of tokens per second). The language model's quality is its cross-entropy on the validation split (the last 10% of
+# Tiny Shakespeare), in fixed windows. The cell uses the model `tito milestone run shakespeare`
+# saved (`shakespeare_gpt.npz` in `<temp>/tinytorch-shakespeare/`, module 07's checkpoint)
+# when it exists, evaluated on the first 16 batches of 16 windows; otherwise a **fresh,
+# untrained** GPT (width 64, 2 layers), whose loss must then be close to `ln(vocab_size)` —
+# the check to make before trusting any language-model number. It says which it used.
+#
+# Is a difference in validation loss real? The validation windows are a sample of text, and a
+# different sample would give slightly different losses. Both models are scored on the *same*
+# windows, so `paired_difference` bootstraps the windows' differences: an interval that holds 0
+# means "no measurable difference" in quality on this data.
+#
+# **Predict first:** how much does int8 change the validation loss — more or less than the
+# interval's width? Is int8 generation faster or slower than fp32?
+
+# %%
+from tinytorch.core.training import load_checkpoint, read_checkpoint
+from tinytorch.models.transformer import GPT
+from tinytorch.text.tokenization import CharTokenizer
+
+text = (DATASETS / "tinyshakespeare.txt").read_text(encoding="utf-8")
+tokenizer = CharTokenizer.from_text(text)
+all_ids = np.array(tokenizer.encode(text), dtype=np.int64)
+validation_ids = all_ids[int(0.9 * len(all_ids)):]  # the milestone's split: the last 10%
+saved_gpt = Path(tempfile.gettempdir()) / "tinytorch-shakespeare" / "shakespeare_gpt.npz"
+recipe = None
+if saved_gpt.is_file():
+    try:
+        recipe = read_checkpoint(saved_gpt)["extra"]["recipe"]
+    except (ValueError, KeyError, TypeError) as err:
+        print(f"{saved_gpt} is not the milestone's checkpoint ({err})")
+if recipe is not None:
+    gpt = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"], recipe["context"],
+              bias=False)
+    load_checkpoint(saved_gpt, gpt)
+    context, used = recipe["context"], f"the milestone's trained GPT ({saved_gpt})"
+else:
+    context, used = 64, "a fresh, untrained GPT (no milestone checkpoint found): its loss should be near ln(vocab)"
+    gpt = GPT(tokenizer.vocab_size, 64, 2, 4, context, bias=False, seed=0)
+print(f"model: {used}; {parameter_count(gpt):,} parameters; ln(vocab) = {np.log(tokenizer.vocab_size):.4f}")
+
+gpt_variants = {"fp32": gpt, "int8": quantize_model(gpt)}
+prompt = validation_ids[:16]
+with threadpool_limits(limits=1):
+    rates = measure({name: (lambda m=model: m.generate(prompt[None], 32, temperature=0.0))
+                     for name, model in gpt_variants.items()}, repeats=5, warmup=1)
+gpt_rows = []
+for name, model in gpt_variants.items():
+    tokens_per_s = Measurement(name, 32 / rates[name].samples, "tokens/s")
+    windows = lm_window_losses(model, validation_ids, context, batch_size=16, max_batches=16)
+    gpt_rows.append({"name": name, "val_loss": float(windows.mean()), "windows": windows,
+                     "tokens_per_s": tokens_per_s.median, "ms_per_token": 1e3 / tokens_per_s.median,
+                     "bytes": checkpoint_bytes(model), "rate": tokens_per_s})
+print(pareto_table(gpt_rows, "val_loss", ["ms_per_token", "bytes"],
+                   columns=["name", "val_loss", "tokens_per_s", "ms_per_token", "bytes"]))
+print(compare(gpt_rows[1]["rate"], gpt_rows[0]["rate"]))
+change, low, high = paired_difference(gpt_rows[1]["windows"], gpt_rows[0]["windows"])
+print(f"int8 − fp32 validation loss on the same {len(gpt_rows[0]['windows'])} windows: {change:+.5f} nats, "
+      f"95% interval [{low:+.5f}, {high:+.5f}]: "
+      + ("no measurable difference" if low <= 0 <= high else "a measurable difference"))
+
+# %% [markdown]
+# ## 10. Exercises and questions
+#
+# Answer each by running your own code (add cells below).
+#
+# 1. **How many readings?** Time `fp32` and `low-rank-16` at batch 1 with `repeats` 5, 20
+#    and 80. At which count does `compare` first tell them apart? How does the width of each
+#    interval change as `repeats` grows four-fold?
+# 2. **Interleaving matters.** Write a non-interleaved `measure` (all of A's readings, then
+#    all of B's) and time two *identical* functions while a third, busy loop starts half-way
+#    (for example a `threading.Thread` that multiplies matrices for one second). Which
+#    version calls the identical functions different?
+# 3. **Warm-up.** Measure a fresh GPT's `generate` with `warmup=0` and `repeats=5`. Is the
+#    first reading different from the others? Why?
+# 4. **Wall clock or CPU time?** Re-run the 2 ms `sleep` comparison of section 4 with
+#    `clock=time.process_time`. What does the harness say now, and why? When is CPU time the
+#    better clock (hint: `benchmarks/_common.py` uses it on the CPU)?
+# 5. **Batch 1 against batched.** In the digits table, by how much does the images per
+#    second of the batched forward exceed `1 / p50` at batch 1? What does that say about where
+#    the time of a batch-1 call goes?
+# 6. **Chance.** Evaluate `RandomLogits(tokenizer.vocab_size)` (scale 1) on the validation
+#    split. Its loss is *above* `ln(vocab)`: show that for standard-normal logits the expected
+#    excess is about `1/2` nat (the log of the mean of `exp(z)` is `1/2`), and check it.
+# 7. **Pareto by hand.** Add a row `{"name": "tiny", ...}` for an MLP `64 → 16 → 10`
+#    trained the same way. Is it on the front of accuracy against bytes? Of accuracy against
+#    latency?
+# 8. **Trust.** A colleague reports "int8 is 5% faster" from one run of ten readings each,
+#    not interleaved, on a laptop. List three questions the harness answers that their number
+#    does not.

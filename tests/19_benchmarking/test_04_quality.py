@@ -6,7 +6,7 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Dropout, Linear, Sequential
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import GPT
-from tinytorch.perf.benchmarking import accuracy, lm_validation_loss
+from tinytorch.perf.benchmarking import accuracy, lm_validation_loss, lm_window_losses, paired_difference
 
 VOCAB = 7
 CYCLE = np.arange(101) % VOCAB  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
@@ -37,6 +37,15 @@ def test_targets_are_the_next_tokens():
                          "inputs shifted by one (tokens[i*T + 1 : i*T + T + 1])")
 
 
+def test_one_loss_per_window():
+    losses = lm_window_losses(oracle, CYCLE, context=8, batch_size=5)  # 12 windows: batches of 5, 5 and 2
+    assert isinstance(losses, np.ndarray) and losses.shape == (12,), (
+        f"(101 - 1) // 8 = 12 non-overlapping windows: expected one loss per WINDOW, shape (12,), got {np.shape(losses)}")
+    uniform = lambda x: np.zeros(np.shape(x) + (VOCAB,), np.float32)  # noqa: E731
+    assert np.allclose(lm_window_losses(uniform, CYCLE, 8, batch_size=5), np.log(VOCAB)), \
+        "each window's loss is the MEAN over its positions: equal logits give ln(V) in every window"
+
+
 def test_equal_logits_score_ln_vocab():
     uniform = lambda x: np.zeros(np.shape(x) + (VOCAB,), np.float32)  # noqa: E731
     assert lm_validation_loss(uniform, CYCLE, context=5) == pytest.approx(np.log(VOCAB), abs=1e-9)
@@ -64,6 +73,25 @@ def test_equals_the_definition_on_a_gpt_and_every_token_weighs_the_same():
         assert got == pytest.approx(expected, rel=1e-6), (
             f"batch_size={batch_size}: expected {expected:.6f}, got {got:.6f}; weigh every TOKEN the same "
             "(sum the cross-entropies, divide once by the number of targets), also when the last batch is smaller")
+
+
+def test_window_losses_follow_the_windows():
+    gpt = GPT(VOCAB, 16, 1, 2, 8, seed=0)
+    tokens = np.random.default_rng(5).integers(0, VOCAB, 8 * 6 + 1)
+    losses = lm_window_losses(gpt, tokens, 8, batch_size=4)
+    for i in range(6):
+        alone = reference_loss(gpt, tokens[8 * i:8 * i + 9], 8)
+        assert losses[i] == pytest.approx(alone, rel=1e-6), f"window {i}: expected {alone:.6f}, got {losses[i]:.6f}"
+
+
+def test_paired_difference():
+    a = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    mean, low, high = paired_difference(a + 0.5, a)
+    assert mean == pytest.approx(0.5) and low == pytest.approx(0.5) and high == pytest.approx(0.5), \
+        "a constant paired difference has a zero-width interval, whatever the spread of the windows"
+    noise = np.random.default_rng(0).normal(size=200)
+    mean, low, high = paired_difference(a.repeat(40)[:200] + noise, a.repeat(40)[:200])
+    assert low < mean < high and low < 0.3 and high > -0.3
 
 
 def test_max_batches():

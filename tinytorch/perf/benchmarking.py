@@ -6,10 +6,11 @@ same, and an error bar. Without them, a 3% "speed-up" is the noise of the next r
 
 # %% auto #0
 __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measure', 'Comparison', 'difference_ci', 'ranking',
-           'compare', 'lm_validation_loss', 'accuracy', 'latency', 'throughput', 'generation_rate', 'parameter_count',
-           'checkpoint_bytes', 'pareto_front', 'pareto_table', 'plot_pareto']
+           'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
+           'throughput', 'generation_rate', 'parameter_count', 'checkpoint_bytes', 'pareto_front', 'pareto_table',
+           'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #33e2d586
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #11e8feb5
 import importlib.util
 import os
 import platform
@@ -24,9 +25,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.autograd import no_grad
+from ..core.layers import count_parameters
 from ..core.tensor import Tensor, to_host
-from ..core.training import save_checkpoint
 from .profiling import measure_latency
+from .quantization import checkpoint_bytes as saved_bytes
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #b8901fbd
 def _cpu_name() -> str:
@@ -289,7 +291,7 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #9503eec0
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #885c0a24
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -297,13 +299,15 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
-def _cross_entropy_sum(logits: np.ndarray, targets: np.ndarray) -> float:
-    """Sum over positions of −log softmax(logits)[target], in float64 (log-sum-exp with the max subtracted)."""
-    z = logits.reshape(-1, logits.shape[-1]).astype(np.float64)
-    t = np.asarray(targets).reshape(-1)
-    peak = z.max(axis=1, keepdims=True)
-    log_norm = peak[:, 0] + np.log(np.exp(z - peak).sum(axis=1))
-    return float(np.sum(log_norm - z[np.arange(t.size), t]))
+def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
+    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
+    z = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(targets)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return (log_norm - picked).mean(axis=-1)
 
 
 class _evaluating:
@@ -325,9 +329,9 @@ class _evaluating:
             self.model.train(self.was_training)
 
 
-def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
-                       max_batches: int | None = None) -> float:
-    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`.
+def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                     max_batches: int | None = None) -> np.ndarray:
+    """The mean cross-entropy (nats per token) of a language model on each window of held-out `tokens`.
 
     model      -- called as model(x) with x an int64 (B, context) array; returns logits
                   (B, context, V) or (logits, loss) as a GPT does (its loss is ignored)
@@ -341,15 +345,14 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
       inputs = tokens[starts[:, None] + np.arange(T)]      # (n, T); targets: the same + 1
       keep the first max_batches * batch_size windows when max_batches is given
       with _evaluating(model):  (eval mode, no graph; mode restored afterwards; given)
-          for each batch of batch_size windows: logits = _logits_of(model(x));
-              total += _cross_entropy_sum(logits, y)       # given: float64, stable
-    Return total / (number of target tokens) as a float: every token weighs the same, also
-    when the last batch is smaller.
+          for each batch of batch_size windows: logits = _logits_of(model(x))   (given)
+              its windows' losses: _window_cross_entropy(logits, y)   (given: (B,), float64)
+    Return one loss per window: a float64 array of shape (number of windows,), in window order.
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
     if context < 1 or ids.size < context + 1:
-        raise ValueError(f"lm_validation_loss: needs context >= 1 and at least context + 1 = {context + 1} "
+        raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
     n = (ids.size - 1) // context
     starts = np.arange(n) * context
@@ -357,12 +360,34 @@ def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 
     targets = ids[starts[:, None] + np.arange(context) + 1]
     if max_batches is not None:
         inputs, targets = inputs[:int(max_batches) * batch_size], targets[:int(max_batches) * batch_size]
-    total = 0.0
+    losses = []
     with _evaluating(model):
         for first in range(0, len(inputs), batch_size):
             logits = _logits_of(model(inputs[first:first + batch_size]))
-            total += _cross_entropy_sum(logits, targets[first:first + batch_size])
-    return total / targets.size
+            losses.append(_window_cross_entropy(logits, targets[first:first + batch_size]))
+    return np.concatenate(losses)
+
+
+def lm_validation_loss(model: Any, tokens: Any, context: int, batch_size: int = 32,
+                       max_batches: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) of a language model on held-out `tokens`, in fixed,
+    non-overlapping windows (see `lm_window_losses`): the mean of the windows' losses, which is
+    the mean over tokens, since every window has `context` of them. Deterministic."""
+    return float(np.mean(lm_window_losses(model, tokens, context, batch_size, max_batches)))
+
+
+def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """(mean of a − b, low, high): the percentile-bootstrap interval of the mean difference of
+    PAIRED scores — the same windows (or examples) scored by two models, a[i] and b[i]. Resampling
+    the pairs (one index array (resamples, n)) keeps what is common to both models out of the
+    interval: the windows that are hard for every model. The interval excluding 0 means the two
+    models' quality measurably differs on this data."""
+    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
+    return float(diff.mean()), float(low), float(high)
 
 
 def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
@@ -385,7 +410,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
             correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
     return correct / labels.size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #b9c71306
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #39a1a94e
 def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
     """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
     its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
@@ -417,7 +442,7 @@ def parameter_count(model: Any) -> int:
     layer (a module with a `qweight` buffer), the in_features × out_features weights its
     integers stand for (packed int4 holds two in a byte). Masks, scales and zero points are
     bookkeeping, not weights."""
-    total = sum(int(p.size) for p in model.parameters())
+    total = count_parameters(model)  # module 03's: every parameter once (tied weights too)
     for module in model.modules():
         own = module.__dict__
         if "qweight" not in own:
@@ -431,14 +456,14 @@ def parameter_count(model: Any) -> int:
 
 
 def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's `save_checkpoint` of it
-    (written to a temporary folder, measured, deleted)."""
+    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
+    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
     if isinstance(path_or_model, (str, os.PathLike)):
         return Path(path_or_model).stat().st_size
     with tempfile.TemporaryDirectory() as folder:
-        return save_checkpoint(Path(folder) / "model.npz", path_or_model).stat().st_size
+        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #a1163bc6
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #3c570452
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
     """The rows no other row dominates, in their original order.
 
@@ -465,7 +490,7 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
 
 def _cell(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
+        return f"{value:.5g}"
     return str(value)
 
 

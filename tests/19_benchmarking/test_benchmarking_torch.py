@@ -1,0 +1,21 @@
+"""Module 19 against PyTorch: the validation loss the harness computes from a model's logits equals
+torch.nn.functional.cross_entropy on the same logits and targets (float64)."""
+import numpy as np
+import pytest
+
+from tinytorch.models.transformer import GPT
+from tinytorch.perf.benchmarking import lm_validation_loss
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+
+def test_lm_validation_loss_equals_torch_cross_entropy():
+    gpt = GPT(19, 16, 2, 2, 12, seed=0)
+    tokens = np.random.default_rng(0).integers(0, 19, 12 * 9 + 1)
+    windows = tokens[:-1].reshape(9, 12)
+    targets = tokens[1:].reshape(9, 12)
+    logits = np.asarray(gpt.eval()(windows)[0].data, dtype=np.float64)
+    expected = torch.nn.functional.cross_entropy(torch.from_numpy(logits).reshape(-1, 19),
+                                                 torch.from_numpy(targets).reshape(-1)).item()
+    assert lm_validation_loss(gpt, tokens, 12, batch_size=4) == pytest.approx(expected, rel=1e-6)

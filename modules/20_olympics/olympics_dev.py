@@ -744,10 +744,12 @@ for _event in ("smallest", "generation"):
 # ```
 #
 # Make the checkpoint with module 07's `save_checkpoint(folder / "model.npz", model)` from the
-# shakespeare milestone's model, then `tito olympics judge milestones/olympics_entries/fp32-built
-# my_entry` — the first folder is the baseline that sets the bar (`--baseline DIR` picks another).
-# `tito milestone run olympics` builds and judges the reference entries (fp32, int8, int4,
-# pruned, distilled, fused, checkpointed) three times and writes their leaderboard.
+# shakespeare milestone's model. `tito milestone run olympics` builds the reference entries
+# (fp32, int8, int4, pruned, distilled, fused, checkpointed; their `submission.py` files are in
+# `milestones/olympics_entries/`) with their checkpoints in `<temp>/tinytorch-olympics/entries/`,
+# judges them three times and writes their leaderboard. Then judge yours against the baseline:
+# `tito olympics judge <temp>/tinytorch-olympics/entries/fp32 my_entry` — the first folder is the
+# baseline that sets the bar (`--baseline DIR` picks another).
 #
 # ## What the guards do and do not stop
 #

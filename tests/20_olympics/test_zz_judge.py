@@ -238,8 +238,12 @@ def test_replacing_the_checkpoint_before_the_load_changes_nothing(tmp_path):
         "the model judged is the declared checkpoint as submitted (the same weights as base), not the file rewritten"
 
 
-def test_the_cli_answers_bad_input_with_what_to_do(tmp_path, capsys):
+def test_the_cli_answers_bad_input_with_what_to_do(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
     from tito.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # tito finds the course from its folder (tito grade runs elsewhere)
 
     assert main(["olympics", "judge", str(tmp_path), "--event", "fastest"]) == 1
     assert "Unknown event fastest: choose from smallest, generation, speedrun" in capsys.readouterr().out

@@ -574,6 +574,52 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- olympics
+
+
+def cmd_olympics_judge(args: argparse.Namespace) -> int:
+    """Judge submission folders in the sandbox (module 20); every number measured here."""
+    from .olympics import judge, read_submission, shakespeare_task, write_leaderboard
+
+    settings = load_settings()
+    from tinytorch.perf.olympics import EVENTS
+
+    events = args.event or ["smallest", "generation"]
+    unknown = [e for e in events if e not in EVENTS]
+    if unknown:
+        raise CourseError(f"Unknown event {', '.join(unknown)}: choose from {', '.join(EVENTS)} (e.g. --event smallest).")
+    speedrun = "speedrun" in events
+    entries = [read_submission(Path(p), need_train=speedrun) for p in args.submissions]
+    baseline = read_submission(Path(args.baseline), need_train=speedrun) if args.baseline else entries[0]
+    if not args.baseline:
+        console.print(f"Baseline (the quality bar and the speedrun's reference): {escape(baseline.name)}, the first "
+                      "submission; choose another with --baseline DIR.", highlight=False)
+    same = [e for e in entries if e.folder.resolve() == baseline.folder.resolve()]
+    if same:
+        baseline = same[0]
+    task = shakespeare_task(settings.root, speedrun_budget_s=args.budget)
+    with console.status("Judging...") as status:
+        board = judge(entries, task, events, baseline=baseline, course_root=settings.root,
+                      progress=lambda text: status.update(f"Judging: {escape(text)}"))
+
+    for event in events:
+        spec = EVENTS[event]
+        table = Table(title=f"{event}: {spec.metric} ({spec.unit}, {'higher' if spec.higher_is_better else 'lower'} "
+                            f"is better); quality bar {board.baseline_loss + 0.05:.4f}")
+        for column in ("rank", "entry", spec.metric, "validation loss", "verdict"):
+            table.add_column(column, overflow="fold")
+        for row in board.boards[event]:
+            loss = row.extra.get("val_loss", float("nan"))
+            score = "—" if row.score != row.score else (f"{row.score:,.0f}" if spec.unit == "B" else f"{row.score:,.2f}")
+            table.add_row("—" if row.rank is None else str(row.rank), escape(row.name), score,
+                          "—" if loss != loss else f"{loss:.4f}",
+                          "ok" if row.qualified else f"[red]disqualified[/]: {escape(row.reason)}")
+        console.print(table)
+    written = write_leaderboard(board, Path(args.out))
+    console.print(f"[bold green]Wrote[/] {', '.join(escape(_rel(p)) for p in written)}", highlight=False)
+    return 0
+
+
 # ---------------------------------------------------------------------------- milestones, benchmarks
 
 
@@ -722,6 +768,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="passed on to the milestone(s): cpu (NumPy) or cuda (CuPy on an NVIDIA GPU)")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed on to the program")
     run.set_defaults(func=cmd_milestone_run)
+
+    olympics = sub.add_parser("olympics", help="the capstone's judge (module 20)")
+    olympics_sub = olympics.add_subparsers(dest="olympics_command", required=True, metavar="COMMAND")
+    judge = olympics_sub.add_parser("judge", help="judge submission folders in the sandbox and write the leaderboard")
+    judge.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                       help="folders, each with submission.py (build_model(), CHECKPOINT) and its checkpoint")
+    judge.add_argument("--event", nargs="+", metavar="EVENT",
+                       help="smallest, generation and/or speedrun (default: smallest generation)")
+    judge.add_argument("--baseline", metavar="DIR", help="the entry whose loss sets the quality bar "
+                                                         "(default: the first SUBMISSION)")
+    judge.add_argument("--out", default="olympics", metavar="DIR",
+                       help="where leaderboard.md, leaderboard.csv and pareto.png go (default: olympics/)")
+    judge.add_argument("--budget", type=float, default=600.0, metavar="S",
+                       help="the speedrun's time budget per entry in seconds (default: 600)")
+    judge.set_defaults(func=cmd_olympics_judge)
 
     bench = sub.add_parser("bench", help="benchmarks (no name: list them)")
     bench.add_argument("name", nargs="?", metavar="NAME", help="a file in benchmarks/, without .py")

@@ -30,9 +30,11 @@ EXPECTED_CHECKS = {
     "compress": ("structured pruning: validation loss", "low rank: validation loss"),
     "quantize": ("int8 weight-only loss increase", "int8 dynamic loss increase", "int4 weight-only loss increase",
                  "int8 checkpoint, times smaller than fp32"),
+    "olympics": ("fp32 baseline qualifies (1 = yes)", "int8 qualifies (1 = yes)",
+                 "int8 checkpoint, times smaller than fp32", "smallest: entries whose rank differs between 2 runs"),
 }
-# quantize loads the model that shakespeare's --fast run saved: its own test below, not the generic run
-CHECKS_RUN_ALONE = sorted(set(EXPECTED_CHECKS) - {"quantize"})
+# quantize and olympics load the model that shakespeare's --fast run saved: their own tests below
+CHECKS_RUN_ALONE = sorted(set(EXPECTED_CHECKS) - {"quantize", "olympics"})
 CHECK_RESULT = re.compile(r"^(.+?) (-?[0-9.]+) vs threshold (at least|at most|above) (-?[0-9.]+): "
                           r"(PASS|FAIL|printed, not judged)$", re.MULTILINE)
 
@@ -175,6 +177,21 @@ def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
     check_checks_output("quantize", output)
     saved = sorted(p.name for p in (tmp_path / "quantized").iterdir())
     assert len(saved) == 4 and all(name.endswith(".npz") for name in saved), saved
+
+
+def test_olympics_judges_the_reference_entries(fast_run, tmp_path):
+    # The reference entries built from the model shakespeare's --fast run saved, each judged in the sandbox
+    # twice (smallest and generation); about a minute on an idle machine.
+    _, out = fast_run("shakespeare")
+    result = run_milestone("olympics", "--fast", "--checkpoint", str(out / "shakespeare_gpt.npz"),
+                           "--out", str(tmp_path / "olympics"), timeout=900, env=ONE_THREAD)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"olympics --fast exited {result.returncode}:\n{output[-3000:]}"
+    check_checks_output("olympics", output)
+    board = (tmp_path / "olympics" / "leaderboard.md").read_text(encoding="utf-8")
+    for name in ("fp32", "int8", "int4", "pruned", "distilled", "fused", "checkpointed"):
+        assert f"| {name} |" in board, f"the leaderboard has no row for the reference entry {name}:\n{board}"
+    assert (tmp_path / "olympics" / "pareto.png").stat().st_size > 10_000, "the Pareto plot is written"
 
 
 @pytest.mark.parametrize("case", ["other-width", "foreign", "fast-model-in-a-full-run"])

@@ -1,0 +1,16 @@
+"""Reference entry "fused": module 18's fuse(model), every MLP's bias + GELU as one op, the same weights;
+for the speedrun the same recipe as fp32 with module 18's FusedAdamW (one flat buffer) for AdamW."""
+from tinytorch.models.transformer import GPT
+from tinytorch.perf.acceleration import FusedAdamW, fuse
+from tinytorch.perf.olympics import speedrun_data, train_recipe
+
+CHECKPOINT = "model.npz"
+
+
+def build_model():
+    return fuse(GPT(65, 128, 4, 4, 64, dropout=0.0, tie_weights=True, bias=False, seed=1337))
+
+
+def train(time_budget_s):
+    train_ids, _ = speedrun_data()
+    return train_recipe(build_model(), train_ids, time_budget_s, optimizer_class=FusedAdamW)

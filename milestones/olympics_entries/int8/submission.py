@@ -1,0 +1,9 @@
+"""Reference entry "int8": module 15's weight-only int8 (per output channel, symmetric) of the trained GPT."""
+from tinytorch.models.transformer import GPT
+from tinytorch.perf.quantization import quantize_model
+
+CHECKPOINT = "model.npz"
+
+
+def build_model():
+    return quantize_model(GPT(65, 128, 4, 4, 64, dropout=0.0, tie_weights=True, bias=False), mode="weight_only", bits=8)

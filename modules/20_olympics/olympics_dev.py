@@ -1,0 +1,806 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Module 20: The TinyTorch Olympics — a judge that trusts nothing it is told
+#
+# > A benchmark is only as honest as the code that takes the measurement. In the capstone
+# > this course is modelled on, teams type their own numbers into a JSON file. Here the judge
+# > measures everything itself, on code it does not trust.
+#
+# Modules 14–19 gave you tools to make the Shakespeare GPT smaller (quantization, pruning,
+# distillation), cheaper to train (checkpointing, mixed precision) and faster (fused ops),
+# and a harness to measure all of it honestly. The Olympics put them to work in three events,
+# each under one **quality bar** — validation loss at most the baseline's + 0.05:
+#
+# | event | what is measured | better |
+# |---|---|---|
+# | `smallest` | bytes of the submission's checkpoint file | fewer |
+# | `generation` | tokens per second, batch 1, 256 new greedy tokens | more |
+# | `speedrun` | wall time of `train(time_budget_s)` from scratch, to validation loss 1.95 (2 threads) | less |
+#
+# A submission is a folder: `submission.py` with `build_model()` (and `train(time_budget_s)`
+# for the speedrun), a line `CHECKPOINT = "model.npz"` naming its weights, and that file.
+# `tito olympics judge SUBMISSION...` copies each folder into a scratch folder, runs **the
+# judge's own runner** there in `tito grade`'s sandbox, and talks to it over a socket. The
+# submission's code shares a process with the runner, so **nothing computed in that process
+# is believed**:
+#
+# * the runner sends back *logits* for windows of held-out text the judge picked; the judge
+#   computes the loss (your `loss_from_logits`);
+# * the judge times generation from outside (request sent → tokens received) and checks the
+#   tokens against the model's own logits (your `greedy_consistent`);
+# * the judge measures the checkpoint's bytes on the copy it made;
+# * the runner's audit hook refuses every file the submission opens outside its folder and
+#   every weights file but the declared checkpoint (your `access_violation`), and the
+#   sandbox shows it no other folder to read from.
+#
+# **What you will be able to do when you finish:**
+#
+# * pick held-out evaluation windows that are the same in every run and never touch the
+#   training text;
+# * compute a language model's validation loss from raw logits, stably, in float64;
+# * write the quality bar and the access rule of a judge, and see each refuse a cheat;
+# * rank measurements that have confidence intervals without inventing differences that
+#   are noise, so that the same entries give the same ranking run after run;
+# * enter the Olympics: judge the reference entries (fp32, int8, int4, pruned, ...) and
+#   your own, and read what each technique really gains on this machine.
+#
+# **Time:** about three hours — sections 1–5 (the judge's pieces) in a first sitting, 6–7
+# (the judge at work, your own entry) in a second.
+#
+# | section | you write | what it does |
+# |---|---|---|
+# | 1 | `heldout_windows` | the judge's evaluation windows: seeded, from the held-out text, targets shifted by one |
+# | 2 | `loss_from_logits` | mean cross-entropy from (B, T, V) logits, stable, in float64 |
+# | 3 | `quality_verdict` | the quality bar: "" or the reason a submission is disqualified |
+# | 4 | `greedy_consistent` | does each generated token have the largest logit? |
+# | 5 | `access_violation` | the audit hook's rule: inside the folder, and no weights but the declared ones |
+# | 6 | `rank_entries` | competition ranks from intervals; overlapping intervals share a rank |
+#
+# The judge itself (`tito/olympics.py`, the sandbox, the socket and the runner) is given: it
+# calls the functions you write here. The lesson runs on a tiny GPT so that it finishes in
+# seconds; the full leaderboard on the Shakespeare GPT is `tito milestone run olympics`.
+
+# %% [markdown]
+# This lesson times code. NumPy's matrix products may split over several threads, and on a
+# busy machine the same product can take ten times longer from one run to the next, so the
+# lesson asks for one BLAS thread before NumPy starts (in Jupyter: restart the kernel before
+# running the notebook from the top).
+
+# %%
+import os
+
+for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_thread_setting, "1")
+
+# %%
+#| default_exp perf.olympics
+
+# %%
+#| export
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+import time
+from typing import Any
+
+import numpy as np
+
+# %%
+#| export
+from tinytorch.core.tensor import Tensor
+
+# %%
+from tinytorch.core.autograd import no_grad
+from tinytorch.models.transformer import GPT
+
+# %% [markdown]
+# ## The events and the bar
+#
+# Every event has a unit and a direction. The quality margin is the issue's: a submission's
+# validation loss may be at most the baseline's + 0.05 (nats per character). The speedrun's
+# target, 1.95, is the validation loss the shakespeare milestone must reach (nanoGPT's small
+# CPU recipe).
+
+# %%
+#| export
+@dataclass(frozen=True)
+class Event:
+    """One Olympic event: what is measured, in which unit, and which direction wins."""
+
+    name: str
+    metric: str  # the leaderboard's column
+    unit: str
+    higher_is_better: bool
+
+
+EVENTS = {
+    "smallest": Event("smallest", "checkpoint bytes", "B", higher_is_better=False),
+    "generation": Event("generation", "generation rate", "tokens/s", higher_is_better=True),
+    "speedrun": Event("speedrun", "time to target loss", "s", higher_is_better=False),
+}
+QUALITY_MARGIN = 0.05  # validation loss at most the baseline's + this
+SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss to reach from scratch
+WEIGHT_SUFFIXES = (".npz", ".npy", ".pt", ".pth", ".safetensors", ".bin", ".pkl", ".pickle", ".h5", ".ckpt", ".onnx")
+
+# %% [markdown]
+# ## 1. Held-out windows
+#
+# The judge evaluates every submission on the same windows of **validation** text: the last
+# 10% of Tiny Shakespeare, which no reference entry trained on. A window is `context`
+# characters of input and the same characters shifted by one as targets: position `t` must
+# predict character `t + 1`. Three properties matter:
+#
+# * **the same windows every run** — drawn from `np.random.default_rng(seed)`, so two runs of
+#   the judge (and two submissions) are scored on identical text;
+# * **inside the held-out text** — a window starting at `s` needs characters `s … s+context`
+#   (that is `context + 1` of them), so `s` runs from 0 to `len(tokens) - context - 1`;
+# * **vectorised** — one fancy-indexing gather, no Python loop over windows.
+
+# %%
+#| export
+def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`count` windows of `context` tokens from `tokens` (1-D ids) and their targets.
+
+    Starts: `np.random.default_rng(seed).integers(0, len(tokens) - context, size=count)` (the high
+    end excluded), so every start leaves room for `context + 1` tokens. Returns (inputs, targets),
+    both int64 arrays of shape (count, context): inputs[i] = tokens[s_i : s_i + context] and
+    targets[i] = tokens[s_i + 1 : s_i + context + 1] (shifted by one). The same arguments give the
+    same windows in every call. One gather (`tokens[starts[:, None] + np.arange(context + 1)]`),
+    no loop. ValueError when `tokens` has fewer than `context + 1` ids or `count`/`context` < 1.
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"heldout_windows: tokens must be a 1-D array of ids, got shape {tokens.shape}.")
+    if int(context) < 1 or int(count) < 1:
+        raise ValueError(f"heldout_windows: context and count must be >= 1, got {context} and {count}.")
+    if len(tokens) < int(context) + 1:
+        raise ValueError(f"heldout_windows: {len(tokens)} tokens hold no window of {context} + 1 (its targets).")
+    ### BEGIN SOLUTION
+    starts = np.random.default_rng(seed).integers(0, len(tokens) - context, size=count)
+    windows = tokens[starts[:, None] + np.arange(context + 1)].astype(np.int64)
+    return windows[:, :-1], windows[:, 1:]
+    ### END SOLUTION
+
+
+# %%
+def test_unit_heldout_windows():
+    def windows(*args, **kwargs):
+        try:
+            return heldout_windows(*args, **kwargs)
+        except IndexError as err:
+            raise AssertionError(f"a window ran past the end ({err}): starts go up to len - context - 1 "
+                                 "(integers(0, len(tokens) - context): the high end is excluded)") from None
+
+    tokens = np.arange(100, 130)
+    x, y = windows(tokens, 5, 40, seed=3)
+    assert x.shape == y.shape == (40, 5), f"expected inputs and targets of shape (40, 5), got {x.shape} and {y.shape}"
+    assert x.dtype == np.int64 and y.dtype == np.int64, f"expected int64 ids, got {x.dtype} and {y.dtype}"
+    assert np.array_equal(y, x + 1), \
+        "targets must be the inputs shifted by one (position t predicts token t+1): the targets are not shifted by one"
+    assert y.max() <= tokens[-1], f"a window ran past the end ({y.max()} > {tokens[-1]}): starts go up to len - context - 1"
+    x_again, _ = windows(tokens, 5, 40, seed=3)
+    assert np.array_equal(x, x_again), "the same seed must give the same windows: draw the starts from np.random.default_rng(seed)"
+    last = windows(np.arange(6), 5, 8)[1]
+    assert np.array_equal(last, np.tile(np.arange(1, 6), (8, 1))), \
+        f"6 tokens hold exactly one window of 5 (+1): expected starts 0 only, got targets {last[:2]}"
+    print("✓ heldout_windows: seeded, shifted by one, never past the end")
+
+
+test_unit_heldout_windows()
+
+# %% [markdown]
+# ## 2. The loss, computed by the judge
+#
+# The runner sends logits of shape `(B, T, V)`; the judge turns them into the mean
+# cross-entropy over all `B·T` positions: `−log softmax(logits)[target]`. It computes in
+# float64 and subtracts each row's maximum first, `log Σ exp(z) = m + log Σ exp(z − m)`, so a
+# submission with large logits (a sharp, confident model, or one that scales its logits to
+# overflow float32's `exp`) gets its true loss, not `inf` or `nan`. Non-finite logits are
+# refused: the judge has nothing to score.
+
+# %%
+#| export
+def loss_from_logits(logits: Any, targets: Any) -> float:
+    """Mean cross-entropy of `logits` (B, T, V) against integer `targets` (B, T), as a Python float.
+
+    Computed in float64 with the log-sum-exp shift (each row's max subtracted before exp):
+    loss = mean over the B·T positions of logsumexp(row) - row[target]. ValueError when the shapes
+    do not match ((B, T, V) against (B, T)), a target is outside [0, V), or a logit is not finite.
+    """
+    logits = np.asarray(logits)
+    targets = np.asarray(targets)
+    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"loss_from_logits: logits (B, T, V) and targets (B, T) expected, got {logits.shape} and {targets.shape}.")
+    if targets.size and (targets.min() < 0 or targets.max() >= logits.shape[2]):
+        raise ValueError(f"loss_from_logits: targets must lie in [0, {logits.shape[2]}).")
+    if not np.isfinite(logits).all():
+        raise ValueError("loss_from_logits: the logits hold inf or nan: there is no loss to score.")
+    ### BEGIN SOLUTION
+    z = logits.astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, targets[..., None].astype(np.int64), axis=-1)[..., 0]
+    return float((log_norm - picked).mean())
+    ### END SOLUTION
+
+
+# %%
+def test_unit_loss_from_logits():
+    uniform = np.zeros((2, 3, 4))
+    targets = np.array([[0, 1, 2], [3, 0, 1]])
+    got = loss_from_logits(uniform, targets)
+    assert abs(got - math.log(4)) < 1e-12, \
+        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f}, got {got}: the mean over positions of -log p(target)"
+    logits = np.array([[[2.0, 0.0, -1.0]]])
+    expected = -(2.0 - math.log(math.exp(2) + 1 + math.exp(-1)))
+    got = loss_from_logits(logits, np.array([[0]]))
+    assert abs(got - expected) < 1e-12, f"expected {expected:.6f}, got {got}: -log softmax(logits)[target]"
+    got = loss_from_logits(logits, np.array([[2]]))
+    assert abs(got - (expected + 3.0)) < 1e-12, \
+        f"target 2: expected {expected + 3:.6f}, got {got}: pick the TARGET's logit, not the largest one"
+    rng = np.random.default_rng(0)
+    noisy = (rng.normal(size=(2, 8, 65)) * 3).astype(np.float32)
+    picks = rng.integers(0, 65, size=(2, 8))
+    z = noisy.astype(np.float64)
+    exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(z, picks[..., None], -1)[..., 0]))
+    got = loss_from_logits(noisy, picks)
+    assert abs(got - exact) < 1e-12, f"expected {exact!r}, got {got!r}: compute in float64, not in the logits' float32"
+    huge = np.array([[[1000.0, 0.0]]], dtype=np.float32)
+    got = loss_from_logits(huge, np.array([[1]]))
+    assert abs(got - 1000.0) < 1e-9, \
+        f"logits 1000 and 0, target 1: expected 1000, got {got}: subtract each row's max before exp (it overflows)"
+    print("✓ loss_from_logits: ln V for uniform logits, the target's log-probability, stable at logits of 1000")
+
+
+test_unit_loss_from_logits()
+
+# %% [markdown]
+# **Worked example.** A GPT that has learned nothing predicts every character about equally:
+# its loss is `ln 65 ≈ 4.17`, the entropy of a uniform guess over the 65 characters. Run the
+# cell: an untrained tiny GPT lands close to it, because its initial weights are small.
+
+# %%
+_vocab = 65
+tiny = GPT(_vocab, 32, 2, 2, 16, seed=0)
+_val = np.random.default_rng(1).integers(0, _vocab, 2000)
+_x, _y = heldout_windows(_val, 16, 8, seed=0)
+tiny.eval()
+with no_grad():
+    _logits = tiny(Tensor(_x))[0].data
+print(f"untrained tiny GPT: loss {loss_from_logits(_logits, _y):.4f}   uniform guess: ln 65 = {math.log(65):.4f}")
+
+# %% [markdown]
+# ## 3. The quality bar
+#
+# A smaller or faster model that forgot Shakespeare wins nothing. A submission passes when
+# its validation loss is **at most** the baseline's + 0.05: exactly at the bar passes. The
+# verdict is a reason in words, because a disqualified student must learn why.
+
+# %%
+#| export
+def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_MARGIN) -> str:
+    """"" when `loss` <= baseline_loss + margin (at the bar passes); otherwise the reason, which says
+    the loss, the bar and by how much it was missed, e.g.
+    "validation loss 1.9731 is above the quality bar 1.9500 (baseline 1.9000 + 0.05) by 0.0231".
+    A loss that is not finite is always above the bar.
+
+    Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
+    line after it writes the reason from `bar`."""
+    ### BEGIN SOLUTION
+    bar = baseline_loss + margin
+    if math.isfinite(loss) and loss <= bar:
+        return ""
+    ### END SOLUTION
+    return (f"validation loss {loss:.4f} is above the quality bar {bar:.4f} "
+            f"(baseline {baseline_loss:.4f} + {margin:g}) by {loss - bar:.4f}")
+
+
+# %%
+def test_unit_quality_verdict():
+    assert quality_verdict(1.5, 1.5, 0.25) == "", \
+        "a loss equal to the baseline's passes: the bar is baseline + margin (the margin added, not subtracted)"
+    assert quality_verdict(1.75, 1.5, 0.25) == "", \
+        "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
+    reason = quality_verdict(1.875, 1.5, 0.25)
+    assert "above the quality bar" in reason and "1.7500" in reason, \
+        f"1.875 > 1.5 + 0.25 must be refused with the bar in the reason, got {reason!r}"
+    assert quality_verdict(1.625, 1.5, 0.25) == "", \
+        "1.625 is below the bar 1.75: add the margin to the baseline (baseline + margin), not subtract it"
+    assert quality_verdict(float("nan"), 1.5) != "", "a nan loss is never under the bar"
+    print("✓ quality_verdict: at the bar passes, above it is refused with the reason")
+
+
+test_unit_quality_verdict()
+
+# %% [markdown]
+# ## 4. Are the generated tokens the model's?
+#
+# The generation event is timed from outside: the judge sends a prompt, starts a clock, and
+# stops it when 256 tokens arrive. A submission could answer fast with tokens it never
+# computed. So after the timing the judge asks the same model for its logits on prefixes of
+# what it sent, at positions the judge picks, and checks that each generated token is the
+# greedy one: its logit is the row's maximum. Two tokens can tie (or nearly tie: a KV cache
+# adds in a different order from a full forward pass), so the test is "within `atol` of the
+# maximum", not `argmax ==`: `argmax` picks the first of two equal logits, and a correct
+# generator may have picked the other.
+
+# %%
+#| export
+def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarray:
+    """For each row of `logits` (N, V), whether token `chosen[i]` is a greedy choice: its logit is
+    within `atol` (absolute, plus 1e-6 relative to the row's largest magnitude) of the row's maximum.
+    Returns a bool array of shape (N,). Ties pass: any token with the largest logit is greedy.
+    ValueError when `chosen` is not (N,) ids in [0, V)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    chosen = np.asarray(chosen)
+    if logits.ndim != 2 or chosen.shape != logits.shape[:1]:
+        raise ValueError(f"greedy_consistent: logits (N, V) and chosen (N,) expected, got {logits.shape} and {chosen.shape}.")
+    if chosen.size and (chosen.min() < 0 or chosen.max() >= logits.shape[1]):
+        raise ValueError(f"greedy_consistent: chosen ids must lie in [0, {logits.shape[1]}).")
+    ### BEGIN SOLUTION
+    best = logits.max(axis=1)
+    mine = logits[np.arange(len(chosen)), chosen.astype(np.int64)]
+    slack = atol + 1e-6 * np.abs(logits).max(axis=1)
+    return mine >= best - slack
+    ### END SOLUTION
+
+
+# %%
+def test_unit_greedy_consistent():
+    logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0], [5.0, 4.99999, 0.0], [1.0, 0.0, 0.5]])
+    got = greedy_consistent(logits, np.array([1, 1, 1, 2]))
+    assert got.shape == (4,) and got.dtype == bool, f"expected a bool array of shape (4,), got {got.shape} {got.dtype}"
+    assert got[0], "token 1 has the largest logit (3.0): it is greedy"
+    assert got[1], "tokens 0 and 1 tie at 2.0: a tie is a greedy choice too (argmax picks the first; compare with the max)"
+    assert got[2], "4.99999 is within 1e-4 of 5.0: a near-tie from a different order of additions passes"
+    assert not got[3], "token 2 (0.5) is not the largest (1.0): not greedy"
+    print("✓ greedy_consistent: the largest logit, ties and near-ties pass")
+
+
+test_unit_greedy_consistent()
+
+# %% [markdown]
+# ## 5. The access rule
+#
+# The runner installs an **audit hook** (`sys.addaudithook`, PEP 578) before it imports the
+# submission: Python calls it for every `open()` with the path and mode. The hook asks your
+# `access_violation(path, work, checkpoint, allowed)` and refuses the open (it raises
+# `PermissionError`) when the answer is not empty, and the judge disqualifies the submission
+# with that answer. The rule:
+#
+# 1. resolve the path first (`os.path.realpath`): `work/../elsewhere/x` is not in `work`, and
+#    a symbolic link in the folder must not lead out of it;
+# 2. a path is *inside* a folder when it is the folder or starts with the folder **plus a
+#    separator**: `/tmp/work-evil/model.npz` starts with the text `/tmp/work` but is not in it;
+# 3. inside the work folder, a file whose name ends in a weights suffix (`.npz`, `.pt`,
+#    `.safetensors`, ...) may be opened only if it is the declared checkpoint;
+# 4. outside the work folder, only the `allowed` folders (Python's installation and the
+#    tinytorch package) may be read — and nothing may be written there.
+#
+# What the hook does **not** stop: code that reads files without `open` (C code through
+# `ctypes`, a memory map of an already-open descriptor), or that tampers with the runner in
+# its own process. That is why the sandbox is the first line and the hook the second: the
+# submission runs on a copy of its folder only, as a user of its own where the judge runs
+# as root, in a mount namespace where root's private folders hold only Python.
+
+# %%
+#| export
+def _inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` itself or lies inside it; both are already resolved (os.path.realpath).
+    Inside means: equal, or starts with the folder plus os.sep (so /tmp/work-evil is not inside /tmp/work)."""
+    ### BEGIN SOLUTION
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+    ### END SOLUTION
+
+
+def access_violation(path: Any, work: Any, checkpoint: Any, allowed: Any = (), writing: bool = False) -> str:
+    """Why opening `path` breaks the rules ("" when it does not).
+
+    All paths are resolved with os.path.realpath first (`..` and links followed). `work` is the
+    submission's folder, `checkpoint` its declared weights file, `allowed` folders outside `work`
+    that may be read (never written). A path is inside a folder when it equals it or starts with
+    the folder plus os.sep. Returns:
+      "loads weights other than its declared checkpoint: <path>" for a file inside `work` whose name
+          ends in one of WEIGHT_SUFFIXES (case-insensitive) and is not `checkpoint`;
+      "writes outside its folder: <path>" when `writing` and `path` is outside `work`;
+      "reads outside its folder: <path>" for a path outside `work` and outside every `allowed` folder;
+      "" otherwise.
+    """
+    work = os.path.realpath(os.fspath(work))
+    checkpoint = os.path.realpath(os.fspath(checkpoint))
+    ### BEGIN SOLUTION
+    real = os.path.realpath(os.fspath(path))
+    if _inside(real, work):
+        if real.lower().endswith(WEIGHT_SUFFIXES) and real != checkpoint:
+            return f"loads weights other than its declared checkpoint: {real}"
+        return ""
+    if writing:
+        return f"writes outside its folder: {real}"
+    if any(_inside(real, os.path.realpath(os.fspath(folder))) for folder in allowed):
+        return ""
+    return f"reads outside its folder: {real}"
+    ### END SOLUTION
+
+
+# %%
+def test_unit_access_violation():
+    work, ckpt = "/tmp/olympics/work", "/tmp/olympics/work/model.npz"
+    assert access_violation("/tmp/olympics/work/submission.py", work, ckpt) == "", "a file in the folder may be read"
+    assert access_violation(ckpt, work, ckpt) == "", "the declared checkpoint may be read"
+    got = access_violation("/tmp/olympics/work/other.npz", work, ckpt)
+    assert got.startswith("loads weights other than its declared checkpoint"), \
+        f"another .npz in the folder is other weights, got {got!r}"
+    got = access_violation("/tmp/olympics/work/BEST.PT", work, ckpt)
+    assert got.startswith("loads weights other"), f"weights suffixes case-insensitive (.PT is .pt), got {got!r}"
+    got = access_violation("/tmp/olympics/work-evil/model.npz", work, ckpt)
+    assert got.startswith("reads outside its folder"), \
+        f"/tmp/olympics/work-evil is NOT inside /tmp/olympics/work (compare with the folder + os.sep), got {got!r}"
+    got = access_violation("/tmp/olympics/work/../fp32/model.npz", work, ckpt)
+    assert got.startswith("reads outside its folder"), \
+        f"work/../fp32 leaves the folder: resolve the path with os.path.realpath first, got {got!r}"
+    assert access_violation("/usr/lib/python3/os.py", work, ckpt, allowed=["/usr/lib/python3"]) == "", \
+        "a file in an allowed folder (Python's installation) may be read"
+    got = access_violation("/usr/lib/python3/evil.py", work, ckpt, allowed=["/usr/lib/python3"], writing=True)
+    assert got.startswith("writes outside its folder"), f"allowed folders are never written (only read), got {got!r}"
+    print("✓ access_violation: resolved paths, folder + separator, only the declared weights")
+
+
+test_unit_access_violation()
+
+# %% [markdown]
+# ## 6. Ranking without inventing differences
+#
+# Bytes are exact; tokens per second are not: two runs of the same model differ by a few
+# percent. Module 19's harness reports a median with a bootstrap confidence interval. If the
+# judge ranked by the median alone, two entries whose intervals overlap would swap places
+# from run to run — a ranking made of noise. The rule here:
+#
+# * qualified entries first (disqualified ones last, unranked), sorted by their score in the
+#   event's direction;
+# * **competition ranking** ("1, 1, 3"): an entry shares the rank of the entry just above it
+#   when their intervals `[low, high]` overlap (module 19's "no measurable difference");
+#   otherwise it opens a new group, whose rank is its position (1-based). A chain of entries
+#   each indistinguishable from the next is one group: which of them "wins" would change from
+#   run to run;
+# * within a group, the order is by score, then by `key` (a digest of the submission's
+#   bytes) — never by the entry's name, so renaming an entry changes nothing.
+#
+# The judge gives your function the bootstrap interval of each entry's median, widened to at
+# least ±2.5% of the median for speeds: on a shared machine a difference of a few percent does
+# not survive a second run, so the judge does not rank it (the leaderboard shows the measured
+# interval).
+
+# %%
+#| export
+@dataclass
+class Row:
+    """One entry in one event. `score` is the median (or the exact value); [low, high] its interval
+    (low == high == score for exact measurements). `reason` is "" or why it was disqualified;
+    `key` a content digest used to order exact ties; `rank` is filled by rank_entries."""
+
+    name: str
+    score: float
+    low: float
+    high: float
+    reason: str = ""
+    key: str = ""
+    rank: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def qualified(self) -> bool:
+        return not self.reason
+
+
+def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
+    """The rows in leaderboard order, each qualified row's `rank` set (disqualified rows: rank None, last).
+
+    Qualified rows sorted by score (descending when higher_is_better), then by `key`; ranks are
+    competition ranks of groups: a row takes the rank of the row just above it when their
+    intervals [low, high] overlap (a.low <= b.high and b.low <= a.high), else it opens a new
+    group whose rank is its 1-based position. Disqualified rows follow in `key` order. The rows are
+    modified in place and returned in a new list.
+
+    Your code builds `qualified`: the qualified rows in leaderboard order, each with its rank set;
+    the given lines after it append the disqualified rows (rank None).
+    """
+    ### BEGIN SOLUTION
+    sign = -1.0 if higher_is_better else 1.0
+    qualified = sorted((r for r in rows if r.qualified), key=lambda r: (sign * r.score, r.key))
+    above = None
+    for position, row in enumerate(qualified, start=1):
+        if above is not None and row.low <= above.high and above.low <= row.high:
+            row.rank = above.rank
+        else:
+            row.rank = position
+        above = row
+    ### END SOLUTION
+    disqualified = sorted((r for r in rows if not r.qualified), key=lambda r: r.key)
+    for row in disqualified:
+        row.rank = None
+    return qualified + disqualified
+
+
+# %%
+def test_unit_rank_entries():
+    def row(name, score, spread=0.0, reason="", key=None):
+        return Row(name, score, score - spread, score + spread, reason, key or name)
+
+    smallest = rank_entries([row("a", 300), row("b", 100), row("c", 200), row("d", 50, reason="above the bar")],
+                            higher_is_better=False)
+    assert [r.name for r in smallest] == ["b", "c", "a", "d"], \
+        f"bytes: fewest first, disqualified last (a disqualified entry is never ranked): expected b, c, a, d, got {[r.name for r in smallest]}"
+    assert [r.rank for r in smallest] == [1, 2, 3, None], \
+        f"expected ranks 1, 2, 3 and None for the disqualified entry, got {[r.rank for r in smallest]}"
+    fastest = rank_entries([row("slow", 90, 2), row("fast", 120, 3), row("fast-too", 118, 3), row("mid", 100, 2)],
+                           higher_is_better=True)
+    assert [r.name for r in fastest] == ["fast", "fast-too", "mid", "slow"], \
+        f"tokens/s: most first (descending when higher_is_better), got {[r.name for r in fastest]}"
+    assert [r.rank for r in fastest] == [1, 1, 3, 4], \
+        f"fast and fast-too overlap: they share rank 1 (competition ranking 1, 1, 3, 4), got {[r.rank for r in fastest]}"
+    renamed = rank_entries([row("zz", 100, key="k1"), row("aa", 100, key="k2")], higher_is_better=False)
+    assert [r.name for r in renamed] == ["zz", "aa"], "exact ties are ordered by key (the content), never by the entry's name"
+    print("✓ rank_entries: direction, shared ranks for overlapping intervals, disqualified last")
+
+
+test_unit_rank_entries()
+
+# %% [markdown]
+# ## The leaderboard's files
+#
+# Given code: the judge writes each event's rows as Markdown (for people) and CSV (for
+# programs). Every number in them was measured by the judge.
+
+# %%
+#| export
+def _format_score(value: float, unit: str) -> str:
+    if unit == "B":
+        return f"{int(round(value)):,}"
+    return f"{value:,.2f}"
+
+
+def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | None = None) -> str:
+    """One event's leaderboard as a Markdown table (rows in the order given: rank_entries' order)."""
+    lines = [f"### {event.name}: {event.metric} ({event.unit}, {'higher' if event.higher_is_better else 'lower'} is better)", ""]
+    if baseline_loss is not None:
+        lines += [f"Quality bar: validation loss <= {baseline_loss + QUALITY_MARGIN:.4f} "
+                  f"(baseline {baseline_loss:.4f} + {QUALITY_MARGIN}).", ""]
+    lines += ["| rank | entry | " + event.metric + " | 95% interval | validation loss | verdict |",
+              "|---|---|---|---|---|---|"]
+    for row in rows:
+        low, high = row.extra.get("ci", (row.low, row.high))  # the measured interval, when ranking used a wider one
+        interval = "exact" if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
+        score = _format_score(row.score, event.unit) if math.isfinite(row.score) else "—"
+        loss = row.extra.get("val_loss")
+        shown_loss = f"{loss:.4f}" if isinstance(loss, float) and math.isfinite(loss) else "—"
+        verdict = "ok" if row.qualified else "disqualified: " + row.reason.replace("|", "/")
+        lines.append(f"| {row.rank if row.rank is not None else '—'} | {row.name} | {score} | "
+                     f"{interval if math.isfinite(row.score) else '—'} | {shown_loss} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def leaderboard_rows_csv(event: Event, rows: list[Row]) -> list[dict]:
+    """One dict per row for csv.DictWriter (the columns of CSV_FIELDS)."""
+    return [{"event": event.name, "rank": "" if r.rank is None else r.rank, "entry": r.name,
+             "metric": event.metric, "unit": event.unit, "score": r.score, "low": r.low, "high": r.high,
+             "val_loss": r.extra.get("val_loss", ""), "qualified": r.qualified, "reason": r.reason,
+             "digest": r.key} for r in rows]
+
+
+CSV_FIELDS = ["event", "rank", "entry", "metric", "unit", "score", "low", "high", "val_loss", "qualified",
+              "reason", "digest"]
+
+# %% [markdown]
+# ## The speedrun's given pieces
+#
+# A speedrun entry trains from scratch inside the sandbox, so the judge puts the training text
+# and its tokenizer into the entry's work folder (`olympics_train.txt`, and module 10's
+# `CharTokenizer` file `olympics_tokenizer.json`: the ids the judge evaluates with). Given code:
+# `speedrun_data()` reads them; `train_recipe` is nanoGPT's small CPU recipe (the shakespeare
+# milestone's), stopped early when the time budget runs out, with the optimizer class as a
+# parameter so that module 18's `FusedAdamW` can stand in for `AdamW`. The judge times the whole
+# `train(time_budget_s)` call from outside and computes the loss of the model it returns itself.
+
+# %%
+#| export
+SPEEDRUN_TEXT, SPEEDRUN_TOKENIZER = "olympics_train.txt", "olympics_tokenizer.json"
+
+
+def speedrun_data(folder: Any = ".") -> tuple[np.ndarray, Any]:
+    """(training ids as int64, module 10's CharTokenizer) from the files the judge put in `folder`."""
+    from tinytorch.text.tokenization import CharTokenizer
+
+    folder = Path(folder)
+    tokenizer = CharTokenizer.load(folder / SPEEDRUN_TOKENIZER)
+    text = (folder / SPEEDRUN_TEXT).read_text(encoding="utf-8")
+    return np.array(tokenizer.encode(text), dtype=np.int64), tokenizer
+
+
+def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters: int = 2000, batch: int = 12,
+                 lr: float = 1e-3, min_lr: float = 1e-4, warmup: int = 100, weight_decay: float = 0.1,
+                 betas: tuple = (0.9, 0.99), clip: float = 1.0, seed: int = 1337, optimizer_class: Any = None) -> Any:
+    """Train `model` (a GPT) by nanoGPT's small CPU recipe for `iters` steps of `batch` random windows of
+    its context, or until `time_budget_s` seconds have passed (then it stops, a little early). AdamW (or
+    `optimizer_class`, same arguments) with weight decay on the matrices only, `warmup` linear steps, a
+    cosine decay to `min_lr`, gradients clipped to `clip`. Returns the model (in eval mode)."""
+    from tinytorch.core.optimizers import AdamW, weight_decay_groups
+    from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
+
+    start = time.perf_counter()
+    optimizer = (optimizer_class or AdamW)(weight_decay_groups(model, weight_decay), lr=lr, betas=betas)
+    scheduler = CosineWarmupLR(optimizer, warmup_steps=warmup, total_steps=iters, min_lr=min_lr)
+    batches = np.random.default_rng(seed)
+    context = model.max_seq_len
+    model.train()
+    for _ in range(iters):
+        starts = batches.integers(0, len(train_ids) - context, batch)
+        windows = train_ids[starts[:, None] + np.arange(context + 1)]
+        _, loss = model(Tensor(windows[:, :-1]), targets=Tensor(windows[:, 1:]))
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm(model.parameters(), clip)
+        optimizer.step()
+        scheduler.step()
+        if time.perf_counter() - start > 0.95 * time_budget_s:
+            break
+    return model.eval()
+
+# %% [markdown]
+# ## 7. The judge at work
+#
+# Everything above is what `tito olympics judge` calls. Here it judges three tiny entries,
+# written as real submission folders in a scratch folder: an honest one (the baseline), one
+# that also *claims* a checkpoint of 1 byte and a billion tokens per second (it prints them and
+# writes them to `results.json`), and one whose `build_model()` quietly reads a second weights
+# file from its folder. **Predict, then run:** which numbers does the leaderboard show for the
+# boastful entry, and what happens to the third?
+
+# %%
+import tempfile
+import textwrap
+
+from tinytorch.core.training import save_checkpoint
+
+
+def write_tiny_entry(folder: Path, body: str = "", seed: int = 1) -> Path:
+    """A submission folder: submission.py (a 16-token, width-16 GPT) and its module-07 checkpoint."""
+    folder.mkdir(parents=True)
+    (folder / "submission.py").write_text(textwrap.dedent('''
+        from tinytorch.models.transformer import GPT
+        CHECKPOINT = "model.npz"
+
+        def build_model():
+            return GPT(16, 16, 1, 2, 16, seed=0)
+    ''') + textwrap.dedent(body), encoding="utf-8")
+    save_checkpoint(folder / "model.npz", GPT(16, 16, 1, 2, 16, seed=seed))
+    return folder
+
+
+from tito.olympics import Task, judge, read_submission  # the course's CLI: the judge itself
+from tito.sandbox import Limits
+
+_scratch = Path(tempfile.mkdtemp(prefix="olympics-lesson-"))
+_folders = [write_tiny_entry(_scratch / "honest"),
+            write_tiny_entry(_scratch / "boastful", seed=2, body='''
+                print("checkpoint_bytes = 1, tokens_per_s = 1e9")
+                open("results.json", "w").write('{"checkpoint_bytes": 1, "tokens_per_s": 1e9}')
+            '''),
+            write_tiny_entry(_scratch / "swapper", body='''
+                from tinytorch.core.training import load_checkpoint
+                _plain = build_model
+                def build_model():
+                    model = _plain()
+                    load_checkpoint("better.npz", model)
+                    return model
+            ''')]
+save_checkpoint(_folders[2] / "better.npz", GPT(16, 16, 1, 2, 16, seed=3))
+_entries = [read_submission(f) for f in _folders]
+_task = Task(val_tokens=np.random.default_rng(7).integers(0, 16, 3000), context=16, vocab_size=16,
+             eval_windows=16, new_tokens=32, generation_repeats=5, prompt_tokens=4, limits=Limits(wall_s=60, cpu_s=60))
+_tick = time.perf_counter()
+_board = judge(_entries, _task, ["smallest", "generation"], baseline=_entries[0])
+print(f"judged {len(_entries)} entries in {time.perf_counter() - _tick:.1f} s, each in the sandbox")
+for _event in ("smallest", "generation"):
+    print(leaderboard_markdown(EVENTS[_event], _board.boards[_event], _board.baseline_loss))
+
+# %% [markdown]
+# The boastful entry is ranked on what the judge measured: its checkpoint's bytes from the
+# copy the judge made, its speed from the judge's clock, its loss from its logits; its claims
+# never reach the leaderboard. The swapper is disqualified with the file it opened. Random
+# tokens give a loss near `ln 16`, so the honest entries pass a bar set by the honest baseline.
+# The honest and the boastful entry are the same architecture: in the generation event they
+# should share a rank. If they do not, something else was running on the machine while they
+# were timed (a few milliseconds per request is easily disturbed): run the cell again, and see
+# why the reference leaderboard uses more repeats.
+#
+# ## Your own entry
+#
+# An entry is a folder you can write now, with everything modules 14–19 gave you:
+#
+# ```python
+# # my_entry/submission.py
+# from tinytorch.models.transformer import GPT
+# from tinytorch.perf.quantization import quantize_model
+#
+# CHECKPOINT = "model.npz"          # the only weights the judge lets you load
+#
+# def build_model():                # the shapes only: the judge loads CHECKPOINT into it
+#     return quantize_model(GPT(65, 128, 4, 4, 64, bias=False), mode="weight_only", bits=8)
+#
+# def train(time_budget_s):         # the speedrun only: from scratch, the judge's text in your folder
+#     ...
+# ```
+#
+# Make the checkpoint with module 07's `save_checkpoint(folder / "model.npz", model)` from the
+# shakespeare milestone's model. `tito milestone run olympics` builds the reference entries
+# (fp32, int8, int4, pruned, distilled, fused, checkpointed; their `submission.py` files are in
+# `milestones/olympics_entries/`) with their checkpoints in `<temp>/tinytorch-olympics/entries/`,
+# judges them three times and writes their leaderboard. Then judge yours against the baseline:
+# `tito olympics judge <temp>/tinytorch-olympics/entries/fp32 my_entry` — the first folder is the
+# baseline that sets the bar (`--baseline DIR` picks another).
+#
+# ## What the guards do and do not stop
+#
+# | cheat | caught by |
+# |---|---|
+# | a number printed or written to a file | nothing to catch: the judge never reads one |
+# | a loss made up in the runner's process | the judge computes the loss from logits on windows it chose |
+# | fast "generation" of tokens never computed | the judge's clock, the token count, the greedy check on the first context window |
+# | another entry's weights (`../fp32/model.npz`) | the copy: the scratch folder holds this entry only; the hook for an absolute path |
+# | rewriting CHECKPOINT at import, before it is loaded | the runner loads the judge's read-only copy, measured when copied |
+# | a runner that never answers | a time limit per request: the judge kills it and disqualifies it |
+# | weights hidden in the folder besides CHECKPOINT | the hook (weights suffixes); more than 256 KiB besides the checkpoint is refused |
+# | files elsewhere on the machine | the hook; where the judge runs as root, a user of its own that cannot read root's files |
+#
+# Not stopped: C code that reads a world-readable file without Python's `open` (through
+# `ctypes`), or code that disables the hook's reporting inside its own process — the
+# numbers the judge ranks would still be its own measurements, but a model could have been
+# built from data the rules forbid. An instructor who needs more runs the judge as root (a
+# user of its own per entry, and mount and network namespaces where the machine allows them).
+#
+# ## Summary
+#
+# * A judge that shares nothing with the judged code but bytes over a socket can compute every
+#   number itself: logits in, loss out; requests timed from its own side.
+# * Held-out windows drawn from a seeded generator make every run and every entry comparable.
+# * Stable log-sum-exp in float64 gives the true loss of any finite logits.
+# * The bar is "at most baseline + margin"; a verdict is a reason in words.
+# * Overlapping intervals share a rank: the ranking reproduces because it claims no more
+#   than the measurements show.
+#
+# ## Exercises
+#
+# 1. **Predict the reference leaderboard.** Before running `tito milestone run olympics`, write
+#    down the order you expect in each event. Which technique gains most in bytes? Which one
+#    loses speed, and why (module 15, section 10)?
+# 2. **A sharper bar.** Change `QUALITY_MARGIN` to 0.01 and judge the reference entries again.
+#    Which ones drop out? What margin keeps int4?
+# 3. **More repeats.** Judge the generation event with `generation_repeats` 3 and 15. How do
+#    the intervals change, and do any shared ranks split?
+# 4. **Your entry.** Combine two techniques (say, structured pruning and int8) into one entry.
+#    Does it beat both on bytes while staying under the bar?
+# 5. **Break the judge.** Write an entry that gets a number past the judge. If you succeed,
+#    write the test that catches it.
+#
+# ## Questions (answer them by running your code)
+#
+# 1. An untrained GPT's loss is close to `ln V`. Why, and what does the small difference tell you?
+# 2. Feed `loss_from_logits` logits of 100 and 0 in float32 without the max shift. What does
+#    NumPy return, and why?
+# 3. How many held-out windows does the judge need before two runs of the same entry with
+#    different seeds agree to within 0.01 in loss? Measure it.
+# 4. Why does the greedy check only look at the first context window of the generated text?
+# 5. The pruned entry in the reference leaderboard is faster, and the fused one is not. Use
+#    module 14's profiler to say where each one's time goes.

@@ -194,6 +194,20 @@ def test_olympics_judges_the_reference_entries(fast_run, tmp_path):
     assert (tmp_path / "olympics" / "pareto.png").stat().st_size > 10_000, "the Pareto plot is written"
 
 
+def test_olympics_reproducibility_counts_opposite_orders_not_ties():
+    """Two runs contradict each other only when one ranks a before b and the other b before a."""
+    spec = importlib.util.spec_from_file_location("olympics_milestone", MILESTONES / "olympics.py")
+    olympics = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(MILESTONES))  # olympics.py imports the other milestones and their helpers
+    try:
+        spec.loader.exec_module(olympics)
+    finally:
+        sys.path.remove(str(MILESTONES))
+    runs = [{"a": 1, "b": 2, "c": 2, "gone": None}, {"a": 1, "b": 1, "c": 3, "gone": 4}, {"a": 2, "b": 1, "c": 3, "gone": 1}]
+    assert olympics.opposite_orders(runs) == [("a", "b")], "a before b in run 1, after it in run 3; b, c only tie"
+    assert olympics.opposite_orders(runs[:2]) == [], "a tie in one run and an order in the other is no contradiction"
+
+
 @pytest.mark.parametrize("case", ["other-width", "foreign", "fast-model-in-a-full-run"])
 def test_quantize_refuses_a_checkpoint_that_is_not_the_recipe(tmp_path, case):
     spec = importlib.util.spec_from_file_location("shakespeare_milestone", MILESTONES / "shakespeare.py")

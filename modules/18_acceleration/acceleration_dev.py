@@ -699,7 +699,8 @@ from tinytorch.core.spatial import conv2d
 
 images = np.random.default_rng(5).standard_normal((16, 8, 16, 16)).astype(np.float32)
 kernels = np.random.default_rng(6).standard_normal((16, 8, 3, 3)).astype(np.float32)
-assert np.allclose(conv2d_loops(images, kernels), conv2d(Tensor(images), Tensor(kernels)).numpy(), atol=1e-4)
+assert np.allclose(conv2d_loops(images, kernels), conv2d(Tensor(images), Tensor(kernels)).numpy(), atol=1e-4), \
+    "the loop convolution and module 09's conv2d disagree: is your conv2d (module 09) correct? `tito test 09`"
 loops_time = measure_latency(conv2d_loops, images, kernels, warmup=1, repeats=5)
 im2col_time = measure_latency(lambda: conv2d(Tensor(images), Tensor(kernels)), warmup=1, repeats=5)
 print(f"loop over {14 * 14} output positions: {loops_time}")

@@ -239,6 +239,15 @@ def test_unit_bootstrap_ci():
     expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
     assert np.allclose((low, high), expected), (f"expected {tuple(expected)}, got {(low, high)}: follow the recipe — np.random.default_rng(seed), "
                                                 "indices of shape (resamples, n), (1 - confidence) / 2 on EACH side")
+    # Ten readings give few distinct medians, so two generators can agree by chance; 101 continuous
+    # readings and three seeds cannot: each interval must be the recipe's for ITS seed.
+    wide = np.random.default_rng(1).exponential(1.0, size=101)
+    for seed in (0, 1, 2):
+        idx = np.random.default_rng(seed).integers(0, wide.size, size=(200, wide.size))
+        expected = np.quantile(np.median(wide[idx], axis=1), [0.025, 0.975])
+        got = bootstrap_ci(wide, resamples=200, seed=seed)
+        assert np.allclose(got, expected), (f"seed={seed}: expected {tuple(expected)}, got {got}: make the generator "
+                                            "with np.random.default_rng(seed), so the same seed gives the same interval")
     print("✓ bootstrap_ci: the interval of the median, by resampling with replacement")
 
 

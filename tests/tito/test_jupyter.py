@@ -189,9 +189,9 @@ def _keep(path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no Chromium at {CHROMIUM}: `apt-get install chromium` "
+                                                   "(CI's .ci/run installs it)")
 def test_a_student_types_a_solution_in_jupyterlab_and_tito_exports_it(lab, tmp_path):
-    if not CHROMIUM.is_file():
-        pytest.skip(f"no Chromium at {CHROMIUM}: `apt-get install chromium` (CI's .ci/run installs it)")
     playwright = pytest.importorskip("playwright.sync_api", reason='Playwright is missing: pip install -e ".[dev]"')
 
     edition = lab.edition

@@ -668,6 +668,7 @@ def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters:
 # boastful entry, and what happens to the third?
 
 # %%
+import shutil
 import tempfile
 import textwrap
 
@@ -714,6 +715,7 @@ _board = judge(_entries, _task, ["smallest", "generation"], baseline=_entries[0]
 print(f"judged {len(_entries)} entries in {time.perf_counter() - _tick:.1f} s, each in the sandbox")
 for _event in ("smallest", "generation"):
     print(leaderboard_markdown(EVENTS[_event], _board.boards[_event], _board.baseline_loss))
+shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 
 # %% [markdown]
 # The boastful entry is ranked on what the judge measured: its checkpoint's bytes from the

@@ -471,8 +471,10 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
             raise CourseError(f"The baseline {baseline.name} could not be judged, so there is no quality bar: "
                               f"{base.reason or 'no loss'}")
     for result in results.values():
+        # Every file but the declared checkpoint (which a speedrun alone never loads, so never measures).
+        declared = (result.submission.folder / result.submission.checkpoint).resolve()
         extra = sum(p.stat().st_size for p in result.submission.folder.rglob("*")
-                    if p.is_file() and "__pycache__" not in p.parts) - (result.checkpoint_bytes or 0)
+                    if p.is_file() and "__pycache__" not in p.parts and p.resolve() != declared)
         if not result.reason and extra > MAX_CODE_BYTES:
             result.reason = (f"holds {extra:,} bytes besides its checkpoint (at most {MAX_CODE_BYTES:,}): weights "
                              "belong in the declared checkpoint, where they are counted")

@@ -208,6 +208,25 @@ def test_speedrun_times_train_and_judges_the_loss_itself(tmp_path):
         f"the speedrun's bar is its target loss, not the baseline's loss + 0.05:\n{speedrun_part}"
 
 
+def test_a_speedrun_alone_does_not_count_the_checkpoint_as_code(tmp_path, monkeypatch):
+    import tito.olympics
+
+    entry = write_entry(tmp_path / "recipe", body='''
+        from tinytorch.perf.olympics import speedrun_data, train_recipe
+
+        def train(time_budget_s):
+            ids, _ = speedrun_data()
+            return train_recipe(build_model(), ids, time_budget_s, iters=40, batch=8, warmup=2, lr=3e-2)
+    ''')
+    code, weights = (entry / "submission.py").stat().st_size, (entry / "model.npz").stat().st_size
+    monkeypatch.setattr(tito.olympics, "MAX_CODE_BYTES", code + 100)  # less than the checkpoint's bytes
+    assert weights > code + 100, "the test needs a checkpoint larger than the code limit"
+    entries = [read_submission(entry, need_train=True)]
+    board = judge(entries, tiny_task(speedrun_target=2.0, speedrun_budget_s=3.0), ["speedrun"], baseline=entries[0])
+    row = _by_name(board, "speedrun")["recipe"]
+    assert row.qualified, f"the declared checkpoint ({weights:,} bytes) is weights, not code: got {row.reason!r}"
+
+
 def test_the_reference_techniques_rank_the_same_in_repeated_runs(tmp_path):
     from tinytorch.perf.quantization import quantize_model
 

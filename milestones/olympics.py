@@ -21,10 +21,12 @@ rank in every run, and in `generation` no two entries are ranked in opposite ord
 (entries whose speeds the judge cannot tell apart share a rank, and a pair that is tied in one run
 and ordered in another is not a contradiction; module 19's three-run check is the same rule). With
 --fast the generation ranks are printed, not judged: 3 repeats on a busy machine. Speeds closer
-than 5% share a rank, as do speeds whose 95% intervals overlap. The speedrun (training to loss 1.95 from scratch, minutes per entry) is not part of
-this milestone: `tito olympics judge --event speedrun` runs it on entries that define train().
+than 5% share a rank, as do speeds whose 95% intervals overlap.
+The speedrun (training to loss 1.95 from scratch, about two minutes per entry) is judged only
+with --speedrun, once, on the entries that define train(): fp32 (nanoGPT's recipe, the baseline)
+and fused; `tito olympics judge --event speedrun` runs it on any entries.
 
-    python milestones/olympics.py [--fast] [--runs N] [--checkpoint PATH] [--out DIR] [--write-results]
+    python milestones/olympics.py [--fast] [--runs N] [--speedrun] [--checkpoint PATH] [--out DIR] [--write-results]
 
 --write-results puts the first run's leaderboard and every run's ranks into benchmarks/RESULTS.md
 (section "The Olympics (module 20)"); take it under the shared lock, on a quiet machine.
@@ -58,6 +60,7 @@ ENTRIES = Path(__file__).resolve().parent / "olympics_entries"
 EVENTS = ["smallest", "generation"]
 PRUNE_AMOUNT = 0.25  # must equal AMOUNT in olympics_entries/pruned/submission.py
 MIN_INT8_RATIO = 3.5
+SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss (tito.olympics.Task's default)
 FULL = dict(fine_tune=200, student_iters=600, runs=3, repeats=15)
 FAST = dict(fine_tune=20, student_iters=30, runs=2, repeats=3)
 
@@ -95,10 +98,15 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the shakespeare milestone's trained model (default {quantize.DEFAULT_CHECKPOINT})")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tinytorch-olympics",
                         help="folder for the entries and the leaderboard")
+    parser.add_argument("--speedrun", action="store_true",
+                        help="also judge the speedrun once: each entry that defines train() trains from scratch to "
+                             f"loss {SPEEDRUN_TARGET} on 2 threads (about two minutes each; not with --fast)")
     parser.add_argument("--write-results", action="store_true",
                         help="write the leaderboard and every run's ranks to benchmarks/RESULTS.md")
     add_device_argument(parser)
     args = parser.parse_args(argv)
+    if args.speedrun and args.fast:
+        parser.error(f"--speedrun trains to validation loss {SPEEDRUN_TARGET} from scratch: run it without --fast")
     check_output_folder(parser, args.out)
     if not device_ready(args.device):
         return 2
@@ -152,10 +160,31 @@ def main(argv: list[str] | None = None) -> int:
                     "at most", 0.0, ".0f", judged=not args.fast)]
     for a, b in reversed_pairs:
         console.print(f"  generation: {a} and {b} are ranked in opposite orders by two runs")
+    speed = None
+    if args.speedrun:
+        speed = speedrun(folders, task, root, args.out / "speedrun", console)
+        rows = {r.name: r for r in speed.boards["speedrun"]}
+        checks.append(Check(f"speedrun: fp32 (nanoGPT's recipe) reaches loss {SPEEDRUN_TARGET} from scratch (1 = yes)",
+                            float(rows["fp32"].qualified), "at least", 1.0, ".0f"))
     status = verdict_checks(console, checks, start)
     if args.write_results:
-        console.print(f"wrote {write_results(boards, path, iters, args.fast)}")
+        console.print(f"wrote {write_results(boards, path, iters, args.fast, speed)}")
     return status
+
+
+def speedrun(folders: list[Path], task, root: Path, out: Path, console: Console):
+    """The speedrun, judged once on the entries that define train() (fp32: nanoGPT's recipe, the baseline);
+    its leaderboard goes to `out`."""
+    entries = [read_submission(folder, need_train=True) for folder in folders if read_submission(folder).has_train]
+    baseline = next(entry for entry in entries if entry.name == "fp32")
+    tick = time.perf_counter()
+    board = judge(entries, task, ["speedrun"], baseline=baseline, course_root=root,
+                  progress=lambda text: console.print(f"  {text}"))
+    console.print(f"speedrun judged in {time.perf_counter() - tick:.1f} s")
+    written = write_leaderboard(board, out)
+    console.print((out / "leaderboard.md").read_text(encoding="utf-8"))
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
+    return board
 
 
 def opposite_orders(runs: list[dict]) -> list[tuple[str, str]]:
@@ -169,9 +198,9 @@ def opposite_orders(runs: list[dict]) -> list[tuple[str, str]]:
             if any(r[a] < r[b] for r in runs) and any(r[a] > r[b] for r in runs)]
 
 
-def write_results(boards: list, checkpoint: Path, iters: int, fast: bool) -> Path:
+def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=None) -> Path:
     """The section "The Olympics (module 20)" of benchmarks/RESULTS.md: the first run's leaderboard
-    (what write_leaderboard wrote) and each entry's rank in every run."""
+    (what write_leaderboard wrote), each entry's rank in every run, and the speedrun's board when judged."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from _common import write_section  # benchmarks/_common.py: one section of RESULTS.md, the rest kept
 
@@ -193,6 +222,20 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool) -> Pat
         for row in first.boards[event]:
             ranks = [{r.name: r.rank for r in b.boards[event]}[row.name] for b in boards]
             lines.append(f"| {event} | {row.name} | " + " | ".join("—" if r is None else str(r) for r in ranks) + " |")
+    if speed is not None:
+        task = speed.task
+        lines += ["", "### The speedrun (`--speedrun`, judged once)", "",
+                  f"Each entry that defines `train(time_budget_s)` trained from scratch in the sandbox on "
+                  f"{task.speedrun_threads} threads, one after the other; the judge timed the call and computed the "
+                  f"validation loss of the model it returned. Target {task.speedrun_target}, budget "
+                  f"{task.speedrun_budget_s:g} s. Baseline: fp32 (nanoGPT's recipe), "
+                  f"{speed.speedrun_baseline_s:.1f} s.", "",
+                  "| rank | entry | seconds | ratio to the baseline | validation loss | verdict |", "|---|---|---:|---:|---:|---|"]
+        for row in speed.boards["speedrun"]:
+            ratio = row.extra.get("ratio_to_baseline")
+            lines.append(f"| {row.rank or '—'} | {row.name} | {row.score:.1f} | "
+                         f"{'—' if ratio is None else f'{ratio:.2f}×'} | {row.extra['val_loss']:.4f} | "
+                         f"{'ok' if row.qualified else 'disqualified: ' + row.reason} |")
     return write_section("## The Olympics (module 20)", "\n".join(lines) + "\n")
 
 

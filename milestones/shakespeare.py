@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "
                   f"(a fresh model: about ln {vocab} = {math.log(vocab):.4f})")
     log_every = 50 if args.fast else 250
-    running, tick = [], time.perf_counter()
+    running, tick, loop_seconds = [], time.perf_counter(), 0.0
     for it in range(1, iters + 1):
         x, y = get_batch(train, RECIPE["batch"], RECIPE["context"], batches)
         _, loss = net(Tensor(x), targets=Tensor(y))
@@ -210,11 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         if it % log_every == 0 or it == iters:
             train_loss = mean_of(running)  # waits for the device's queued work: the time below is all of it
             seconds = time.perf_counter() - tick
+            loop_seconds += seconds  # the training steps only: the validation estimate below is not counted
             console.print(f"iter {it:4d}: training loss {train_loss:.4f}, "
                           f"validation loss {estimate_loss(model, val, 10, checks):.4f} (10 batches), "
                           f"lr {optimizer.lr:.2e}, {1e3 * seconds / len(running):.0f} ms/iter")
             running, tick = [], time.perf_counter()
 
+    console.print(f"training loop: {loop_seconds:.1f} s for {iters} iterations (the validation estimates, the "
+                  "sample, the heat maps and the checkpoint not counted)")
     val_loss = estimate_loss(model, val, eval_batches, np.random.default_rng(2))
     sample = model.generate(tokenizer.encode("\n"), 300 if not args.fast else 100,
                             temperature=0.8, top_k=200, seed=0)

@@ -272,6 +272,29 @@ def cupy_peak_bytes(prepare: Callable[[], object], run: Callable[[object], objec
 
 
 # ---- the Shakespeare GPT the milestone trained (quantization and benchmarking use it) ---------------
+def shakespeare_model_arguments(doc: str, section: str, quick_help: str, argv: list[str] | None):
+    """The command line of a benchmark of the milestone's model: --quick (`quick_help`), --checkpoint (the
+    shakespeare milestone's file by default), --write-results (rewrites RESULTS.md's `section`; refused
+    with --quick, whose numbers are a smoke run's). `doc`: the script's docstring (its first line is
+    the description). Returns the parsed arguments."""
+    import argparse
+
+    milestones = str(Path(__file__).resolve().parent.parent / "milestones")
+    if milestones not in sys.path:
+        sys.path.insert(0, milestones)
+    import quantize as quantize_milestone
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--checkpoint", type=Path, default=quantize_milestone.DEFAULT_CHECKPOINT,
+                        help="the shakespeare milestone's model (trained there first when missing, except with --quick)")
+    parser.add_argument("--write-results", action="store_true", help=f"rewrite {RESULTS.name}'s {section} section")
+    args = parser.parse_args(argv)
+    if args.quick and args.write_results:
+        parser.error("--quick is a smoke run: its numbers are not written to RESULTS.md")
+    return args
+
+
 def shakespeare_model(checkpoint: Path, quick: bool, console) -> tuple[object, str]:
     """(the shakespeare milestone's trained GPT, where it came from): milestones/quantize.py finds the file
     and checks its recipe, training it first when it is missing; with `quick` and no saved model, an

@@ -29,7 +29,6 @@ import _common
 
 _common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
-import argparse  # noqa: E402
 import copy  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -41,7 +40,6 @@ from rich.console import Console  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "milestones"))
 import digits_mlp  # noqa: E402  milestones/: the digits data and its split
-import quantize as quantize_milestone  # noqa: E402  finds (or trains) the shakespeare milestone's model
 import shakespeare  # noqa: E402
 
 from tinytorch.core.activations import ReLU  # noqa: E402
@@ -251,14 +249,7 @@ def write_results(info: dict, source: str, digits: dict, gpt: dict, repeats: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few epochs and readings; an untrained GPT if none is saved")
-    parser.add_argument("--checkpoint", type=Path, default=quantize_milestone.DEFAULT_CHECKPOINT,
-                        help="the shakespeare milestone's model (trained there first when missing, except with --quick)")
-    parser.add_argument("--write-results", action="store_true", help=f"rewrite {RESULTS.name}'s benchmarking section")
-    args = parser.parse_args(argv)
-    if args.quick and args.write_results:
-        parser.error("--quick is a smoke run: its numbers are not written to RESULTS.md")
+    args = _common.shakespeare_model_arguments(__doc__, "benchmarking", "few epochs and readings; an untrained GPT if none is saved", argv)
     info = _common.machine()
     console.print(f"[bold]Benchmarking (module 19)[/bold] — {info['cpu']} ({info['cores']} cores), "
                   f"BLAS {info['blas']}; NumPy {info['numpy']}, GPU {info['gpu']}, {info['date']}")

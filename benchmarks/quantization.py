@@ -24,7 +24,6 @@ import _common
 
 _common.one_thread()  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
-import argparse  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import warnings  # noqa: E402
@@ -38,7 +37,6 @@ from _common import interleaved_medians, machine, write_section  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "milestones"))
 import digits_cnn  # noqa: E402  milestones/: the CNN, and (through digits_mlp) the data and its split
-import quantize as quantize_milestone  # noqa: E402  finds (or trains) the shakespeare milestone's model
 import shakespeare  # noqa: E402
 
 from tinytorch.core.activations import ReLU  # noqa: E402
@@ -228,14 +226,7 @@ def write_results(info: dict, source: str, batches: int, gpt: list[dict], digits
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="few batches and epochs; an untrained GPT if none is saved")
-    parser.add_argument("--checkpoint", type=Path, default=quantize_milestone.DEFAULT_CHECKPOINT,
-                        help="the shakespeare milestone's model (trained there first when missing, except with --quick)")
-    parser.add_argument("--write-results", action="store_true", help=f"rewrite {RESULTS.name}'s quantization section")
-    args = parser.parse_args(argv)
-    if args.quick and args.write_results:
-        parser.error("--quick is a smoke run: its numbers are not written to RESULTS.md")
+    args = _common.shakespeare_model_arguments(__doc__, "quantization", "few batches and epochs; an untrained GPT if none is saved", argv)
     info = machine(torch)
     console.print(f"[bold]Quantization benchmark[/bold] — {info['cpu']} ({info['cores']} cores), one thread; "
                   f"NumPy {info['numpy']} ({info['blas']}), PyTorch {info['torch']}, {info['date']}")

@@ -208,7 +208,8 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=
 
     first = boards[0]
     lines = ["## The Olympics (module 20)", "",
-             f"`python milestones/olympics.py{' --fast' if fast else ''} --write-results`: the reference entries built "
+             f"`python milestones/olympics.py{' --fast' if fast else ''}{' --speedrun' if speed is not None else ''} --write-results`: "
+             "the reference entries built "
              f"from the shakespeare milestone's GPT ({checkpoint.name}, {iters} iterations), judged by "
              f"`tito olympics judge` {len(boards)} times; every number measured by the judge. "
              f"Judge's environment: {', '.join(f'{k} {v}' for k, v in first.environment.items())}.", ""]

@@ -198,7 +198,7 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
         row.rank = None
     return qualified + disqualified
 
-# %% ../../modules/20_olympics/olympics_dev.py #7cd5a84c
+# %% ../../modules/20_olympics/olympics_dev.py #ee89afaa
 def _format_score(value: float, unit: str) -> str:
     if unit == "B":
         return f"{int(round(value)):,}"
@@ -215,7 +215,8 @@ def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | N
               "|---|---|---|---|---|---|"]
     for row in rows:
         low, high = row.extra.get("ci", (row.low, row.high))  # the measured interval, when ranking used a wider one
-        interval = "exact" if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
+        single = "exact" if event.unit == "bytes" else "one reading"  # bytes are exact; one timing is not
+        interval = single if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
         score = _format_score(row.score, event.unit) if math.isfinite(row.score) else "—"
         loss = row.extra.get("val_loss")
         shown_loss = f"{loss:.4f}" if isinstance(loss, float) and math.isfinite(loss) else "—"

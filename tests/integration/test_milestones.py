@@ -293,9 +293,10 @@ def test_reversal_saves_its_heat_map_where_asked(tmp_path):
     ("quantize", ["--checkpoint", "{folder}"], "it is a folder"),
     ("compress", ["--baseline", "{folder}"], "it is a folder"),
     ("compress", ["--baseline", "{read_only}/baseline.npz"], "cannot write in"),
+    ("olympics", ["--fast", "--speedrun"], "--speedrun trains to validation loss 1.95 from scratch: run it without --fast"),
 ], ids=["iters-0", "iters-below-warmup", "iters-fraction", "out-is-a-file", "out-read-only", "heatmap-read-only",
         "heatmap-is-a-folder", "negative-seed", "quantize-out-is-a-file", "quantize-checkpoint-read-only",
-        "quantize-checkpoint-is-a-folder", "baseline-is-a-folder", "baseline-read-only"])
+        "quantize-checkpoint-is-a-folder", "baseline-is-a-folder", "baseline-read-only", "olympics-fast-speedrun"])
 @pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None,
                     reason="running as root without setpriv: a read-only folder cannot stop root")
 def test_bad_arguments_stop_a_milestone_before_it_trains(tmp_path, name, args, says):

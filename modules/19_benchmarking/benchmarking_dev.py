@@ -899,11 +899,18 @@ def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, hig
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     ax.scatter([r[cost] for r in rows], [r[quality] for r in rows], color="tab:gray", label="variants")
     ax.plot([r[cost] for r in front], [r[quality] for r in front], "o-", color="tab:red", label="Pareto front")
-    for r in rows:
-        ax.annotate(str(r.get("name", "")), (r[cost], r[quality]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     costs = [r[cost] for r in rows]
     if min(costs) > 0 and max(costs) / min(costs) > 20:
         ax.set_xscale("log")
+    ax.autoscale_view()  # the final limits, so that label positions can be compared below
+    to_axes = ax.transData + ax.transAxes.inverted()  # data -> fractions of the axes (log scale included)
+    placed = []
+    for r in sorted(rows, key=lambda r: r[cost]):
+        x, y = to_axes.transform((r[cost], r[quality]))
+        crowd = sum(abs(x - px) < 0.15 and abs(y - py) < 0.06 for px, py in placed)  # labels that would overlap
+        placed.append((x, y))
+        ax.annotate(str(r.get("name", "")), (r[cost], r[quality]), textcoords="offset points",
+                    xytext=(5, 4 - 11 * crowd), fontsize=8)  # each crowded label one line lower
     ax.set_xlabel(f"{cost} (lower is better)")
     ax.set_ylabel(f"{quality} ({'higher' if higher_quality_is_better else 'lower'} is better)")
     ax.set_title(title or f"{quality} against {cost}")

@@ -19,9 +19,10 @@ F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied
    cache (the same model with a context of 512), and PyTorch's cached loop, ONE thread;
 3. peak memory of our training step (tracemalloc: every NumPy allocation; on a GPU, CuPy's memory
    pool on the device, see `tinytorch.perf.profiling.CupyMemory`);
-4. with --milestone: wall time of `milestones/shakespeare.py` (module 18's fused path when it is
-   done, and `--plain`) and of the same recipe in PyTorch, each in a fresh process limited to 2
-   threads (--milestone-threads), run one after the other (with --device cuda, all on the GPU).
+4. with --milestone: wall time, and the training loop's time as each program prints it, of
+   `milestones/shakespeare.py` (module 18's fused path when it is done, and `--plain`) and of the
+   same recipe in PyTorch, each in a fresh process limited to 2 threads (--milestone-threads), run
+   one after the other (with --device cuda, all on the GPU).
 On a GPU (--device cuda) the clock is wall time, read after synchronising both libraries.
 """
 from __future__ import annotations
@@ -416,16 +417,21 @@ def step_rows(step: dict, no_torch: str) -> list[str]:
     return rows
 
 
-def milestone_ratios(milestone: dict) -> list[str]:
-    """The lines that give each TinyTorch run's wall time and training loop over PyTorch's (none without
-    a PyTorch run)."""
-    if "torch" not in milestone:
-        return []
-    lines = [""]
-    for key, what in (("seconds", "wall time"), ("loop_seconds", "training loop")):
-        ratios = [f"{name} {row[key] / milestone['torch'][key]:.2f}×" for name, row in milestone.items()
-                  if name != "torch"]
-        lines.append(f"Ratio to torch's {what}: {', '.join(ratios)}.")
+def milestone_table(milestone: dict) -> list[str]:
+    """The whole-milestone table (one row per program: wall time, training loop, validation loss), what
+    its two times mean, and each TinyTorch run's times over PyTorch's (when PyTorch ran)."""
+    lines = ["| | wall time | training loop | validation loss |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {row['seconds']:.0f} s | {row['loop_seconds']:.0f} s | {row['loss']:.4f} |"
+              for name, row in milestone.items()]
+    lines += ["", "Wall time: the whole process, from start to exit. Training loop: the training steps alone, as each",
+              "program timed them (the milestone also estimates the validation loss every 250 steps, writes a",
+              "sample, draws the attention heat maps and saves its checkpoint; the PyTorch recipe does none of",
+              "these, and both import their libraries, load the text and compute the final validation loss).", ""]
+    if "torch" in milestone:
+        for key, what in (("seconds", "wall time"), ("loop_seconds", "training loop")):
+            ratios = [f"{name} {row[key] / milestone['torch'][key]:.2f}×" for name, row in milestone.items()
+                      if name != "torch"]
+            lines.append(f"Ratio to torch's {what}: {', '.join(ratios)}.")
     return lines
 
 
@@ -479,15 +485,8 @@ def write_results(info: dict, step: dict, gen: list, memory: dict, milestone: di
         first = next(iter(milestone.values()))
         threads, how = first["threads"], "at the same time" if first["concurrent"] else "one after the other"
         lines += [f"### The whole milestone, both libraries on {threads} thread{'s' if threads > 1 else ''}, {how}", "",
-                  "| | wall time | training loop | validation loss |", "|---|---:|---:|---:|"]
-        for name, row in milestone.items():
-            lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loop_seconds']:.0f} s | {row['loss']:.4f} |")
-        lines += milestone_ratios(milestone)
-        lines += ["Target (module 18, fused path): at most 1.15× PyTorch's wall time.",
-                  "", "Wall time: the whole process, from start to exit. Training loop: the 2000 steps alone, as each",
-                  "program timed them (the milestone also estimates the validation loss every 250 steps, writes a",
-                  "sample, draws the attention heat maps and saves its checkpoint; the PyTorch recipe does none of",
-                  "these, and both import their libraries, load the text and compute the final validation loss)."]
+                  *milestone_table(milestone),
+                  "Target (module 18, fused path): at most 1.15× PyTorch's wall time."]
         if first["concurrent"]:
             lines += ["", "`python benchmarks/gpt.py --milestone` runs the two one after the other on 2 threads each. On",
                       "a machine shared with other work that comparison measures the other work: BLAS threads that",
@@ -529,15 +528,7 @@ def write_gpu_results(info: dict, facts: dict, step: dict, gen: list, memory: di
     if milestone:
         lines += ["### The whole milestone on the GPU, one after the other", "",
                   "`milestones/shakespeare.py --device cuda` and the same recipe in PyTorch on the same GPU.", "",
-                  "| | wall time | training loop | validation loss |", "|---|---:|---:|---:|"]
-        for name, row in milestone.items():
-            lines.append(f"| {name} | {row['seconds']:.0f} s | {row['loop_seconds']:.0f} s | {row['loss']:.4f} |")
-        lines += milestone_ratios(milestone)
-        lines += ["Target (module 18, fused path): at most 1.15× PyTorch's wall time.",
-                  "", "Wall time: the whole process, from start to exit. Training loop: the 2000 steps alone, as each",
-                  "program timed them (the milestone also estimates the validation loss every 250 steps, writes a",
-                  "sample, draws the attention heat maps and saves its checkpoint; the PyTorch recipe does none of",
-                  "these, and both import their libraries, load the text and compute the final validation loss)."]
+                  *milestone_table(milestone)]
         lines.append("")
     write_section(heading, "\n".join(lines), RESULTS, after=SECTION)
     console.print(f"wrote the section {heading[3:]!r} of {RESULTS}")

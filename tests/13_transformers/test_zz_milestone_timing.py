@@ -27,3 +27,16 @@ def test_whole_milestone_times_each_command_and_reads_its_loop():
     row = rows["a"]
     assert row["rc"] == 0 and row["loss"] == 2.5 and row["loop_seconds"] == 0.2, row
     assert row["seconds"] >= 0.3, f"the wall time is measured around the whole process: {row['seconds']}"
+
+
+def test_the_milestone_table_gives_both_ratios_from_the_measured_times():
+    from gpt import milestone_table
+
+    rows = {"tinytorch (fused)": {"seconds": 113.0, "loop_seconds": 104.0, "loss": 1.8994},
+            "torch": {"seconds": 92.0, "loop_seconds": 86.0, "loss": 1.8910}}
+    lines = milestone_table(rows)
+    assert "| tinytorch (fused) | 113 s | 104 s | 1.8994 |" in lines, lines
+    assert "Ratio to torch's wall time: tinytorch (fused) 1.23×." in lines, f"113 / 92 = 1.23: {lines}"
+    assert "Ratio to torch's training loop: tinytorch (fused) 1.21×." in lines, f"104 / 86 = 1.21: {lines}"
+    alone = milestone_table({"tinytorch": rows["tinytorch (fused)"]})
+    assert not any(line.startswith("Ratio") for line in alone), f"no ratio without a PyTorch run: {alone}"

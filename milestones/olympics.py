@@ -40,7 +40,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 
 from _args import check_output_folder, positive_int  # milestones/_args.py
@@ -53,6 +52,7 @@ from tinytorch.core.training import save_checkpoint
 from tinytorch.perf.acceleration import fuse
 from tinytorch.perf.compression import prune_mlps
 from tinytorch.perf.memory import checkpoint_blocks
+from tinytorch.perf.olympics import SPEEDRUN_TARGET  # module 20: the speedrun's validation loss
 from tinytorch.perf.quantization import quantize_model
 from tito.olympics import judge, read_submission, shakespeare_task, write_leaderboard
 
@@ -60,7 +60,6 @@ ENTRIES = Path(__file__).resolve().parent / "olympics_entries"
 EVENTS = ["smallest", "generation"]
 PRUNE_AMOUNT = 0.25  # must equal AMOUNT in olympics_entries/pruned/submission.py
 MIN_INT8_RATIO = 3.5
-SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss (tito.olympics.Task's default)
 FULL = dict(fine_tune=200, student_iters=600, runs=3, repeats=15)
 FAST = dict(fine_tune=20, student_iters=30, runs=2, repeats=3)
 
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 def speedrun(folders: list[Path], task, root: Path, out: Path, console: Console):
     """The speedrun, judged once on the entries that define train() (fp32: nanoGPT's recipe, the baseline);
     its leaderboard goes to `out`."""
-    entries = [read_submission(folder, need_train=True) for folder in folders if read_submission(folder).has_train]
+    entries = [entry for entry in map(read_submission, folders) if entry.has_train]
     baseline = next(entry for entry in entries if entry.name == "fp32")
     tick = time.perf_counter()
     board = judge(entries, task, ["speedrun"], baseline=baseline, course_root=root,

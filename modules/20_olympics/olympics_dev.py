@@ -571,10 +571,15 @@ def _format_score(value: float, unit: str) -> str:
     return f"{value:,.2f}"
 
 
-def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | None = None) -> str:
-    """One event's leaderboard as a Markdown table (rows in the order given: rank_entries' order)."""
+def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | None = None,
+                         target_loss: float | None = None) -> str:
+    """One event's leaderboard as a Markdown table (rows in the order given: rank_entries' order).
+    Under the heading, the bar the entries had to pass: the quality bar from `baseline_loss`, or for
+    the speedrun `target_loss`, the loss to reach from scratch."""
     lines = [f"### {event.name}: {event.metric} ({event.unit}, {'higher' if event.higher_is_better else 'lower'} is better)", ""]
-    if baseline_loss is not None:
+    if target_loss is not None:
+        lines += [f"Target: validation loss <= {target_loss} from scratch.", ""]
+    elif baseline_loss is not None:
         lines += [f"Quality bar: validation loss <= {baseline_loss + QUALITY_MARGIN:.4f} "
                   f"(baseline {baseline_loss:.4f} + {QUALITY_MARGIN}).", ""]
     lines += ["| rank | entry | " + event.metric + " | 95% interval | validation loss | verdict |",

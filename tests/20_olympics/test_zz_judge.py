@@ -206,6 +206,7 @@ def test_speedrun_times_train_and_judges_the_loss_itself(tmp_path):
     speedrun_part = written.read_text(encoding="utf-8").split("### speedrun")[1]
     assert "Target: validation loss <= 2.0 from scratch" in speedrun_part and "Quality bar" not in speedrun_part, \
         f"the speedrun's bar is its target loss, not the baseline's loss + 0.05:\n{speedrun_part}"
+    assert "Budget 3 s per entry on 2 threads. Speedrun baseline time:" in speedrun_part, speedrun_part
     assert "| recipe |" in speedrun_part and "one reading" in speedrun_part and "exact" not in speedrun_part, \
         f"one timed run is one reading, not an exact number:\n{speedrun_part}"
 

@@ -15,7 +15,8 @@ What is measured, on ONE thread, CPU time (`time.process_time`), variants interl
    written in benchmarks/gpt.py), interleaved in the same run; first with glibc's default allocator,
    then after module 18's `keep_freed_memory()` (the process keeps freed memory: no page faults);
 3. each fusion before and after: add + gelu against bias_gelu (with a bias, and gelu against bias_gelu
-   without one) at the MLP's shape (768 × 512), forward and backward; log_softmax · one-hot against
+   without one) at the MLP's shape (768 × 512), forward and backward; module 13's layer_norm against
+   blas_layer_norm at the activations' shape (12 × 64 × 128); log_softmax · one-hot against
    module 04's cross_entropy; AdamW's per-parameter step against FusedAdamW's flat step on the
    milestone's parameters (gradients set, no graph);
 4. vectorisation: a convolution looped over output positions against module 09's im2col `conv2d`;
@@ -45,8 +46,9 @@ from tinytorch.core.optimizers import AdamW, weight_decay_groups  # noqa: E402
 from tinytorch.core.spatial import conv2d  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
-from tinytorch.perf.acceleration import (FusedAdamW, bias_gelu, blocked_matmul, conv2d_loops, fuse,  # noqa: E402
-                                         keep_freed_memory)
+from tinytorch.models.transformer import layer_norm  # noqa: E402
+from tinytorch.perf.acceleration import (FusedAdamW, bias_gelu, blas_layer_norm, blocked_matmul, conv2d_loops,  # noqa: E402
+                                         fuse, keep_freed_memory)
 from tinytorch.perf.profiling import Profiler, machine_peak  # noqa: E402
 
 torch = import_torch()
@@ -142,6 +144,9 @@ def fusions(repeats: int) -> list[dict]:
     logits = Tensor(rng.standard_normal((768, 65)).astype(np.float32), requires_grad=True)
     labels = rng.integers(0, 65, 768)
     onehot = np.eye(65, dtype=np.float32)[labels]
+    activations = Tensor(rng.standard_normal((12, 64, 128)).astype(np.float32), requires_grad=True)
+    norm_weight = Tensor(np.ones(128, np.float32), requires_grad=True)
+    row_grad = rng.standard_normal(activations.shape).astype(np.float32)
     plain_model, plain_opt = milestone_model(False)
     fused_model, fused_opt = milestone_model(True)
     for model in (plain_model, fused_model):
@@ -152,6 +157,9 @@ def fusions(repeats: int) -> list[dict]:
          lambda: gelu(h + bias).backward(ones), lambda: bias_gelu(h, bias).backward(ones)),
         ("GELU without a bias (768 × 512), forward + backward", "gelu", "bias_gelu",
          lambda: gelu(h).backward(ones), lambda: bias_gelu(h).backward(ones)),
+        ("LayerNorm (768 × 128), forward + backward", "layer_norm", "blas_layer_norm",
+         lambda: layer_norm(activations, norm_weight).backward(row_grad),
+         lambda: blas_layer_norm(activations, norm_weight).backward(row_grad)),
         ("softmax + cross-entropy (768 × 65), forward + backward", "log_softmax · one-hot, sum", "cross_entropy",
          lambda: (-(log_softmax(logits, dim=-1) * onehot).sum() / 768).backward(),
          lambda: cross_entropy(logits, labels).backward()),
@@ -214,7 +222,8 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, a
         "### Training step of the milestone's model", "",
         "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
         "backward, AdamW (decay on matrices only). Plain: module 13's GPT, module 06's AdamW. Fused: `fuse(model)`",
-        "(bias + GELU as one op saving its tanh) and `FusedAdamW` (one flat buffer).", "",
+        "(bias + GELU as one op saving its tanh, LayerNorm with its row reductions as BLAS products) and",
+        "`FusedAdamW` (one flat buffer).", "",
         "The step ran twice, all three variants interleaved each time: first with glibc's default allocator,",
         "then after `keep_freed_memory()` (module 18 section 8: glibc keeps freed memory instead of returning",
         "it, so a step does not fault its pages back in; it applies to PyTorch in this process too).", "",

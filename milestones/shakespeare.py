@@ -13,7 +13,7 @@ the trained model as a module-07 checkpoint, `shakespeare_gpt.npz` in --out (the
 milestone loads it).
 
 Once module 18 is done (exported, no stub left) the milestone trains through its fused path:
-`fuse(model)` (the same weight tensors, bias + GELU as one op) and `FusedAdamW` (one flat buffer,
+`fuse(model)` (the same weight tensors, bias + GELU as one op, LayerNorm's row means as BLAS products) and `FusedAdamW` (one flat buffer,
 the same updates as AdamW); `--plain` trains with module 13's model and module 06's AdamW. The
 first lines say which path ran; the checkpoint is module 13's GPT either way.
 

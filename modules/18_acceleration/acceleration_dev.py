@@ -40,15 +40,15 @@
 # * predict from arithmetic intensity when a blocked product or a loop is slow, and check
 #   it on your machine.
 #
-# **Time:** about three hours — sections 1–4 (profile, fused GELU, `fuse`) in a first sitting,
-# 5–7 (the flat optimizer, vectorisation, the whole step) in a second.
+# **Time:** about three hours — sections 1–5 (profile, fused GELU, `fuse`, LayerNorm) in a first sitting,
+# 6–9 (the flat optimizer, vectorisation, the whole step, the allocator) in a second.
 #
 # | section | you write | what it does |
 # |---|---|---|
 # | 2 | `bias_gelu`, `bias_gelu_backward` | bias + GELU as one op that saves its `tanh` |
 # | 3 | `FusedMLP.forward`, `fuse` | the GPT with fused MLPs, same weight tensors |
-# | 5 | `FusedAdamW._group_update` | one group's AdamW update on flat arrays |
-# | 6 | `blocked_matmul` | a matrix product tile by tile, honouring the tile size |
+# | 6 | `FusedAdamW._group_update` | one group's AdamW update on flat arrays |
+# | 7 | `blocked_matmul` | a matrix product tile by tile, honouring the tile size |
 #
 # **On a GPU.** The same ideas go further there (one CuPy `ElementwiseKernel` per fused op,
 # the whole step captured in a CUDA graph, because small GPU steps are bound by kernel
@@ -113,7 +113,7 @@ print(prof.table(top=8))
 # are already one op each (modules 12 and 13 fused them), and so is `cross_entropy`
 # (module 04 computes softmax and the loss from the logits in one op and saves the
 # probabilities). The optimizer is not in the table at all: it records no op, so it is
-# timed separately in section 5.
+# timed separately in section 6.
 #
 # Profiling costs time itself (the profiler runs Python for every op), so compare rows of one
 # table with each other, and time the step without the profiler.
@@ -311,7 +311,8 @@ for label, fn in (("composed add + gelu", composed_step), ("fused bias_gelu", fu
 # own copy (`copy.deepcopy(model, memo)` with `memo = {id(p): p}`), so an optimizer built on
 # the fused model trains the original too, and saving the original saves what was trained.
 # The parameter names stay the same (`blocks.0.mlp.fc.weight`), because `FusedMLP` registers
-# the MLP's own `fc`, `proj` and `dropout` under the same names.
+# the MLP's own `fc`, `proj` and `dropout` under the same names. Which classes are replaced, and
+# by what, is one table, `FUSED_REPLACEMENTS` (given); section 5 adds a second entry to it.
 
 # %%
 #| export
@@ -350,15 +351,22 @@ def _replace_submodule(root: Module, name: str, new: Module) -> None:
         setattr(parent, last, new)
 
 
+# Module 13's classes and what `fuse` puts in their place, each built from the module it replaces
+# (FusedMLP(mlp)). Exact types: a subclass of MLP may compute something else. Section 5 adds one.
+FUSED_REPLACEMENTS: dict[type, type] = {MLP: FusedMLP}
+
+
 def fuse(model: Module) -> Module:
-    """A new model with the fused ops in place: every MLP (module 13's class, exactly) becomes
+    """A new model with the fused ops in place: every sub-module whose type is exactly a key of
+    FUSED_REPLACEMENTS (module 13's MLP) becomes FUSED_REPLACEMENTS[type](module), e.g.
     FusedMLP(mlp). `model` itself is not changed.
 
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with _replace_submodule(copy, name, FusedMLP(module)). A model that is itself an
-    MLP is returned as FusedMLP(its copy). TypeError (given) for anything but a Module.
+    replace with _replace_submodule(copy, name, replacement). A model whose own type is a key
+    (a lone MLP) is returned as its replacement, built from the copy. TypeError (given) for
+    anything but a Module.
     """
     if not isinstance(model, Module):
         raise TypeError(f"fuse needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
@@ -366,11 +374,11 @@ def fuse(model: Module) -> Module:
     shared = {id(t): t for t in model.parameters()}
     shared.update({id(t): t for _, t in model.named_buffers()})
     fused = copy.deepcopy(model, shared)
-    if type(fused) is MLP:
-        return FusedMLP(fused)
+    if type(fused) in FUSED_REPLACEMENTS:
+        return FUSED_REPLACEMENTS[type(fused)](fused)
     for name, module in fused.named_modules()[1:]:
-        if type(module) is MLP:
-            _replace_submodule(fused, name, FusedMLP(module))
+        if type(module) in FUSED_REPLACEMENTS:
+            _replace_submodule(fused, name, FUSED_REPLACEMENTS[type(module)](module))
     return fused
     ### END SOLUTION
 
@@ -455,7 +463,172 @@ for label, fn in (("composed log_softmax·onehot", composed_loss), ("fused cross
     print(f"{label:28s} forward + backward: {measure_latency(fn, warmup=2, repeats=10)}")
 
 # %% [markdown]
-# ## 5. A multi-tensor optimizer: AdamW over one flat buffer
+# ## 5. LayerNorm: the row reductions as matrix products
+#
+# After the products, GELU and attention, the profile names `layer_norm`. Module 13's op is
+# already one recorded op, so there is nothing left to fuse: its time goes to *reductions*.
+# Each row of D = 128 features needs a mean and a mean of squares forward, and two more means
+# backward, all over the short last axis. Its backward also hands the engine `grad·x̂` and
+# `grad` in x's shape, and the engine sums them over the N rows to the weight's shape
+# (`unbroadcast`): two more passes over the whole array.
+#
+# A mean over the last axis is a matrix–vector product: `rows @ a` with `a = [1/D, …, 1/D]`,
+# one BLAS call, the kernel behind every Linear layer; a sum over the rows is `ones @ rows`.
+# Measure both ways on the milestone's activations (N = 12·64 rows of 128):
+
+# %%
+rows768 = np.random.default_rng(4).standard_normal((768, 128)).astype(np.float32)
+averager = np.full(128, 1 / 128, np.float32)
+assert np.allclose(rows768.mean(axis=-1), rows768 @ averager, atol=1e-6), "a mean is a product with [1/D]*D"
+print(f"rows.mean(axis=-1): {measure_latency(lambda: rows768.mean(axis=-1), repeats=200)}")
+print(f"rows @ averager   : {measure_latency(lambda: rows768 @ averager, repeats=200)}")
+ones768 = np.ones(768, np.float32)
+assert np.allclose(rows768.sum(axis=0), ones768 @ rows768, atol=1e-4), "a column sum is a product with [1]*N"
+print(f"rows.sum(axis=0)  : {measure_latency(lambda: rows768.sum(axis=0), repeats=200)}")
+print(f"ones @ rows       : {measure_latency(lambda: ones768 @ rows768, repeats=200)}")
+
+# %% [markdown]
+# `blas_layer_norm` below is module 13's `layer_norm` computed on the rows (N, D):
+#
+# * the mean is `rows @ a` and the variance `square(centred) @ a`, squared in the input's
+#   dtype. A float32 square overflows above about 1.8·10¹⁹ (module 13's catalogue has that
+#   mistake), so when any row's variance is not finite the op squares that array again in
+#   float64: one check of N numbers instead of a float64 copy of every row;
+# * the backward's two means are `ĝ @ a` and `(ĝ·x̂) @ a`, with ĝ = grad·weight;
+# * the weight's and the bias's gradients are summed over the rows inside the rule, also as
+#   products (`ones @ (grad·x̂)` and `ones @ grad`), so the engine has nothing left to reduce.
+#
+# `BlasLayerNorm` wraps module 13's `LayerNorm` (the same weight and bias tensors, the same
+# names), and one line adds it to `FUSED_REPLACEMENTS`: from now on `fuse(model)` puts it in
+# place of every `LayerNorm`. All of this is given code: read it, then run the checks.
+
+# %%
+#| export
+from tinytorch.core.tensor import autocast_float32
+from tinytorch.models.transformer import LayerNorm, _check_eps, _normalized_axes
+
+
+def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """Module 13's layer_norm, (x − mean)/sqrt(var + eps)·weight + bias, with the row means as
+    BLAS matrix-vector products.
+
+    x (..., *S); weight S; bias S or None (S = weight's shape, the normalised trailing dims).
+    Same value, shape and dtype as module 13's layer_norm, float16 under module 17's autocast
+    included. The rows are x viewed as (N, D) with D = the size of S; each mean is `rows @ a`
+    with a = [1/D]*D. Squares are taken in the rows' dtype, again in float64 when a variance is
+    not finite. Records one op, "blas_layer_norm", inputs (x, weight) or (x, weight, bias);
+    saved: xhat (N, D), rstd (N, 1) in the rows' dtype, averager a (D,).
+    """
+    x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
+    _check_eps("blas_layer_norm", eps)
+    xp = array_module(x.data)
+    size = math.prod(weight.shape)
+    rows = x.data.reshape(-1, size)
+    averager = xp.full(size, 1.0 / size, dtype=rows.dtype)
+    centred = rows - (rows @ averager)[:, None]
+    with np.errstate(over="ignore"):  # an overflow is caught just below
+        var = xp.square(centred) @ averager
+    if not bool(xp.isfinite(var).all()):  # a square overflowed the dtype (or x holds inf/NaN)
+        var = xp.square(centred, dtype=np.float64) @ averager.astype(np.float64)
+    rstd = (1.0 / xp.sqrt(var + eps)).astype(rows.dtype)[:, None]
+    xhat = centred
+    xhat *= rstd  # in place: `centred` is not needed any more
+    out = xhat * weight.data.reshape(size)
+    if bias is not None:
+        out += bias.data.reshape(size)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return record_op("blas_layer_norm", out.reshape(x.shape), inputs, xhat=xhat, rstd=rstd, averager=averager)
+
+
+@register_backward("blas_layer_norm")
+def blas_layer_norm_backward(grad: Any, node) -> tuple:
+    """On the rows (N, D): dx = rstd·(ĝ − ĝ@a − x̂·((ĝ·x̂)@a)) with ĝ = grad·weight;
+    dweight = Σ_rows grad·x̂ and dbias = Σ_rows grad, as products with a vector of N ones,
+    already in weight's shape S.
+    Returns (dx, dweight) or (dx, dweight, dbias), one per input."""
+    xhat, rstd, averager = node.saved["xhat"], node.saved["rstd"], node.saved["averager"]
+    x, weight = node.inputs[0], node.inputs[1]
+    xp = array_module(grad)
+    g = grad.reshape(xhat.shape)
+    g_hat = g * weight.data.reshape(-1)
+    product = g_hat * xhat
+    d_x = xhat * (product @ averager)[:, None]
+    xp.subtract(g_hat, d_x, out=d_x)
+    d_x -= (g_hat @ averager)[:, None]
+    d_x *= rstd
+    xp.multiply(g, xhat, out=product)  # reuse the array: grad·x̂ for the weight
+    ones = xp.ones(len(g), dtype=product.dtype)
+    grads = (d_x.reshape(x.shape), (ones @ product).reshape(weight.shape))
+    return grads if len(node.inputs) == 2 else grads + ((ones @ g).reshape(node.inputs[2].shape),)
+
+
+class BlasLayerNorm(Module):
+    """Module 13's LayerNorm computed by blas_layer_norm. Built from a LayerNorm: its own weight
+    and bias tensors (the same objects, the same names) and eps. forward(x (..., *S)) -> same shape."""
+
+    def __init__(self, norm: LayerNorm):
+        super().__init__()
+        self.normalized_shape, self.eps = norm.normalized_shape, norm.eps
+        self.weight, self.bias = norm.weight, norm.bias
+
+    def forward(self, x: Any) -> Tensor:
+        return blas_layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, bias={self.bias is not None}"
+
+
+FUSED_REPLACEMENTS[LayerNorm] = BlasLayerNorm
+
+# %%
+from tinytorch.models.transformer import layer_norm
+
+
+def test_unit_blas_layer_norm():
+    rng = np.random.default_rng(5)
+    for shape, norm_shape, with_bias in (((3, 4, 6), (6,), True), ((2, 3, 4), (3, 4), False)):
+        x = rng.standard_normal(shape) * 3 + 1
+        w = 1 + 0.2 * rng.standard_normal(norm_shape)
+        b = rng.standard_normal(norm_shape) if with_bias else None
+        args = [Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)]
+        args += [Tensor(b, requires_grad=True)] if with_bias else []
+        ours, theirs = blas_layer_norm(*args), layer_norm(*args)
+        assert ours._node.op == "blas_layer_norm", f"one op named 'blas_layer_norm', got {ours._node.op!r}"
+        assert np.allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12), \
+            f"blas_layer_norm differs from module 13's layer_norm for S = {norm_shape}"
+        assert gradcheck(blas_layer_norm, args), f"blas_layer_norm (S = {norm_shape}): gradients differ"
+    huge = np.array([[1e20, -1e20, 3e20, 0.0], [1.0, 2.0, 3.0, 4.0]], np.float32)
+    ones4 = np.ones(4, np.float32)
+    got = blas_layer_norm(huge, ones4).numpy()
+    assert got.dtype == np.float32 and np.allclose(got, layer_norm(huge, ones4).numpy(), atol=1e-5), \
+        "a row near 1e20 must normalise as in module 13 (float32 squares overflow: the float64 retry)"
+    block = GPT(17, 16, 2, 2, 8, seed=3, dtype=np.float64)
+    fused_ops = recorded_ops(fuse(block)(np.zeros((1, 8), int), targets=np.zeros((1, 8), int))[1])
+    assert "blas_layer_norm" in fused_ops and "layer_norm" not in fused_ops, \
+        f"fuse must now replace every LayerNorm; the fused graph's ops: {sorted(fused_ops)}"
+    print("✓ blas_layer_norm: module 13's values and gradients (one and two normalised axes), "
+          "huge rows handled, and fuse puts it in place of every LayerNorm")
+
+
+test_unit_blas_layer_norm()
+
+# %% [markdown]
+# ### Predict, then run: what do products instead of reductions buy?
+#
+# The arithmetic is the same; only the way each reduction is done changed. Time module 13's op
+# against this one, forward and backward, at the milestone's shape:
+
+# %%
+ln_x = Tensor(np.random.default_rng(6).standard_normal((12, 64, 128)).astype(np.float32), requires_grad=True)
+ln_w = Tensor(np.ones(128, np.float32), requires_grad=True)
+ln_g = np.ones(ln_x.shape, np.float32)
+for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", blas_layer_norm)):
+    print(f"{label:22s} forward + backward: {measure_latency(lambda: norm(ln_x, ln_w).backward(ln_g), repeats=50)}")
+
+# %% [markdown]
+# ## 6. A multi-tensor optimizer: AdamW over one flat buffer
 #
 # Module 06's `AdamW.step` loops over the parameters and runs about a dozen array operations
 # on each: for the milestone's GPT (35 parameter tensors, printed below) that is several hundred
@@ -669,7 +842,7 @@ print(f"FusedAdamW (flat):     {flat_time}")
 print(f"ratio: {loop_time.median_s / flat_time.median_s:.2f}x")
 
 # %% [markdown]
-# ## 6. Vectorisation, measured: loops, tiles and BLAS
+# ## 7. Vectorisation, measured: loops, tiles and BLAS
 #
 # A Python loop costs roughly a microsecond per iteration before any arithmetic; NumPy does
 # its arithmetic in C. So the question for any loop is how much work each iteration hands to
@@ -816,7 +989,7 @@ for tile in (16, 64, 256):
 # fastest tiling is the one BLAS already does.
 
 # %% [markdown]
-# ## 7. The whole step, fused against plain
+# ## 8. The whole step, fused against plain
 #
 # Put the pieces together: the fused model with `FusedAdamW`, against the plain model with
 # `AdamW`, interleaved on the same batch (a small GPT here; `tito bench acceleration` runs
@@ -854,7 +1027,7 @@ drift = max(np.abs(p.data - q.data).max() for p, q in zip(plain_model.parameters
 print(f"largest weight difference after {len(plain_samples)} steps each: {drift:.2e}")
 
 # %% [markdown]
-# ## 8. The allocator: memory handed back, then faulted in again
+# ## 9. The allocator: memory handed back, then faulted in again
 #
 # Time the two steps at the milestone's size with the CPU clock and a surprise can appear: the
 # fused step does less arithmetic yet may take *more* time (the benchmark saw it on our machine). The clock counts the kernel's time too, and
@@ -901,7 +1074,7 @@ def faults_of(step_fn) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-# The milestone's size (section 7's small model allocates too little to show it).
+# The milestone's size (section 8's small model allocates too little to show it).
 big_plain = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
 big_fused = fuse(GPT(65, 128, 4, 4, 64, bias=False, seed=0))
 big_x, big_y = np.random.default_rng(11).integers(0, 65, (2, 12, 64))
@@ -917,7 +1090,7 @@ for name, step_fn in big_steps.items():
     print(f"memory kept,       {name} step: {faults_of(step_fn):6d} page faults")
 
 # %% [markdown]
-# Run the timing of section 7 again after this cell to see what the faults cost on your
+# Run the timing of section 8 again after this cell to see what the faults cost on your
 # machine (the benchmark measures both settings, with PyTorch in the same process).
 
 # %% [markdown]
@@ -925,6 +1098,8 @@ for name, step_fn in big_steps.items():
 #
 # * Measure first: module 14's profile names the ops; the matrix products are BLAS in both
 #   libraries, so the gains are in what surrounds them.
+# * A reduction over a short last axis is slow in NumPy; as a product with `[1/D]*D` it is one
+#   BLAS call. `blas_layer_norm` is module 13's LayerNorm done that way.
 # * A fused op records once and saves what its backward needs: `bias_gelu` saves `u` and
 #   `tanh(·)`, so its backward computes no `tanh`. It is checked three ways: central
 #   differences, the composed version, and (in the tests) PyTorch.
@@ -941,15 +1116,15 @@ for name, step_fn in big_steps.items():
 #
 # ## Exercises
 #
-# 1. **LayerNorm's backward.** Module 13's `layer_norm` already saves `xhat` and `rstd`. Profile
-#    its forward and backward at the milestone's shape and count the array passes each makes.
-#    Which one could a compiled kernel merge?
+# 1. **LayerNorm's passes.** Count the passes over the (N, D) array that `blas_layer_norm` and
+#    its backward make. Which of them could a compiled kernel merge, and how much of section 5's
+#    time would that leave?
 # 2. **Fuse the residual add.** Write `bias_gelu`'s sibling `bias_dropout_add(x, bias,
 #    residual, p)` as one op with its rule; check it with `gradcheck`. Does it help at E = 128?
 # 3. **One flat gradient.** `FusedAdamW` copies every gradient into `grad_flat`. How long does
 #    that copy take compared with the update? What would the engine have to do to write the
 #    gradients straight into the flat buffer?
-# 4. **Tiles in C.** On the roofline of section 6, at what tile size does a tile's intensity
+# 4. **Tiles in C.** On the roofline of section 7, at what tile size does a tile's intensity
 #    reach this machine's ridge point (peak FLOP/s ÷ peak bytes/s)?
 #
 # ## Questions (answer them by running your code)

@@ -8,4 +8,4 @@ from benchmark_runs import check_benchmark
 @pytest.mark.slow
 def test_acceleration_benchmark_quick():
     check_benchmark("acceleration.py", ["Profile of one forward + backward, fused", "training step, fused, allocator default",
-                                       "bias + GELU (768 × 512)", "AdamW step", "convolution", "blocked 512³, tile 64"])
+                                       "bias + GELU (768 × 512)", "LayerNorm (768 × 128)", "AdamW step", "convolution", "blocked 512³, tile 64"])

@@ -1,4 +1,5 @@
-"""Reference entry "fused": module 18's fuse(model), every MLP's bias + GELU as one op, the same weights;
+"""Reference entry "fused": module 18's fuse(model), every MLP's bias + GELU as one op and every LayerNorm's
+row means as BLAS products, the same weights;
 for the speedrun the same recipe as fp32 with module 18's FusedAdamW (one flat buffer) for AdamW, in a
 process whose allocator keeps freed memory (module 18's keep_freed_memory, as the shakespeare milestone)."""
 from tinytorch.models.transformer import GPT

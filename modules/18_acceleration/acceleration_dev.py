@@ -465,7 +465,7 @@ for label, fn in (("composed log_softmax·onehot", composed_loss), ("fused cross
 # %% [markdown]
 # ## 5. LayerNorm: the row reductions as matrix products
 #
-# After the products, GELU and attention, the profile names `layer_norm`. Module 13's op is
+# After the products and GELU, the profile names `layer_norm`. Module 13's op is
 # already one recorded op, so there is nothing left to fuse: its time goes to *reductions*.
 # Each row of D = 128 features needs a mean and a mean of squares forward, and two more means
 # backward, all over the short last axis. Its backward also hands the engine `grad·x̂` and

@@ -5,6 +5,8 @@
     python benchmarks/gpt.py --quick          # smoke run: few repeats, short generations
     python benchmarks/gpt.py --milestone      # also the whole shakespeare milestone against the same
                                               # recipe in PyTorch, both on 2 threads (tens of minutes)
+    python benchmarks/gpt.py --milestone --milestone-rounds 3   # each program 3 times, in alternating
+                                              # order, medians (a machine whose speed drifts)
     python benchmarks/gpt.py --write-results  # also rewrite the GPT section of benchmarks/RESULTS.md
     python benchmarks/gpt.py --device cuda    # CuPy + a GPU, against PyTorch on the GPU; with
                                               # --write-results, its own "GPT (module 13) on GPU: <name>" section
@@ -22,7 +24,7 @@ F.scaled_dot_product_attention, LayerNorm without bias, tanh-GELU, the head tied
 4. with --milestone: wall time, and the training loop's time as each program prints it, of
    `milestones/shakespeare.py` (module 18's fused path when it is done, and `--plain`) and of the
    same recipe in PyTorch, each in a fresh process limited to 2 threads (--milestone-threads), run
-   one after the other (with --device cuda, all on the GPU).
+   one after the other, --milestone-rounds times in alternating order (with --device cuda, all on the GPU).
 On a GPU (--device cuda) the clock is wall time, read after synchronising both libraries.
 """
 from __future__ import annotations
@@ -350,13 +352,18 @@ def run_output_facts(output: str) -> dict:
 
 
 def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict | None = None,
-                    device: str = "cpu") -> dict:
+                    device: str = "cpu", rounds: int = 1) -> dict:
     """Wall time and validation loss of our milestone and of the PyTorch recipe, each in its own process.
 
-    One after the other by default. `concurrent` starts both at once (one thread each is then
-    the fair setting on a 2-core machine): on a machine shared with other work, both then run
-    under the same load.
+    One after the other by default, `rounds` times, every other round in the reverse order (A B C,
+    C B A, ...): a machine whose speed drifts over minutes (a shared VM) then slows each program
+    alike. Each program's row holds the median of its rounds ("seconds", "loop_seconds") and every
+    round's reading ("readings": [{"seconds", "loop_seconds"}, ...], in round order). `concurrent`
+    starts all at once, one round (one thread each is then the fair setting on a 2-core machine):
+    on a machine shared with other work, they then run under the same load.
     """
+    if rounds < 1 or (concurrent and rounds != 1):
+        raise ValueError(f"whole_milestone: rounds must be >= 1, and 1 when concurrent; got {rounds}")
     n = str(threads)
     env = {**os.environ, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -382,6 +389,13 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
                       f"validation loss {row['loss']:.4f}, exit {row['rc']}")
         return row
 
+    def summary(runs: list[dict]) -> dict:
+        """One program's rounds: the medians of its times, every reading, the last loss, the worst exit code."""
+        return {**runs[-1], "rc": max((run["rc"] for run in runs), key=abs),
+                "seconds": float(np.median([run["seconds"] for run in runs])),
+                "loop_seconds": float(np.median([run["loop_seconds"] for run in runs])),
+                "readings": [{"seconds": run["seconds"], "loop_seconds": run["loop_seconds"]} for run in runs]}
+
     def wait(runs):
         """Until every process has ended; each one's end time is taken when it ends."""
         while any("ended" not in run for run in runs):
@@ -390,18 +404,22 @@ def whole_milestone(threads: int = 2, concurrent: bool = False, commands: dict |
                     run["ended"] = time.perf_counter()
             time.sleep(0.2)
 
-    results = {}
+    finished = {name: [] for name in commands}
     if concurrent:
         runs = [start(name, command) for name, command in commands.items()]
         wait(runs)
         for run in runs:
-            results[run["name"]] = finish(run)
+            finished[run["name"]].append(finish(run))
     else:
-        for name, command in commands.items():
-            run = start(name, command)
-            wait([run])
-            results[name] = finish(run)
-    return results
+        for round_ in range(rounds):
+            order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
+            if rounds > 1:
+                console.print(f"round {round_ + 1} of {rounds}: {', '.join(order)}")
+            for name in order:
+                run = start(name, commands[name])
+                wait([run])
+                finished[name].append(finish(run))
+    return {name: summary(runs) for name, runs in finished.items()}
 
 
 # ---- RESULTS.md ---------------------------------------------------------------------------------
@@ -419,18 +437,40 @@ def step_rows(step: dict, no_torch: str) -> list[str]:
 
 def milestone_table(milestone: dict) -> list[str]:
     """The whole-milestone table (one row per program: wall time, training loop, validation loss), what
-    its two times mean, and each TinyTorch run's times over PyTorch's (when PyTorch ran)."""
+    its two times mean, and each TinyTorch run's times over PyTorch's (when PyTorch ran).
+
+    With several rounds (rows with more than one of "readings") a time is the median of the rounds,
+    with every round's reading after it, and a ratio is the median of the rounds' own ratios (each
+    round's programs ran next to each other), with the range of those ratios."""
+    rounds = len(next(iter(milestone.values())).get("readings", [None]))
+
+    def cell(row: dict, key: str) -> str:
+        if rounds == 1:
+            return f"{row[key]:.0f} s"
+        return f"{row[key]:.0f} s ({', '.join(f'{r[key]:.0f}' for r in row['readings'])})"
+
     lines = ["| | wall time | training loop | validation loss |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {row['seconds']:.0f} s | {row['loop_seconds']:.0f} s | {row['loss']:.4f} |"
+    lines += [f"| {name} | {cell(row, 'seconds')} | {cell(row, 'loop_seconds')} | {row['loss']:.4f} |"
               for name, row in milestone.items()]
     lines += ["", "Wall time: the whole process, from start to exit. Training loop: the training steps alone, as each",
               "program timed them (the milestone also estimates the validation loss every 250 steps, writes a",
               "sample, draws the attention heat maps and saves its checkpoint; the PyTorch recipe does none of",
               "these, and both import their libraries, load the text and compute the final validation loss).", ""]
+    if rounds > 1:
+        lines += [f"{rounds} rounds, one program after the other, every other round in the reverse order; "
+                  "a time is the median of the rounds (each round's reading in brackets).", ""]
     if "torch" in milestone:
+        torch_row = milestone["torch"]
         for key, what in (("seconds", "wall time"), ("loop_seconds", "training loop")):
-            ratios = [f"{name} {row[key] / milestone['torch'][key]:.2f}×" for name, row in milestone.items()
-                      if name != "torch"]
+            ratios = []
+            for name, row in milestone.items():
+                if name == "torch":
+                    continue
+                if rounds == 1:
+                    ratios.append(f"{name} {row[key] / torch_row[key]:.2f}×")
+                else:
+                    each = [r[key] / t[key] for r, t in zip(row["readings"], torch_row["readings"])]
+                    ratios.append(f"{name} {np.median(each):.2f}× (rounds {min(each):.2f}–{max(each):.2f}×)")
             lines.append(f"Ratio to torch's {what}: {', '.join(ratios)}.")
     return lines
 
@@ -541,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--milestone", action="store_true", help="also time the whole milestone against PyTorch")
     parser.add_argument("--milestone-threads", type=int, default=2, metavar="N",
                         help="threads for each milestone process (default 2)")
+    parser.add_argument("--milestone-rounds", type=int, default=1, metavar="R",
+                        help="run the milestone programs R times, every other round in the reverse order, and report "
+                             "medians (default 1; a machine whose speed drifts needs 3)")
     parser.add_argument("--milestone-concurrent", action="store_true",
                         help="run both milestone processes at the same time (for a machine shared with other work)")
     parser.add_argument("--write-results", action="store_true", help=f"rewrite the GPT section of {RESULTS.name}")
@@ -549,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.torch_recipe:
         return torch_recipe(args.recipe_iters, args.device)
+    if args.milestone_rounds < 1 or (args.milestone_concurrent and args.milestone_rounds != 1):
+        parser.error(f"--milestone-rounds {args.milestone_rounds}: at least 1, and 1 with --milestone-concurrent")
     args.repeats = 3 if args.quick else 15
     args.new_tokens = 8 if args.quick else 48
     if not device_ready(args.device):
@@ -559,8 +604,8 @@ def main(argv: list[str] | None = None) -> int:
     step = training_step(device, args.repeats)
     gen = generation(device, [32, 256], args.new_tokens, 1 if args.quick else 5)
     memory = peak_memory(device)
-    milestone = (whole_milestone(args.milestone_threads, args.milestone_concurrent, device=device.name)
-                 if args.milestone else None)
+    milestone = (whole_milestone(args.milestone_threads, args.milestone_concurrent, device=device.name,
+                                 rounds=args.milestone_rounds) if args.milestone else None)
     if args.write_results:
         if facts is None:
             write_results(info, step, gen, memory, milestone, args)

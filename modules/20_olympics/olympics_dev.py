@@ -586,7 +586,7 @@ def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | N
               "|---|---|---|---|---|---|"]
     for row in rows:
         low, high = row.extra.get("ci", (row.low, row.high))  # the measured interval, when ranking used a wider one
-        single = "exact" if event.unit == "bytes" else "one reading"  # bytes are exact; one timing is not
+        single = "exact" if event.unit == "B" else "one reading"  # bytes are exact; one timing is not
         interval = single if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
         score = _format_score(row.score, event.unit) if math.isfinite(row.score) else "—"
         loss = row.extra.get("val_loss")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tinytorch.perf.olympics import (EVENTS, Row, access_violation, greedy_consistent, heldout_windows,
-                                     loss_from_logits, quality_verdict, rank_entries)
+                                     leaderboard_markdown, loss_from_logits, quality_verdict, rank_entries)
 
 
 # ---- heldout_windows -----------------------------------------------------------------------------------------------
@@ -188,3 +188,15 @@ def test_rank_never_depends_on_the_name():
     second = rank_entries([_row("zulu", 10, key="k2"), _row("beta", 10, key="k1")], higher_is_better=False)
     assert [r.key for r in first] == [r.key for r in second] == ["k1", "k2"], \
         "exact ties are ordered by key (the content digest), never by the entry's name"
+
+
+# ---- leaderboard_markdown ------------------------------------------------------------------------------------------
+def test_bytes_are_exact_and_a_single_timing_is_one_reading():
+    sizes = leaderboard_markdown(EVENTS["smallest"], [Row("int8", 876464.0, 876464.0, 876464.0, rank=1,
+                                                          extra={"val_loss": 1.8792})], baseline_loss=1.8793)
+    assert "| 1 | int8 | 876,464 | exact | 1.8792 | ok |" in sizes, f"a byte count is exact:\n{sizes}"
+    times = leaderboard_markdown(EVENTS["speedrun"], [Row("fp32", 125.2, 125.2, 125.2, rank=1,
+                                                          extra={"val_loss": 1.8856})], target_loss=1.95)
+    assert "| 1 | fp32 | 125.20 | one reading | 1.8856 | ok |" in times, f"one timed run is one reading:\n{times}"
+    rates = leaderboard_markdown(EVENTS["generation"], [Row("fused", 453.1, 451.0, 455.5, rank=1)], baseline_loss=1.88)
+    assert "| 1 | fused | 453.10 | 451.00 – 455.50 | — | ok |" in rates, f"a measured interval is shown:\n{rates}"

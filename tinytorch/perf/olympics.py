@@ -198,7 +198,7 @@ def rank_entries(rows: list[Row], higher_is_better: bool) -> list[Row]:
         row.rank = None
     return qualified + disqualified
 
-# %% ../../modules/20_olympics/olympics_dev.py #a092cf33
+# %% ../../modules/20_olympics/olympics_dev.py #eb8f8ad8
 def _format_score(value: float, unit: str) -> str:
     if unit == "B":
         return f"{int(round(value)):,}"
@@ -220,7 +220,7 @@ def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | N
               "|---|---|---|---|---|---|"]
     for row in rows:
         low, high = row.extra.get("ci", (row.low, row.high))  # the measured interval, when ranking used a wider one
-        single = "exact" if event.unit == "bytes" else "one reading"  # bytes are exact; one timing is not
+        single = "exact" if event.unit == "B" else "one reading"  # bytes are exact; one timing is not
         interval = single if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
         score = _format_score(row.score, event.unit) if math.isfinite(row.score) else "—"
         loss = row.extra.get("val_loss")

@@ -22,19 +22,20 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def one_thread() -> None:
-    """Run NumPy's BLAS on one thread, so the comparison is kernel against kernel."""
+def one_thread(threads: int = 1) -> None:
+    """Run NumPy's BLAS on one thread (or `threads`), so the comparison is kernel against kernel."""
     for name in THREAD_VARIABLES:
-        os.environ[name] = "1"
+        os.environ[name] = str(threads)
 
 
-def import_torch():
-    """PyTorch on one thread, or None when it is not installed (the benchmark then measures ours alone)."""
+def import_torch(threads: int = 1):
+    """PyTorch on one thread (or `threads`), or None when it is not installed (the benchmark then
+    measures ours alone)."""
     try:
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     return torch
 
 
@@ -64,6 +65,26 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int,
     clock = time.process_time if sync is None else time.perf_counter
     measured = measure(fns, repeats=repeats, warmup=1, clock=clock, sync=sync or (lambda: None))
     return {name: m.median for name, m in measured.items()}
+
+
+def threaded_medians(fns: dict[str, Callable[[], object]], repeats: int, block: int = 5) -> dict[str, float]:
+    """Median wall-clock seconds of each function when the libraries run on several threads.
+
+    The functions take turns in blocks: `block` calls of one, then `block` of the next, for
+    `repeats` rounds; the first call of each block is not counted. Calling them in turn one by one
+    (as interleaved_medians does) is unfair with threads: after a call, one library's worker
+    threads keep spinning for a while (OpenMP and OpenBLAS both wait busily before they sleep)
+    and take the cores from the other library's next call. CPU time would add the threads up.
+    """
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            for call in range(block):
+                start = time.perf_counter()
+                fn()
+                if call:
+                    samples[name].append(time.perf_counter() - start)
+    return {name: float(sorted(s)[len(s) // 2]) for name, s in samples.items()}
 
 
 def device_ready(name: str) -> bool:

@@ -9,3 +9,11 @@ from benchmark_runs import check_benchmark
 def test_acceleration_benchmark_quick():
     check_benchmark("acceleration.py", ["Profile of one forward + backward, fused", "training step, fused, allocator default",
                                        "bias + GELU (768 × 512)", "LayerNorm (768 × 128)", "AdamW step", "convolution", "blocked 512³, tile 64"])
+
+
+@pytest.mark.slow
+def test_acceleration_benchmark_on_two_threads_quick():
+    out = check_benchmark("acceleration.py", ["2 threads, the training step only", "training step, plain, allocator default",
+                                              "training step, fused, allocator kept"], "--threads", "2")
+    assert "Profile of one forward" not in out and "convolution" not in out, \
+        f"--threads 2 measures the training step only:\n{out}"

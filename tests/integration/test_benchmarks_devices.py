@@ -57,6 +57,23 @@ def test_a_heading_matches_whole_lines_only(tmp_path, monkeypatch):
     assert results.read_text(encoding="utf-8").endswith("## B\n\nkept\n\n## C on GPU: X\n\nappended\n")
 
 
+def test_threaded_medians_take_turns_in_blocks_and_skip_each_blocks_first_call(monkeypatch):
+    common = load("_common", monkeypatch)
+    calls, now = [], [0]
+    monkeypatch.setattr(common.time, "perf_counter", lambda: now[0])  # a clock in whole milliseconds
+
+    def fn(name, ms):
+        def call():
+            first = not calls or calls[-1] != name  # the first call of a block: the other library's threads spin
+            calls.append(name)
+            now[0] += 100 if first else ms
+        return call
+
+    medians = common.threaded_medians({"a": fn("a", 1), "b": fn("b", 2)}, repeats=2, block=2)
+    assert "".join(calls) == "aabbaabb", f"blocks of 2, one library after the other, 2 rounds: {calls}"
+    assert medians == {"a": 1, "b": 2}, f"the first call of each block (100 ms) must not be counted: {medians}"
+
+
 def fake_rows(name: str) -> tuple:
     """(args, the arguments of write_gpu_results after info and facts) with made-up numbers."""
     if name == "attention":

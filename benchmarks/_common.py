@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,8 +23,13 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def one_thread(threads: int = 1) -> None:
-    """Run NumPy's BLAS on one thread (or `threads`), so the comparison is kernel against kernel."""
+def one_thread() -> None:
+    """Run NumPy's BLAS on one thread, so the comparison is kernel against kernel."""
+    use_threads(1)
+
+
+def use_threads(threads: int) -> None:
+    """Run NumPy's BLAS (and OpenMP) on `threads` threads; like one_thread, before NumPy is imported."""
     for name in THREAD_VARIABLES:
         os.environ[name] = str(threads)
 
@@ -84,7 +90,7 @@ def threaded_medians(fns: dict[str, Callable[[], object]], repeats: int, block: 
                 fn()
                 if call:
                     samples[name].append(time.perf_counter() - start)
-    return {name: float(sorted(s)[len(s) // 2]) for name, s in samples.items()}
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def device_ready(name: str) -> bool:

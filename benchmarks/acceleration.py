@@ -40,7 +40,7 @@ def threads_asked(argv: list[str]) -> int:
 
 
 THREADS = threads_asked(sys.argv)
-_common.one_thread(THREADS)  # before NumPy is imported: BLAS reads the thread count once, when it starts
+_common.use_threads(THREADS)  # before NumPy is imported: BLAS reads the thread count once, when it starts
 
 import argparse  # noqa: E402
 import math  # noqa: E402

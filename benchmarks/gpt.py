@@ -175,10 +175,10 @@ def training_step(device: Device, repeats: int) -> dict:
         optimizer.step()
 
     fns = {"ours": ours}
-    fuse, FusedAdamW, _ = fused_path()
-    if fuse is not None:
+    acceleration, FusedAdamW, _ = fused_path()
+    if acceleration is not None:
         twin = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0).to(device.name)
-        fused_model = fuse(twin)
+        fused_model = acceleration.fuse(twin)
         fused_optimizer = FusedAdamW(weight_decay_groups(fused_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
 
         def fused():

@@ -14,7 +14,9 @@ milestone loads it).
 
 Once module 18 is done (exported, no stub left) the milestone trains through its fused path:
 `fuse(model)` (the same weight tensors, bias + GELU as one op, LayerNorm's row means as BLAS products) and `FusedAdamW` (one flat buffer,
-the same updates as AdamW); `--plain` trains with module 13's model and module 06's AdamW. The
+the same updates as AdamW); when NumPy may use two or more cores, each batch is cut into two halves that
+run forward and backward at once on two threads (module 18's ThreadedDataParallel: the same gradient).
+`--plain` trains with module 13's model and module 06's AdamW on one thread of Python. The
 first lines say which path ran; the checkpoint is module 13's GPT either way.
 
     python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda] [--plain]
@@ -119,21 +121,31 @@ def saved_model_problem(path: Path, vocab_size: int, fast: bool) -> str | None:
     return None
 
 def fused_path() -> tuple[object, object, str]:
-    """(fuse, FusedAdamW, "") from module 18 when it is exported and has no stub left; otherwise
+    """(module 18's exported module, FusedAdamW, "") when it is exported and has no stub left; otherwise
     (None, None, why): the milestone then trains the plain way."""
     try:
-        from tinytorch.perf.acceleration import FusedAdamW, fuse
+        from tinytorch.perf import acceleration
         from tinytorch.models.transformer import MLP
     except ImportError:
         return None, None, "module 18 (acceleration) is not exported"
     try:  # a tiny call of each part: a stub raises NotImplementedError
-        fuse(MLP(2, 4, seed=0))(np.zeros((1, 2), np.float32)).sum().backward()
+        acceleration.fuse(MLP(2, 4, seed=0))(np.zeros((1, 2), np.float32)).sum().backward()
         weight = Tensor(np.ones(2, np.float32), requires_grad=True)
         weight.grad = Tensor(np.ones(2, np.float32))
-        FusedAdamW([weight]).step()
+        acceleration.FusedAdamW([weight]).step()
     except NotImplementedError:
         return None, None, "module 18 (acceleration) still has stubs"
-    return fuse, FusedAdamW, ""
+    return acceleration, acceleration.FusedAdamW, ""
+
+
+def data_parallel(acceleration: object, net: object, device: str) -> object:
+    """Module 18's ThreadedDataParallel over 2 parts of each batch when NumPy may use at least 2 BLAS
+    threads on the CPU (OMP_NUM_THREADS, or all cores when it is not set); otherwise None. Two parts,
+    not one per core: 2 is the count measured (benchmarks/RESULTS.md), and a batch of 12 rows cut
+    finer leaves each thread more Python, which runs one thread at a time."""
+    if device != "cpu" or not hasattr(acceleration, "ThreadedDataParallel") or acceleration.blas_threads() < 2:
+        return None
+    return acceleration.ThreadedDataParallel(net, threads=2)
 
 
 def keep_freed_memory() -> bool:
@@ -177,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     # The model moves before the optimizer is made: its state then lives on the same device.
     model = GPT(vocab, RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
                 dropout=0.0, tie_weights=True, bias=False, seed=1337).to(args.device)
-    fuse, FusedAdamW, why_plain = (None, None, "--plain") if args.plain else fused_path()
-    # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there.
-    net = model if fuse is None else fuse(model)
+    acceleration, FusedAdamW, why_plain = (None, None, "--plain") if args.plain else fused_path()
+    # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there,
+    # its batches cut in two parts on two threads when NumPy may use two cores.
+    net = model if acceleration is None else acceleration.fuse(model)
+    parallel = None if acceleration is None else data_parallel(acceleration, net, args.device)
     make_optimizer = AdamW if FusedAdamW is None else FusedAdamW
     optimizer = make_optimizer(weight_decay_groups(net, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
@@ -189,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{sum(p.size for p in model.parameters()):,} parameters; batch {RECIPE['batch']}, {iters} iterations; "
                   f"device {device_label(args.device)}")
     kept = keep_freed_memory()
-    console.print("training path: " + ("fused (module 18): fuse(model) + FusedAdamW" if fuse is not None
+    console.print("training path: " + ("fused (module 18): fuse(model) + FusedAdamW" if acceleration is not None
                                        else f"plain (module 13's model, module 06's AdamW): {why_plain}")
+                  + (f"; each batch in {parallel.threads} parts on {parallel.threads} threads "
+                     "(module 18's ThreadedDataParallel)" if parallel is not None else "")
                   + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else ""))
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
@@ -200,9 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     running, tick, loop_seconds = [], time.perf_counter(), 0.0
     for it in range(1, iters + 1):
         x, y = get_batch(train, RECIPE["batch"], RECIPE["context"], batches)
-        _, loss = net(Tensor(x), targets=Tensor(y))
         optimizer.zero_grad()
-        loss.backward()
+        if parallel is None:
+            _, loss = net(Tensor(x), targets=Tensor(y))
+            loss.backward()
+        else:  # the same gradient, from two halves of the batch at once
+            loss = parallel.forward_backward(Tensor(x), Tensor(y))
         clip_grad_norm(model.parameters(), RECIPE["clip"])
         optimizer.step()
         scheduler.step()

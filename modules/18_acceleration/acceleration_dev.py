@@ -1094,6 +1094,202 @@ for name, step_fn in big_steps.items():
 # machine (the benchmark measures both settings, with PyTorch in the same process).
 
 # %% [markdown]
+# ## 10. Two cores: half of the batch each
+#
+# Everything so far ran on one core. Give NumPy two (`OMP_NUM_THREADS=2` before it starts) and
+# it splits each **BLAS product** over both, but nothing else: GELU, LayerNorm, the softmax,
+# the optimizer and the Python between them still run on one core. PyTorch also splits its
+# elementwise kernels over its threads, so on two threads it pulls ahead of us even where we
+# are level on one (`tito bench acceleration --threads 2` measures both on your machine).
+#
+# The first idea, cutting each elementwise op in two and handing one half to a second thread,
+# does not pay at the milestone's size: an op takes a few hundred microseconds, and handing
+# work to a thread, and taking turns with Python's lock (the GIL) between NumPy calls, costs
+# tens of microseconds each time. (NumPy releases the GIL *inside* its array loops: two
+# threads can each be in a NumPy loop at once, but only one can run Python.)
+#
+# Split the **batch** instead. The loss is a mean over the batch's rows, so its gradient is the
+# mean of the rows' gradients: with the 12 rows cut into parts of 6 and 6, the batch's gradient
+# is ½·(gradient of part 1's loss) + ½·(gradient of part 2's loss), each part's loss being the
+# mean over its own rows. Each part is a whole forward and backward pass, about half of the
+# step's work, and the parts share nothing but the weights, which nobody writes until the
+# optimizer runs. So each part runs in its own thread on its own **replica** of the model:
+# a copy of the module tree whose parameter tensors hold the *same* arrays as the model's but
+# have their own `.grad`. At the end the replicas' gradients are added to the model's. Each
+# part's seed gradient is its share of the rows (`loss.backward(6/12)`), so the sum is already
+# the mean. While the parts run, the BLAS threads are shared out among them (threadpoolctl):
+# on two cores each part's products get one thread, so the parts do not fight over the cores.
+#
+# This is **data parallelism**, the way large models train on many GPUs: PyTorch's
+# `DistributedDataParallel` keeps one replica per device and adds the gradients over the
+# network instead of in memory. `ThreadedDataParallel` (given) is the same on the cores of one
+# machine. The gradients equal the whole batch's up to rounding (the sums over rows are added
+# in a different order), so training follows the same path.
+
+# %%
+#| export
+from concurrent.futures import ThreadPoolExecutor
+
+from threadpoolctl import ThreadpoolController
+
+from tinytorch.core.tensor import OP_LISTENERS
+
+_THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
+_WORKERS: list = []  # [(ThreadPoolExecutor, its number of threads)], made on first use, grown when asked for more
+
+
+def _blas_controller() -> ThreadpoolController:
+    if not _THREADPOOLS:
+        _THREADPOOLS.append(ThreadpoolController())
+    return _THREADPOOLS[0]
+
+
+def blas_threads() -> int:
+    """How many threads NumPy's BLAS may use now (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS when NumPy
+    started, or threadpoolctl's limits since); 1 when no BLAS library is found."""
+    return max([1] + [lib.get_num_threads() for lib in _blas_controller().select(user_api="blas").lib_controllers])
+
+
+def _workers(count: int) -> ThreadPoolExecutor:
+    """A pool with at least `count` worker threads, kept for the next call."""
+    if not _WORKERS or _WORKERS[0][1] < count:
+        if _WORKERS:
+            _WORKERS.pop()[0].shutdown(wait=False)
+        _WORKERS.append((ThreadPoolExecutor(count, thread_name_prefix="tinytorch-data-parallel"), count))
+    return _WORKERS[0][0]
+
+
+class ThreadedDataParallel:
+    """Forward and backward of `model` on several cores at once, the batch cut into parts by rows.
+
+    model   -- a Module whose forward(ids, targets=targets) returns (output, loss) with `loss` the
+               mean over the batch's rows of a per-row loss (module 13's GPT: cross-entropy over
+               (B, T) positions, T per row)
+    threads -- how many parts and threads; default blas_threads() (OMP_NUM_THREADS=2: two). On a
+               GPU (CuPy parameters) always 1: its kernels already use the whole device.
+    The model itself runs part 1 in the caller's thread; each other part runs in a worker thread
+    on a replica: copy.deepcopy(model) whose parameters are new tensors holding the model's own
+    arrays (re-read before every call, so optimizers that replace `.data` are followed) and
+    whose buffers are the model's. Replicas copy the module tree once: build a new
+    ThreadedDataParallel after changing the model's modules. Dropout in a replica draws from a
+    copy of the model's generator, as each process of PyTorch's DDP draws from the same seed.
+    While the parts run, BLAS may use blas_threads() // parts threads (at least 1), so that the
+    parts do not take each other's cores. Under a profiler (module 14) the parts run one after
+    another in the caller's thread.
+    """
+
+    def __init__(self, model: Module, threads: int | None = None):
+        if not isinstance(model, Module):
+            raise TypeError(f"ThreadedDataParallel needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
+        threads = blas_threads() if threads is None else threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"ThreadedDataParallel: threads must be a whole number >= 1, got {threads!r}.")
+        self.model = model
+        self.params = model.parameters()
+        on_gpu = any(array_module(p.data) is not np for p in self.params)
+        self.threads = 1 if on_gpu else threads
+        self.replicas = []
+        for _ in range(self.threads - 1):
+            memo = {id(p): Tensor(p.data, requires_grad=p.requires_grad) for p in self.params}
+            memo.update({id(b): b for b in model.buffers()})
+            self.replicas.append(copy.deepcopy(model, memo))
+        self._replica_params = [replica.parameters() for replica in self.replicas]
+
+    def forward_backward(self, ids: Any, targets: Any) -> Tensor:
+        """The batch's loss (a Tensor without a graph), with its gradient added to the model's
+        parameters' .grad, as `model(ids, targets=targets)[1].backward()` does.
+
+        ids, targets -- (B, ...) arrays or Tensors; the parts are rows [B·k/n, B·(k+1)/n) for
+        k < n = min(threads, B). An error in any part is raised after every part has finished;
+        the gradients are then incomplete (zero them before the next step).
+        """
+        ids, targets = as_tensor(ids), as_tensor(targets)
+        rows = ids.shape[0] if ids.ndim else 0
+        if rows < 1 or targets.ndim == 0 or targets.shape[0] != rows:
+            raise ValueError(f"ThreadedDataParallel: ids and targets need the same number of rows (axis 0), at least 1; "
+                             f"got shapes {ids.shape} and {targets.shape}.")
+        parts = min(self.threads, rows)
+        if parts == 1:
+            _, loss = self.model(ids, targets=targets)
+            loss.backward()
+            return Tensor(loss.data.copy())
+        edges = [rows * k // parts for k in range(parts + 1)]
+        runners = [self.model] + self.replicas[:parts - 1]
+        for replica, replica_params in zip(runners[1:], self._replica_params):
+            replica.train(self.model.training)
+            for mine, theirs in zip(replica_params, self.params):
+                mine.data, mine.grad = theirs.data, None
+
+        def run_part(k: int) -> Any:
+            start, stop = edges[k], edges[k + 1]
+            _, loss = runners[k](ids[start:stop], targets=targets[start:stop])
+            share = (stop - start) / rows
+            loss.backward(np.full(loss.shape, share))
+            return loss.data * share
+
+        if OP_LISTENERS:  # a profiler is listening: it expects one thread
+            losses = [run_part(k) for k in range(parts)]
+        else:
+            # The cores are shared out: with 2 BLAS threads and 2 parts, each part's products get one.
+            with _blas_controller().limit(limits=max(1, blas_threads() // parts), user_api="blas"):
+                futures = [_workers(parts - 1).submit(run_part, k) for k in range(1, parts)]
+                try:
+                    first = run_part(0)
+                finally:
+                    errors = [f.exception() for f in futures]  # waits for every part
+            for error in errors:
+                if error is not None:
+                    raise error
+            losses = [first] + [f.result() for f in futures]
+        for replica_params in self._replica_params[:parts - 1]:
+            for mine, theirs in zip(self.params, replica_params):
+                if theirs.grad is not None:
+                    mine.grad = theirs.grad if mine.grad is None else Tensor(mine.grad.data + theirs.grad.data)
+                    theirs.grad = None
+        return Tensor(sum(losses[1:], losses[0]))
+
+# %%
+def test_unit_threaded_data_parallel():
+    ids, targets = np.random.default_rng(12).integers(0, 17, (2, 5, 8))
+    model = GPT(17, 16, 2, 2, 8, seed=4, dtype=np.float64)
+    _, whole_loss = model(ids, targets=targets)
+    whole_loss.backward()
+    expected = [p.grad.data.copy() for p in model.parameters()]
+    model.zero_grad()
+    for threads in (2, 3):  # 5 rows: parts of 2 + 3, then 1 + 2 + 2
+        loss = ThreadedDataParallel(model, threads).forward_backward(ids, targets)
+        assert loss._node is None and abs(loss.item() - whole_loss.item()) < 1e-12, \
+            f"{threads} threads: loss {loss.item()} is not the whole batch's {whole_loss.item()}"
+        for (name, p), want in zip(model.named_parameters(), expected):
+            assert np.allclose(p.grad.data, want, rtol=1e-10, atol=1e-12), \
+                f"{threads} threads: the gradient of {name} is not the whole batch's"
+        model.zero_grad()
+    print("✓ ThreadedDataParallel: the whole batch's loss and gradients, from 2 and 3 parts")
+
+
+test_unit_threaded_data_parallel()
+
+# %% [markdown]
+# ### Predict, then run: one core or two?
+#
+# The milestone's fused model and batch: one forward and backward on one core, against two
+# parts on two threads. Before running: if half of the work is in BLAS products that were
+# already on one thread here, and the parts are independent, what is the best ratio you could
+# see? What in the step still runs one part at a time?
+
+# %%
+cores_model = fuse(GPT(65, 128, 4, 4, 64, bias=False, seed=0))
+on_one, on_two = ThreadedDataParallel(cores_model, threads=1), ThreadedDataParallel(cores_model, threads=2)
+one_samples, two_samples = [], []
+for _ in range(8):  # interleaved: the same load on both
+    for runner, samples in ((on_one, one_samples), (on_two, two_samples)):
+        cores_model.zero_grad()
+        samples.append(measure_latency(lambda: runner.forward_backward(big_x, big_y), warmup=0, repeats=1).median_s)
+one_ms, two_ms = np.median(one_samples) * 1e3, np.median(two_samples) * 1e3
+print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread {one_ms:.1f} ms, "
+      f"in 2 parts on 2 threads {two_ms:.1f} ms: {one_ms / two_ms:.2f}× faster")
+
+# %% [markdown]
 # ## Summary
 #
 # * Measure first: module 14's profile names the ops; the matrix products are BLAS in both

@@ -14,6 +14,7 @@ def test_acceleration_benchmark_quick():
 @pytest.mark.slow
 def test_acceleration_benchmark_on_two_threads_quick():
     out = check_benchmark("acceleration.py", ["2 threads, the training step only", "training step, plain, allocator default",
-                                              "training step, fused, allocator kept"], "--threads", "2")
+                                              "training step, fused, allocator kept",
+                                              "training step, fused, batch in 2 parts, allocator kept"], "--threads", "2")
     assert "Profile of one forward" not in out and "convolution" not in out, \
         f"--threads 2 measures the training step only:\n{out}"

@@ -7,7 +7,7 @@ what it replaces, and timed before and after on your own machine."""
 # %% auto #0
 __all__ = ['GELU_C', 'FUSED_REPLACEMENTS', 'bias_gelu', 'bias_gelu_backward', 'FusedMLP', 'fuse', 'blas_layer_norm',
            'blas_layer_norm_backward', 'BlasLayerNorm', 'FusedAdamW', 'conv2d_loops', 'blocked_matmul',
-           'keep_freed_memory']
+           'keep_freed_memory', 'blas_threads', 'ThreadedDataParallel']
 
 # %% ../../modules/18_acceleration/acceleration_dev.py #c0eed7a2
 import copy
@@ -392,3 +392,124 @@ def keep_freed_memory(limit_bytes: int = 256 * 2**20) -> bool:
     m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
     return bool(libc.mallopt(m_trim_threshold, int(limit_bytes))) and \
         bool(libc.mallopt(m_mmap_threshold, min(int(limit_bytes), 32 * 2**20)))  # glibc caps it at 32 MiB
+
+# %% ../../modules/18_acceleration/acceleration_dev.py #7d63362c
+from concurrent.futures import ThreadPoolExecutor
+
+from threadpoolctl import ThreadpoolController
+
+from ..core.tensor import OP_LISTENERS
+
+_THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
+_WORKERS: list = []  # [(ThreadPoolExecutor, its number of threads)], made on first use, grown when asked for more
+
+
+def _blas_controller() -> ThreadpoolController:
+    if not _THREADPOOLS:
+        _THREADPOOLS.append(ThreadpoolController())
+    return _THREADPOOLS[0]
+
+
+def blas_threads() -> int:
+    """How many threads NumPy's BLAS may use now (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS when NumPy
+    started, or threadpoolctl's limits since); 1 when no BLAS library is found."""
+    return max([1] + [lib.get_num_threads() for lib in _blas_controller().select(user_api="blas").lib_controllers])
+
+
+def _workers(count: int) -> ThreadPoolExecutor:
+    """A pool with at least `count` worker threads, kept for the next call."""
+    if not _WORKERS or _WORKERS[0][1] < count:
+        if _WORKERS:
+            _WORKERS.pop()[0].shutdown(wait=False)
+        _WORKERS.append((ThreadPoolExecutor(count, thread_name_prefix="tinytorch-data-parallel"), count))
+    return _WORKERS[0][0]
+
+
+class ThreadedDataParallel:
+    """Forward and backward of `model` on several cores at once, the batch cut into parts by rows.
+
+    model   -- a Module whose forward(ids, targets=targets) returns (output, loss) with `loss` the
+               mean over the batch's rows of a per-row loss (module 13's GPT: cross-entropy over
+               (B, T) positions, T per row)
+    threads -- how many parts and threads; default blas_threads() (OMP_NUM_THREADS=2: two). On a
+               GPU (CuPy parameters) always 1: its kernels already use the whole device.
+    The model itself runs part 1 in the caller's thread; each other part runs in a worker thread
+    on a replica: copy.deepcopy(model) whose parameters are new tensors holding the model's own
+    arrays (re-read before every call, so optimizers that replace `.data` are followed) and
+    whose buffers are the model's. Replicas copy the module tree once: build a new
+    ThreadedDataParallel after changing the model's modules. Dropout in a replica draws from a
+    copy of the model's generator, as each process of PyTorch's DDP draws from the same seed.
+    While the parts run, BLAS may use blas_threads() // parts threads (at least 1), so that the
+    parts do not take each other's cores. Under a profiler (module 14) the parts run one after
+    another in the caller's thread.
+    """
+
+    def __init__(self, model: Module, threads: int | None = None):
+        if not isinstance(model, Module):
+            raise TypeError(f"ThreadedDataParallel needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
+        threads = blas_threads() if threads is None else threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"ThreadedDataParallel: threads must be a whole number >= 1, got {threads!r}.")
+        self.model = model
+        self.params = model.parameters()
+        on_gpu = any(array_module(p.data) is not np for p in self.params)
+        self.threads = 1 if on_gpu else threads
+        self.replicas = []
+        for _ in range(self.threads - 1):
+            memo = {id(p): Tensor(p.data, requires_grad=p.requires_grad) for p in self.params}
+            memo.update({id(b): b for b in model.buffers()})
+            self.replicas.append(copy.deepcopy(model, memo))
+        self._replica_params = [replica.parameters() for replica in self.replicas]
+
+    def forward_backward(self, ids: Any, targets: Any) -> Tensor:
+        """The batch's loss (a Tensor without a graph), with its gradient added to the model's
+        parameters' .grad, as `model(ids, targets=targets)[1].backward()` does.
+
+        ids, targets -- (B, ...) arrays or Tensors; the parts are rows [B·k/n, B·(k+1)/n) for
+        k < n = min(threads, B). An error in any part is raised after every part has finished;
+        the gradients are then incomplete (zero them before the next step).
+        """
+        ids, targets = as_tensor(ids), as_tensor(targets)
+        rows = ids.shape[0] if ids.ndim else 0
+        if rows < 1 or targets.ndim == 0 or targets.shape[0] != rows:
+            raise ValueError(f"ThreadedDataParallel: ids and targets need the same number of rows (axis 0), at least 1; "
+                             f"got shapes {ids.shape} and {targets.shape}.")
+        parts = min(self.threads, rows)
+        if parts == 1:
+            _, loss = self.model(ids, targets=targets)
+            loss.backward()
+            return Tensor(loss.data.copy())
+        edges = [rows * k // parts for k in range(parts + 1)]
+        runners = [self.model] + self.replicas[:parts - 1]
+        for replica, replica_params in zip(runners[1:], self._replica_params):
+            replica.train(self.model.training)
+            for mine, theirs in zip(replica_params, self.params):
+                mine.data, mine.grad = theirs.data, None
+
+        def run_part(k: int) -> Any:
+            start, stop = edges[k], edges[k + 1]
+            _, loss = runners[k](ids[start:stop], targets=targets[start:stop])
+            share = (stop - start) / rows
+            loss.backward(np.full(loss.shape, share))
+            return loss.data * share
+
+        if OP_LISTENERS:  # a profiler is listening: it expects one thread
+            losses = [run_part(k) for k in range(parts)]
+        else:
+            # The cores are shared out: with 2 BLAS threads and 2 parts, each part's products get one.
+            with _blas_controller().limit(limits=max(1, blas_threads() // parts), user_api="blas"):
+                futures = [_workers(parts - 1).submit(run_part, k) for k in range(1, parts)]
+                try:
+                    first = run_part(0)
+                finally:
+                    errors = [f.exception() for f in futures]  # waits for every part
+            for error in errors:
+                if error is not None:
+                    raise error
+            losses = [first] + [f.result() for f in futures]
+        for replica_params in self._replica_params[:parts - 1]:
+            for mine, theirs in zip(self.params, replica_params):
+                if theirs.grad is not None:
+                    mine.grad = theirs.grad if mine.grad is None else Tensor(mine.grad.data + theirs.grad.data)
+                    theirs.grad = None
+        return Tensor(sum(losses[1:], losses[0]))

@@ -9,6 +9,7 @@ the file is missing):
   pruned        module 16's prune_mlps (a quarter of every MLP's hidden units), then fine-tuned
   distilled     a 2-layer GPT trained from scratch on the 4-layer model's logits (module 16)
   fused         module 18's fuse(model): bias + GELU as one op, BLAS LayerNorm, the same weights
+                (its speedrun also cuts each batch in two parts on the 2 threads: ThreadedDataParallel)
   checkpointed  module 17's checkpoint_blocks(model): a training-memory technique, judged here too
 This program writes each entry's checkpoint into a copy of its folder (--out/entries/NAME), then
 runs the judge (tito/olympics.py: each entry in the sandbox; every number measured by the judge)

@@ -86,12 +86,14 @@ def mean_of(losses: list) -> float:
     return float(to_host(array_module(losses[0]).stack(losses)).mean(dtype=np.float64))
 
 
-def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator) -> float:
-    """Mean cross-entropy over `batches` random batches, in eval mode, without gradients."""
+def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator, parallel: object = None) -> float:
+    """Mean cross-entropy over `batches` random batches, in eval mode, without gradients. With
+    `parallel` (module 18's ThreadedDataParallel over `model`), each batch's parts run on threads."""
     model.eval()
     with no_grad():
-        losses = [model(*map(Tensor, get_batch(data, RECIPE["batch"], RECIPE["context"], rng)))[1].data
-                  for _ in range(batches)]
+        losses = [(model(x, targets=y)[1] if parallel is None else parallel.loss(x, y)).data
+                  for x, y in (map(Tensor, get_batch(data, RECIPE["batch"], RECIPE["context"], rng))
+                               for _ in range(batches))]
     model.train()
     return mean_of(losses)
 
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                   + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else ""))
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
-    console.print(f"iter    0: validation loss {estimate_loss(model, val, 10, checks):.4f} "
+    console.print(f"iter    0: validation loss {estimate_loss(net, val, 10, checks, parallel):.4f} "
                   f"(a fresh model: about ln {vocab} = {math.log(vocab):.4f})")
     log_every = 50 if args.fast else 250
     running, tick, loop_seconds = [], time.perf_counter(), 0.0
@@ -231,13 +233,13 @@ def main(argv: list[str] | None = None) -> int:
             seconds = time.perf_counter() - tick
             loop_seconds += seconds  # the training steps only: the validation estimate below is not counted
             console.print(f"iter {it:4d}: training loss {train_loss:.4f}, "
-                          f"validation loss {estimate_loss(model, val, 10, checks):.4f} (10 batches), "
+                          f"validation loss {estimate_loss(net, val, 10, checks, parallel):.4f} (10 batches), "
                           f"lr {optimizer.lr:.2e}, {1e3 * seconds / len(running):.0f} ms/iter")
             running, tick = [], time.perf_counter()
 
     console.print(f"training loop: {loop_seconds:.1f} s for {iters} iterations (the validation estimates, the "
                   "sample, the heat maps and the checkpoint not counted)")
-    val_loss = estimate_loss(model, val, eval_batches, np.random.default_rng(2))
+    val_loss = estimate_loss(net, val, eval_batches, np.random.default_rng(2), parallel)
     sample = model.generate(tokenizer.encode("\n"), 300 if not args.fast else 100,
                             temperature=0.8, top_k=200, seed=0)
     console.print("[bold]sample[/] (temperature 0.8, top_k 200):")

@@ -27,7 +27,9 @@
 # * **multi-tensor updates** — AdamW over one flat buffer in which every parameter is a view,
 #   so a step is a handful of array calls instead of a dozen per parameter;
 # * **vectorisation** — the same arithmetic, fewer Python-level steps: a loop convolution
-#   against im2col, and a blocked matrix product against BLAS, explained with the roofline.
+#   against im2col, and a blocked matrix product against BLAS, explained with the roofline;
+# * **data parallelism** — on two cores, half of the batch each: two forward and backward
+#   passes at once, their gradients added.
 #
 # **What you will be able to do when you finish:**
 #
@@ -38,10 +40,12 @@
 #   without touching module 13's classes;
 # * write the flat-buffer update of `FusedAdamW` and show it is bit-for-bit `AdamW`;
 # * predict from arithmetic intensity when a blocked product or a loop is slow, and check
-#   it on your machine.
+#   it on your machine;
+# * say why a batch's gradient can be computed in parts on several threads, and measure what
+#   the second core buys.
 #
 # **Time:** about three hours — sections 1–5 (profile, fused GELU, `fuse`, LayerNorm) in a first sitting,
-# 6–9 (the flat optimizer, vectorisation, the whole step, the allocator) in a second.
+# 6–10 (the flat optimizer, vectorisation, the whole step, the allocator, two cores) in a second.
 #
 # | section | you write | what it does |
 # |---|---|---|
@@ -1103,12 +1107,13 @@ for name, step_fn in big_steps.items():
 # are level on one (`tito bench acceleration --threads 2` measures both on your machine).
 #
 # The first idea, cutting each elementwise op in two and handing one half to a second thread,
-# does not pay at the milestone's size: an op takes a few hundred microseconds, and handing
-# work to a thread, and taking turns with Python's lock (the GIL) between NumPy calls, costs
-# tens of microseconds each time. (NumPy releases the GIL *inside* its array loops: two
-# threads can each be in a NumPy loop at once, but only one can run Python.)
+# gains little: every op pays for waking the thread and waiting for it, and the two threads
+# take turns with Python's lock (the GIL) between NumPy calls. (NumPy releases the GIL *inside*
+# its array loops: two threads can each be in a NumPy loop at once, but only one can run
+# Python.) The larger and fewer the pieces of work a thread is handed, the less those costs
+# weigh, and the largest independent piece of a training step is a part of its batch.
 #
-# Split the **batch** instead. The loss is a mean over the batch's rows, so its gradient is the
+# So split the **batch**. The loss is a mean over the batch's rows, so its gradient is the
 # mean of the rows' gradients: with the 12 rows cut into parts of 6 and 6, the batch's gradient
 # is ½·(gradient of part 1's loss) + ½·(gradient of part 2's loss), each part's loss being the
 # mean over its own rows. Each part is a whole forward and backward pass, about half of the
@@ -1132,6 +1137,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
 
+from tinytorch.core.autograd import no_grad
 from tinytorch.core.tensor import OP_LISTENERS
 
 _THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
@@ -1203,6 +1209,15 @@ class ThreadedDataParallel:
         k < n = min(threads, B). An error in any part is raised after every part has finished;
         the gradients are then incomplete (zero them before the next step).
         """
+        return self._run_parts(ids, targets, backward=True)
+
+    def loss(self, ids: Any, targets: Any) -> Tensor:
+        """The batch's loss only, under no_grad (no graph, no gradient), its parts on threads as
+        in forward_backward: for evaluating a model (put it in eval mode first)."""
+        with no_grad():
+            return self._run_parts(ids, targets, backward=False)
+
+    def _run_parts(self, ids: Any, targets: Any, backward: bool) -> Tensor:
         ids, targets = as_tensor(ids), as_tensor(targets)
         rows = ids.shape[0] if ids.ndim else 0
         if rows < 1 or targets.ndim == 0 or targets.shape[0] != rows:
@@ -1211,7 +1226,8 @@ class ThreadedDataParallel:
         parts = min(self.threads, rows)
         if parts == 1:
             _, loss = self.model(ids, targets=targets)
-            loss.backward()
+            if backward:
+                loss.backward()
             return Tensor(loss.data.copy())
         edges = [rows * k // parts for k in range(parts + 1)]
         runners = [self.model] + self.replicas[:parts - 1]
@@ -1224,7 +1240,8 @@ class ThreadedDataParallel:
             start, stop = edges[k], edges[k + 1]
             _, loss = runners[k](ids[start:stop], targets=targets[start:stop])
             share = (stop - start) / rows
-            loss.backward(np.full(loss.shape, share))
+            if backward:
+                loss.backward(np.full(loss.shape, share))
             return loss.data * share
 
         if OP_LISTENERS:  # a profiler is listening: it expects one thread
@@ -1309,6 +1326,10 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 # * Python loops cost per iteration, whatever the work: a convolution looped over positions,
 #   or a product of small tiles, is bound by calls, far below the roofline. Hand each call
 #   enough work.
+# * NumPy puts only its BLAS products on a second core. Cutting the batch into parts, each
+#   with its own forward and backward on its own thread, puts everything there: the gradient
+#   of a mean is the share-weighted sum of the parts' gradients. The Python between NumPy
+#   calls still runs one thread at a time.
 #
 # ## Exercises
 #
@@ -1333,3 +1354,6 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 #    same formula. Do the weights still match `AdamW` bit for bit? Why not?
 # 4. For which tile size is `blocked_matmul` closest to BLAS on your machine, and why is even
 #    that one slower?
+# 5. In section 10, how much faster are two parts on two threads than the whole batch on one?
+#    Profile one part (module 14): how much of its time is Python between NumPy calls, which
+#    the two threads cannot run at once? Does that explain the gap to 2×?

@@ -190,3 +190,17 @@ def test_bad_batches_are_refused_with_the_shapes():
 def test_the_default_is_blas_thread_count():
     assert ThreadedDataParallel(small_gpt()).threads == blas_threads() >= 1
     assert acceleration.blas_threads() == blas_threads()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_loss_alone_is_the_whole_batchs_without_a_gradient(threads):
+    from tinytorch.core.autograd import is_grad_enabled, no_grad
+
+    model = small_gpt().eval()
+    ids, targets = batch(rows=5)
+    with no_grad():
+        expected = model(ids, targets=targets)[1].item()
+    got = ThreadedDataParallel(model, threads).loss(ids, targets)
+    assert abs(got.item() - expected) < 1e-12, f"{threads} parts: {got.item()} against {expected}"
+    assert got._node is None and all(p.grad is None for p in model.parameters()), "loss() computes no gradient"
+    assert is_grad_enabled(), "recording must be on again after loss()"

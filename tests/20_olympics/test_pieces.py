@@ -200,3 +200,22 @@ def test_bytes_are_exact_and_a_single_timing_is_one_reading():
     assert "| 1 | fp32 | 125.20 | one reading | 1.8856 | ok |" in times, f"one timed run is one reading:\n{times}"
     rates = leaderboard_markdown(EVENTS["generation"], [Row("fused", 453.1, 451.0, 455.5, rank=1)], baseline_loss=1.88)
     assert "| 1 | fused | 453.10 | 451.00 – 455.50 | — | ok |" in rates, f"a measured interval is shown:\n{rates}"
+
+
+def test_train_recipe_in_parts_follows_the_whole_batch():
+    """train_recipe with module 18's ThreadedDataParallel takes the same steps as without (float64,
+    to rounding): the parts' gradients add up to the batch's."""
+    from tinytorch.models.transformer import GPT
+    from tinytorch.perf.acceleration import ThreadedDataParallel
+    from tinytorch.perf.olympics import train_recipe
+
+    ids = np.random.default_rng(0).integers(0, 16, 400)
+    settings = dict(iters=4, batch=6, warmup=1, lr=3e-2)
+    whole = train_recipe(GPT(16, 16, 1, 2, 8, seed=0, dtype=np.float64), ids, 60.0, **settings)
+    parts = train_recipe(GPT(16, 16, 1, 2, 8, seed=0, dtype=np.float64), ids, 60.0,
+                         parallel_class=lambda model: ThreadedDataParallel(model, 2), **settings)
+    for (name, p), q in zip(whole.named_parameters(), parts.parameters()):
+        assert np.allclose(p.data, q.data, rtol=1e-9, atol=1e-12), f"{name} differs after 4 steps"
+    moved = max(np.abs(p.data - q.data).max() for p, q in
+                zip(whole.parameters(), GPT(16, 16, 1, 2, 8, seed=0, dtype=np.float64).parameters()))
+    assert moved > 1e-3, "the recipe did not train at all: the comparison would prove nothing"

@@ -211,6 +211,31 @@ def test_speedrun_times_train_and_judges_the_loss_itself(tmp_path):
         f"one timed run is one reading, not an exact number:\n{speedrun_part}"
 
 
+def test_a_speedrun_entry_may_train_its_batch_in_parts_on_threads(tmp_path):
+    # The fused reference entry trains with module 18's ThreadedDataParallel: worker threads, threadpoolctl
+    # (it looks the BLAS libraries up in the process) and a thread pool, all inside the sandbox.
+    entry = write_entry(tmp_path / "parts", body='''
+        import threading
+        from tinytorch.perf.acceleration import ThreadedDataParallel
+        from tinytorch.perf.olympics import speedrun_data, train_recipe
+
+        class Counted(ThreadedDataParallel):
+            def forward_backward(self, ids, targets):
+                assert self.threads == 2, f"the speedrun's 2 threads give 2 parts, got {self.threads}"
+                return super().forward_backward(ids, targets)
+
+        def train(time_budget_s):
+            ids, _ = speedrun_data()
+            return train_recipe(build_model(), ids, time_budget_s, iters=40, batch=8, warmup=2, lr=3e-2,
+                                parallel_class=Counted)
+    ''')
+    entries = [read_submission(entry, need_train=True)]
+    board = judge(entries, tiny_task(speedrun_target=2.0, speedrun_budget_s=3.0), ["speedrun"], baseline=entries[0])
+    row = _by_name(board, "speedrun")["parts"]
+    assert row.qualified and row.extra["val_loss"] <= 2.0, \
+        f"training in 2 parts on 2 threads in the sandbox must reach the target: got {row.reason!r}"
+
+
 def test_a_speedrun_alone_does_not_count_the_checkpoint_as_code(tmp_path, monkeypatch):
     import tito.olympics
 

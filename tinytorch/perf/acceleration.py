@@ -393,11 +393,12 @@ def keep_freed_memory(limit_bytes: int = 256 * 2**20) -> bool:
     return bool(libc.mallopt(m_trim_threshold, int(limit_bytes))) and \
         bool(libc.mallopt(m_mmap_threshold, min(int(limit_bytes), 32 * 2**20)))  # glibc caps it at 32 MiB
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #7d63362c
+# %% ../../modules/18_acceleration/acceleration_dev.py #825071fa
 from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
 
+from ..core.autograd import no_grad
 from ..core.tensor import OP_LISTENERS
 
 _THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
@@ -469,6 +470,15 @@ class ThreadedDataParallel:
         k < n = min(threads, B). An error in any part is raised after every part has finished;
         the gradients are then incomplete (zero them before the next step).
         """
+        return self._run_parts(ids, targets, backward=True)
+
+    def loss(self, ids: Any, targets: Any) -> Tensor:
+        """The batch's loss only, under no_grad (no graph, no gradient), its parts on threads as
+        in forward_backward: for evaluating a model (put it in eval mode first)."""
+        with no_grad():
+            return self._run_parts(ids, targets, backward=False)
+
+    def _run_parts(self, ids: Any, targets: Any, backward: bool) -> Tensor:
         ids, targets = as_tensor(ids), as_tensor(targets)
         rows = ids.shape[0] if ids.ndim else 0
         if rows < 1 or targets.ndim == 0 or targets.shape[0] != rows:
@@ -477,7 +487,8 @@ class ThreadedDataParallel:
         parts = min(self.threads, rows)
         if parts == 1:
             _, loss = self.model(ids, targets=targets)
-            loss.backward()
+            if backward:
+                loss.backward()
             return Tensor(loss.data.copy())
         edges = [rows * k // parts for k in range(parts + 1)]
         runners = [self.model] + self.replicas[:parts - 1]
@@ -490,7 +501,8 @@ class ThreadedDataParallel:
             start, stop = edges[k], edges[k + 1]
             _, loss = runners[k](ids[start:stop], targets=targets[start:stop])
             share = (stop - start) / rows
-            loss.backward(np.full(loss.shape, share))
+            if backward:
+                loss.backward(np.full(loss.shape, share))
             return loss.data * share
 
         if OP_LISTENERS:  # a profiler is listening: it expects one thread

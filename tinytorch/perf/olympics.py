@@ -242,7 +242,7 @@ def leaderboard_rows_csv(event: Event, rows: list[Row]) -> list[dict]:
 CSV_FIELDS = ["event", "rank", "entry", "metric", "unit", "score", "low", "high", "val_loss", "qualified",
               "reason", "digest"]
 
-# %% ../../modules/20_olympics/olympics_dev.py #7ce922d8
+# %% ../../modules/20_olympics/olympics_dev.py #4f07a00b
 SPEEDRUN_TEXT, SPEEDRUN_TOKENIZER = "olympics_train.txt", "olympics_tokenizer.json"
 
 
@@ -258,11 +258,14 @@ def speedrun_data(folder: Any = ".") -> tuple[np.ndarray, Any]:
 
 def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters: int = 2000, batch: int = 12,
                  lr: float = 1e-3, min_lr: float = 1e-4, warmup: int = 100, weight_decay: float = 0.1,
-                 betas: tuple = (0.9, 0.99), clip: float = 1.0, seed: int = 1337, optimizer_class: Any = None) -> Any:
+                 betas: tuple = (0.9, 0.99), clip: float = 1.0, seed: int = 1337, optimizer_class: Any = None,
+                 parallel_class: Any = None) -> Any:
     """Train `model` (a GPT) by nanoGPT's small CPU recipe for `iters` steps of `batch` random windows of
     its context, or until `time_budget_s` seconds have passed (then it stops, a little early). AdamW (or
     `optimizer_class`, same arguments) with weight decay on the matrices only, `warmup` linear steps, a
-    cosine decay to `min_lr`, gradients clipped to `clip`. Returns the model (in eval mode)."""
+    cosine decay to `min_lr`, gradients clipped to `clip`. With `parallel_class` (module 18's
+    ThreadedDataParallel), each step's forward and backward is `parallel_class(model).forward_backward(
+    ids, targets)`: the same gradient, from parts of the batch on threads. Returns the model (in eval mode)."""
     from tinytorch.core.optimizers import AdamW, weight_decay_groups
     from tinytorch.core.training import CosineWarmupLR, clip_grad_norm
 
@@ -272,12 +275,16 @@ def train_recipe(model: Any, train_ids: np.ndarray, time_budget_s: float, iters:
     batches = np.random.default_rng(seed)
     context = model.max_seq_len
     model.train()
+    parallel = None if parallel_class is None else parallel_class(model)
     for _ in range(iters):
         starts = batches.integers(0, len(train_ids) - context, batch)
         windows = train_ids[starts[:, None] + np.arange(context + 1)]
-        _, loss = model(Tensor(windows[:, :-1]), targets=Tensor(windows[:, 1:]))
         optimizer.zero_grad()
-        loss.backward()
+        if parallel is None:
+            _, loss = model(Tensor(windows[:, :-1]), targets=Tensor(windows[:, 1:]))
+            loss.backward()
+        else:
+            parallel.forward_backward(Tensor(windows[:, :-1]), Tensor(windows[:, 1:]))
         clip_grad_norm(model.parameters(), clip)
         optimizer.step()
         scheduler.step()

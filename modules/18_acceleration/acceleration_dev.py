@@ -1133,6 +1133,8 @@ for name, step_fn in big_steps.items():
 
 # %%
 #| export
+import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
@@ -1140,14 +1142,15 @@ from threadpoolctl import ThreadpoolController
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.tensor import OP_LISTENERS
 
-_THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
 _WORKERS: list = []  # [(ThreadPoolExecutor, its number of threads)], made on first use, grown when asked for more
+# A forked child has none of the parent's threads: it must make its own pool.
+os.register_at_fork(after_in_child=_WORKERS.clear)
 
 
+@functools.lru_cache(maxsize=None)
 def _blas_controller() -> ThreadpoolController:
-    if not _THREADPOOLS:
-        _THREADPOOLS.append(ThreadpoolController())
-    return _THREADPOOLS[0]
+    """threadpoolctl's view of the loaded BLAS libraries, looked up once."""
+    return ThreadpoolController()
 
 
 def blas_threads() -> int:

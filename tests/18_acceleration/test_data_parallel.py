@@ -204,3 +204,21 @@ def test_loss_alone_is_the_whole_batchs_without_a_gradient(threads):
     assert abs(got.item() - expected) < 1e-12, f"{threads} parts: {got.item()} against {expected}"
     assert got._node is None and all(p.grad is None for p in model.parameters()), "loss() computes no gradient"
     assert is_grad_enabled(), "recording must be on again after loss()"
+
+
+def test_a_forked_child_makes_its_own_worker_threads():
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    model = small_gpt()
+    ids, targets = batch(rows=4)
+    expected = ThreadedDataParallel(model, 2).forward_backward(ids, targets).item()  # the parent's pool exists now
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply_async(_loss_in_parts, (ids, targets)).get(timeout=60)
+    assert abs(got - expected) < 1e-12, "the child's parts did not run (the parent's pool has no threads there)"
+
+
+def _loss_in_parts(ids, targets):
+    return ThreadedDataParallel(small_gpt(), 2).loss(ids, targets).item()

@@ -393,7 +393,9 @@ def keep_freed_memory(limit_bytes: int = 256 * 2**20) -> bool:
     return bool(libc.mallopt(m_trim_threshold, int(limit_bytes))) and \
         bool(libc.mallopt(m_mmap_threshold, min(int(limit_bytes), 32 * 2**20)))  # glibc caps it at 32 MiB
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #825071fa
+# %% ../../modules/18_acceleration/acceleration_dev.py #93882d81
+import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
@@ -401,14 +403,15 @@ from threadpoolctl import ThreadpoolController
 from ..core.autograd import no_grad
 from ..core.tensor import OP_LISTENERS
 
-_THREADPOOLS: list = []  # [ThreadpoolController], made on first use: it looks the libraries up once
 _WORKERS: list = []  # [(ThreadPoolExecutor, its number of threads)], made on first use, grown when asked for more
+# A forked child has none of the parent's threads: it must make its own pool.
+os.register_at_fork(after_in_child=_WORKERS.clear)
 
 
+@functools.lru_cache(maxsize=None)
 def _blas_controller() -> ThreadpoolController:
-    if not _THREADPOOLS:
-        _THREADPOOLS.append(ThreadpoolController())
-    return _THREADPOOLS[0]
+    """threadpoolctl's view of the loaded BLAS libraries, looked up once."""
+    return ThreadpoolController()
 
 
 def blas_threads() -> int:

@@ -23,7 +23,7 @@ rank in every run, and in `generation` no two entries are ranked in opposite ord
 and ordered in another is not a contradiction; module 19's three-run check is the same rule). With
 --fast the generation ranks are printed, not judged: 3 repeats on a busy machine. Speeds closer
 than 5% share a rank, as do speeds whose 95% intervals overlap.
-The speedrun (training to loss 1.95 from scratch, about two minutes per entry) is judged only
+The speedrun (training to loss 1.95 from scratch, about a minute and a half per entry) is judged only
 with --speedrun, once, on the entries that define train(): fp32 (nanoGPT's recipe, the baseline)
 and fused; `tito olympics judge --event speedrun` runs it on any entries.
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the entries and the leaderboard")
     parser.add_argument("--speedrun", action="store_true",
                         help="also judge the speedrun once: each entry that defines train() trains from scratch to "
-                             f"loss {SPEEDRUN_TARGET} on 2 threads (about two minutes each; not with --fast)")
+                             f"loss {SPEEDRUN_TARGET} on 2 threads (about a minute and a half each; not with --fast)")
     parser.add_argument("--write-results", action="store_true",
                         help="write the leaderboard and every run's ranks to benchmarks/RESULTS.md")
     add_device_argument(parser)

@@ -75,8 +75,9 @@ def test_parts_run_on_other_threads_and_blas_gets_one_thread_each():
         parallel.forward_backward(ids, targets)
     finally:
         type(replica).forward = forward
-    assert sorted(seen) == [(False, True, 1), (True, False, 1)], \
-        f"(is the replica, on the main thread, BLAS threads) for each part: {seen}"
+    shared_out = max(1, before // 2)  # each of the 2 parts gets half of the BLAS threads
+    assert sorted(seen) == [(False, True, shared_out), (True, False, shared_out)], \
+        f"(is the replica, on the main thread, BLAS threads) for each part, {before} BLAS threads in all: {seen}"
     assert blas_threads() == before, "the BLAS thread count must be given back after the parts"
 
 

@@ -175,11 +175,11 @@ def training_step(device: Device, repeats: int) -> dict:
         optimizer.step()
 
     fns = {"ours": ours}
-    acceleration, FusedAdamW, _ = fused_path()
+    acceleration, _ = fused_path()
     if acceleration is not None:
         twin = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0).to(device.name)
         fused_model = acceleration.fuse(twin)
-        fused_optimizer = FusedAdamW(weight_decay_groups(fused_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+        fused_optimizer = acceleration.FusedAdamW(weight_decay_groups(fused_model, 0.1), lr=1e-3, betas=(0.9, 0.99))
 
         def fused():
             _, loss = fused_model(x, targets=y)

@@ -122,22 +122,22 @@ def saved_model_problem(path: Path, vocab_size: int, fast: bool) -> str | None:
                 "(a --fast or --iters run)")
     return None
 
-def fused_path() -> tuple[object, object, str]:
-    """(module 18's exported module, FusedAdamW, "") when it is exported and has no stub left; otherwise
-    (None, None, why): the milestone then trains the plain way."""
+def fused_path() -> tuple[object, str]:
+    """(module 18's exported module tinytorch.perf.acceleration, "") when it is exported and has no stub
+    left; otherwise (None, why): the milestone then trains the plain way."""
     try:
         from tinytorch.perf import acceleration
         from tinytorch.models.transformer import MLP
     except ImportError:
-        return None, None, "module 18 (acceleration) is not exported"
+        return None, "module 18 (acceleration) is not exported"
     try:  # a tiny call of each part: a stub raises NotImplementedError
         acceleration.fuse(MLP(2, 4, seed=0))(np.zeros((1, 2), np.float32)).sum().backward()
         weight = Tensor(np.ones(2, np.float32), requires_grad=True)
         weight.grad = Tensor(np.ones(2, np.float32))
         acceleration.FusedAdamW([weight]).step()
     except NotImplementedError:
-        return None, None, "module 18 (acceleration) still has stubs"
-    return acceleration, acceleration.FusedAdamW, ""
+        return None, "module 18 (acceleration) still has stubs"
+    return acceleration, ""
 
 
 def data_parallel(acceleration: object, net: object, device: str) -> object:
@@ -191,12 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     # The model moves before the optimizer is made: its state then lives on the same device.
     model = GPT(vocab, RECIPE["embed_dim"], RECIPE["num_layers"], RECIPE["num_heads"], RECIPE["context"],
                 dropout=0.0, tie_weights=True, bias=False, seed=1337).to(args.device)
-    acceleration, FusedAdamW, why_plain = (None, None, "--plain") if args.plain else fused_path()
+    acceleration, why_plain = (None, "--plain") if args.plain else fused_path()
     # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there,
     # its batches cut in two parts on two threads when NumPy may use two cores.
     net = model if acceleration is None else acceleration.fuse(model)
     parallel = None if acceleration is None else data_parallel(acceleration, net, args.device)
-    make_optimizer = AdamW if FusedAdamW is None else FusedAdamW
+    make_optimizer = AdamW if acceleration is None else acceleration.FusedAdamW
     optimizer = make_optimizer(weight_decay_groups(net, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
     console.print(f"[bold]Shakespeare[/]: {len(train):,} training / {len(val):,} validation characters, "

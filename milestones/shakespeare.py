@@ -140,14 +140,15 @@ def fused_path() -> tuple[object, str]:
     return acceleration, ""
 
 
-def data_parallel(acceleration: object, net: object, device: str) -> object:
+def data_parallel(acceleration: object, net: object) -> object:
     """Module 18's ThreadedDataParallel over 2 parts of each batch when NumPy may use at least 2 BLAS
-    threads on the CPU (OMP_NUM_THREADS, or all cores when it is not set); otherwise None. Two parts,
-    not one per core: 2 is the count measured (benchmarks/RESULTS.md), and a batch of 12 rows cut
-    finer leaves each thread more Python, which runs one thread at a time."""
-    if device != "cpu" or not hasattr(acceleration, "ThreadedDataParallel") or acceleration.blas_threads() < 2:
+    threads (OMP_NUM_THREADS, or all cores when it is not set); otherwise None, and None on a GPU, where
+    it would run one part. Two parts, not one per core: 2 is the count measured (benchmarks/RESULTS.md),
+    and a batch of 12 rows cut finer leaves each thread more Python, which runs one thread at a time."""
+    if not hasattr(acceleration, "ThreadedDataParallel") or acceleration.blas_threads() < 2:
         return None
-    return acceleration.ThreadedDataParallel(net, threads=2)
+    parallel = acceleration.ThreadedDataParallel(net, threads=2)
+    return parallel if parallel.threads > 1 else None
 
 
 def keep_freed_memory() -> bool:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there,
     # its batches cut in two parts on two threads when NumPy may use two cores.
     net = model if acceleration is None else acceleration.fuse(model)
-    parallel = None if acceleration is None else data_parallel(acceleration, net, args.device)
+    parallel = None if acceleration is None else data_parallel(acceleration, net)
     make_optimizer = AdamW if acceleration is None else acceleration.FusedAdamW
     optimizer = make_optimizer(weight_decay_groups(net, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])

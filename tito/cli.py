@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -444,21 +443,11 @@ def cmd_release_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- grade
 
 
-def _grades_destination(out: Path) -> None:
-    """`--out` must be new, empty, or a previous run's output (then its feedback and results are replaced)."""
-    if out.exists() and not out.is_dir():
-        raise CourseError(f"{out} exists and is not a folder: choose another --out.")
-    if out.is_dir() and any(out.iterdir()) and not (out / "grades.csv").is_file():
-        raise CourseError(f"{out} is not empty and holds no grades.csv from an earlier `tito grade`: "
-                          "choose a new or empty folder for --out.")
-    for sub in ("feedback", "results"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-
-
 def cmd_grade(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .grade import GradeOptions, GradingRun, grade_submissions
+    from .grade_out import check_destination, locked_destination, write_complete
     from .grade_report import fmt, module_summary, write_outputs
     from .submissions import collect_submissions
 
@@ -481,32 +470,37 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise CourseError("--jobs takes a positive number, e.g. --jobs 2.")
     out = Path(args.out).resolve()
-    _grades_destination(out)
+    check_destination(out)  # before any work; nothing in it changes until the new grades are complete
     submissions = collect_submissions(Path(args.submissions), list_modules(settings), single=args.single)
     options = GradeOptions(tuple(modules), jobs=args.jobs, cumulative=args.cumulative)
     mode = "cumulative: every module from the student's notebooks" if args.cumulative else \
         "each module on its own, the others from the reference"
-    with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
-        run = GradingRun(settings, options).__enter__()
-    try:
-        console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "
-                      f"at a time ({mode}).", highlight=False)
-        console.print("Sandbox: " + "; ".join(run.isolation) + ".", highlight=False)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
-            task = bar.add_task("grading", total=len(submissions) * len(run.modules))
+    with locked_destination(out):  # a second tito grade into `out` is refused until this one is done
+        with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
+            run = GradingRun(settings, options).__enter__()
+        try:
+            console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "
+                          f"at a time ({mode}).", highlight=False)
+            console.print("Sandbox: " + "; ".join(run.isolation) + ".", highlight=False)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=True) as bar:
+                task = bar.add_task("grading", total=len(submissions) * len(run.modules))
 
-            def progress(student: str, module: str, result) -> None:
-                if result is None:
-                    bar.update(task, description=f"grading {escape(student)} {module}")
-                else:
-                    bar.advance(task)
+                def progress(student: str, module: str, result) -> None:
+                    if result is None:
+                        bar.update(task, description=f"grading {escape(student)} {module}")
+                    else:
+                        bar.advance(task)
 
-            students = grade_submissions(settings, submissions, options, progress, run=run)
-        written = write_outputs(out, students, run.points, run.config.hidden_visibility)
-        changed = run.changed_outside()
-    finally:
-        run.__exit__(None, None, None)
+                students = grade_submissions(settings, submissions, options, progress, run=run)
+            written, kept = write_complete(out, lambda folder: write_outputs(folder, students, run.points,
+                                                                             run.config.hidden_visibility))
+            changed = run.changed_outside()
+        finally:
+            run.__exit__(None, None, None)
+    if kept is not None:
+        console.print(f"[yellow]Note:[/] the earlier grades held files tito grade does not write; all of them were "
+                      f"kept in {escape(_rel(kept))}.", highlight=False)
     table = Table(title="Grades")
     table.add_column("student")
     keys = [m.key for m in run.modules]

@@ -257,7 +257,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import course_status
+    from .status import course_status, missing_notebooks
     from .testing import TestOptions
 
     settings = _course()
@@ -268,6 +268,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(_summary_line(runs)[0], highlight=False)
     with console.status("Checking each module against its notebook..."):
         rows = course_status(settings)
+        missing = missing_notebooks(settings)
     table = Table(title=f"{settings.lib_name} {settings.version}: status")
     for column in ("module", "exported", "in sync", "stubs", "tests (last recorded run)"):
         table.add_column(column)
@@ -280,22 +281,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             tests = f"[{colour}]{tests}[/]"
         table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)),
                       escape(row.stubs), tests)
+    for gone in missing:
+        table.add_row(gone.key, "[red]notebook missing[/]", "-", "-", "-")
     console.print(table)
     for row in rows:
         for copy in row.newer_ipynb:
             console.print(f"[yellow]Warning:[/] {escape(_rel(copy))} is newer than {row.module.notebook.name}: "
                           "tito exports the .py, so edits made in the .ipynb are not in the package.",
                           highlight=False)
-    from .reset import orphaned_backups
     from .testing import results_problem
 
     problem = results_problem(settings)
     if problem:
         console.print(f"[yellow]Warning:[/] {escape(problem)}. The test column shows no results; the next "
                       "`tito test` keeps the damaged file beside it (renamed) and starts a new one.", highlight=False)
-    for key in orphaned_backups(settings):
-        console.print(f"[yellow]Warning:[/] {key} has no notebook any more, but it has backups: "
-                      f"`tito module reset {key} --restore` lists them.", highlight=False)
+    for gone in missing:
+        console.print(f"[yellow]Warning:[/] {escape(gone.advice(settings))}", highlight=False)
     return 0
 
 

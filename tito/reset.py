@@ -25,7 +25,7 @@ from typing import Callable
 
 from tinytorch.files import atomic_write
 
-from .course import MODULE_DIR_PATTERN, CourseError, CourseModule, Settings, list_modules, resolve_module
+from .course import MODULE_DIR_PATTERN, CourseError, CourseModule, Settings, resolve_module
 from .export import ExportResult, export_modules, scan_targets
 from .locks import state_folder_problem
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
@@ -195,16 +195,6 @@ def module_for_restore(settings: Settings, name: str) -> CourseModule:
                 return CourseModule(match.group(1), match.group(2), module_folder,
                                     module_folder / f"{match.group(2)}_dev.py")
         raise unknown
-
-
-def orphaned_backups(settings: Settings) -> list[str]:
-    """Modules with backups but no notebook (deleted, or its folder renamed): what `status` points out."""
-    folder = settings.state_path / BACKUPS_DIR
-    if not folder.is_dir():
-        return []
-    present = {m.key for m in list_modules(settings)}
-    return sorted(p.name for p in folder.iterdir()
-                  if p.is_dir() and MODULE_DIR_PATTERN.match(p.name) and p.name not in present and any(p.iterdir()))
 
 
 def find_backup(settings: Settings, module: CourseModule, choice: str) -> Path:

@@ -641,7 +641,8 @@ def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]
         return 0
     program = find_program(folder, name, kind)
     console.rule(f"{kind} {program.name}: {escape(program.summary)}")
-    code = run_program(settings, program, extra)
+    code = run_program(settings, program, extra,
+                       notice=lambda text: console.print(f"[yellow]{escape(text)}[/]", highlight=False))
     console.rule(_mark(code == 0, f"{program.name} passed", f"{program.name} failed (exit {code})"))
     return code
 

@@ -232,13 +232,13 @@ def cmd_test(args: argparse.Namespace) -> int:
     from .testing import TestOptions, results_path
 
     settings = _course()
+    timeout_s = None if args.timeout is None else args.timeout * 60
+    if timeout_s is not None and not 0 < timeout_s < float("inf"):  # NaN or inf would switch the limit off
+        raise CourseError(f"--timeout takes a positive number of minutes, e.g. --timeout 5 (found {args.timeout}).")
     _keep_damaged_results(settings)
     everything = args.all or not args.modules
     modules = list_modules(settings) if everything else resolve_modules(settings, args.modules)
     _warn_ipynb(settings, modules)
-    timeout_s = None if args.timeout is None else args.timeout * 60
-    if timeout_s is not None and timeout_s <= 0:
-        raise CourseError("--timeout takes a positive number of minutes, e.g. --timeout 5.")
     options = TestOptions(notebook=args.notebook, timeout_s=timeout_s,
                           pytest_args=tuple(flag for flag, on in (("-x", args.x), ("-v", args.verbose)) if on))
     runs = _run_tests_with_progress(settings, modules, options, include_extra=everything)
@@ -391,6 +391,8 @@ def cmd_release_check(args: argparse.Namespace) -> int:
         list_modules(settings))
     if not modules:
         raise CourseError("No module has solution blocks: nothing to check.")
+    if args.jobs < 1:
+        raise CourseError(f"--jobs takes a positive number, e.g. --jobs 2 (found {args.jobs}).")
     if args.mistake and len(modules) != 1:
         raise CourseError("--mistake NAME needs exactly one module, e.g. `tito release check 01 --mistake NAME`.")
     stubs = args.only in (None, "stubs") and not args.mistake

@@ -80,8 +80,8 @@ def _minutes(text: str, where: Path) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
-        raise CourseError(f"{where}: test_timeout_minutes = {text!r} must be a positive number of minutes.")
+    if not 0 < value * 60 < float("inf"):  # NaN or inf would switch the limit off
+        raise CourseError(f"{where}: test_timeout_minutes = {text!r} must be a positive number of minutes, e.g. 10.")
     return value
 
 

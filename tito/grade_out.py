@@ -90,6 +90,25 @@ def check_destination(out: Path) -> None:
                               f"Make it writable (`chmod -R u+w {earlier}`) or choose another --out.")
 
 
+def check_file_destination(path: Path, option: str) -> None:
+    """CourseError, before any work, unless a file can be written at `path` (replacing a plain file
+    there): `option` names where the path came from, e.g. "--gradescope"."""
+    if path.is_symlink() and not path.exists():
+        raise CourseError(f"{option} {path} is a link to nothing ({os.readlink(path)}): remove it or choose another "
+                          "path.")
+    if path.exists() and not path.is_file():
+        raise CourseError(f"{option} {path} exists and is not a file: choose another path.")
+    folder = _nearest_existing(path.parent)
+    if not folder.is_dir():
+        raise CourseError(f"{option} {path}: {folder} is not a folder, so {path.name} cannot be written there.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise CourseError(f"{option} {path}: {folder} does not accept new files ({err.strerror or err}). Make it "
+                          f"writable or choose another path; nothing was done.") from None
+
+
 def _make_folders(out: Path) -> list[Path]:
     """Create `out` and the missing folders above it; the ones created, deepest first."""
     created = []

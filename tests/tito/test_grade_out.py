@@ -204,3 +204,42 @@ def test_an_unwritable_out_is_refused_before_any_work(course, tmp_path, unprivil
         assert result.returncode == 1, result.stdout
         assert f"{locked} does not accept new files" in course.flat(result.stdout)
         assert "Preparing" not in result.stdout and "Grading" not in result.stdout
+
+
+# ---------------------------------------------------------------------------- --gradescope FILE.zip
+
+
+def test_the_gradescope_bundle_is_checked_before_work_and_written_atomically(course, tmp_path, monkeypatch):
+    from tito import gradescope
+
+    module = course.module("01")
+    (tmp_path / "folder.zip").mkdir()
+    with pytest.raises(CourseError, match="--gradescope .*folder.zip exists and is not a file"):
+        gradescope.build_bundle(course.settings, tmp_path / "folder.zip", [module])
+    bundle = tmp_path / "autograder.zip"
+    bundle.write_bytes(b"the earlier bundle")
+
+    def full_disk(handle, staging, files):
+        handle.write(b"PK half a zip")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(gradescope, "_write_zip", full_disk)
+    with pytest.raises(CourseError, match="Could not write .*autograder.zip \\(No space left on device\\); an earlier "
+                                          "bundle there is as it was"):
+        gradescope.build_bundle(course.settings, bundle, [module])
+    assert bundle.read_bytes() == b"the earlier bundle"
+    assert not list(tmp_path.glob(".autograder.zip.*"))  # the half-written scratch file is gone too
+
+
+def test_a_bundle_in_a_read_only_folder_is_refused_before_any_work(course, tmp_path, unprivileged):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        result = course.tito_process("grade", "--modules", "01", "--gradescope", str(locked / "autograder.zip"),
+                                     prefix=unprivileged)
+    finally:
+        locked.chmod(0o755)
+    assert result.returncode == 1
+    assert f"{locked} does not accept new files (Permission denied)" in course.flat(result.stdout), result.stdout
+    assert list(locked.iterdir()) == []

@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 from filelock import FileLock, Timeout
 
 from .course import CourseError
+from .destination import check_accepts_new_files, nearest_existing
 
 OUTPUTS = ("feedback", "results", "grades_long.csv", "grades.csv")  # grades.csv last: present means complete
 LOCK_NAME = ".tito-grade.lock"
@@ -39,24 +40,6 @@ INCOMING = ".tito-grade-incoming-"
 PREVIOUS = ".tito-grade-previous-"
 _OWN = ".tito-grade"  # every name tito grade keeps for itself starts so
 _OUTPUT_SUFFIX = {"feedback": ".md", "results": ".json"}
-
-
-def _nearest_existing(path: Path) -> Path:
-    """`path` or its nearest ancestor that exists (where a new --out would be created)."""
-    for candidate in [path, *path.parents]:
-        if candidate.exists() or candidate.is_symlink():
-            return candidate
-    return Path(path.anchor)
-
-
-def _check_accepts_folders(folder: Path, out: Path) -> None:
-    """CourseError unless a new folder can be made (and removed) in `folder`."""
-    try:
-        Path(tempfile.mkdtemp(prefix=_OWN + "-check-", dir=folder)).rmdir()
-    except OSError as err:
-        raise CourseError(f"--out {out}: {folder} does not accept new files ({err.strerror or err}), so the "
-                          "grades could not be written there. Make it writable or choose another --out; nothing "
-                          "was graded.") from None
 
 
 def check_destination(out: Path) -> None:
@@ -70,16 +53,13 @@ def check_destination(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise CourseError(f"--out {out} exists and is not a folder: choose another --out.")
     if not out.exists():
-        parent = _nearest_existing(out)
-        if not parent.is_dir():
-            raise CourseError(f"--out {out}: {parent} is not a folder, so {out} cannot be created there.")
-        _check_accepts_folders(parent, out)
+        check_accepts_new_files(nearest_existing(out), f"--out {out}")
         return
     theirs = [entry.name for entry in out.iterdir() if not entry.name.startswith(_OWN)]
     if theirs and not (out / "grades.csv").is_file():
         raise CourseError(f"--out {out} is not empty and holds no grades.csv from an earlier `tito grade`: "
                           "choose a new or empty folder for --out.")
-    _check_accepts_folders(out, out)
+    check_accepts_new_files(out, f"--out {out}")
     for name in ("feedback", "results"):
         earlier = out / name
         if earlier.is_symlink() or (earlier.exists() and not earlier.is_dir()):
@@ -88,25 +68,6 @@ def check_destination(out: Path) -> None:
         if earlier.is_dir() and not os.access(earlier, os.W_OK | os.X_OK):
             raise CourseError(f"--out {out}: {earlier} is read-only, so the earlier grades cannot be replaced. "
                               f"Make it writable (`chmod -R u+w {earlier}`) or choose another --out.")
-
-
-def check_file_destination(path: Path, option: str) -> None:
-    """CourseError, before any work, unless a file can be written at `path` (replacing a plain file
-    there): `option` names where the path came from, e.g. "--gradescope"."""
-    if path.is_symlink() and not path.exists():
-        raise CourseError(f"{option} {path} is a link to nothing ({os.readlink(path)}): remove it or choose another "
-                          "path.")
-    if path.exists() and not path.is_file():
-        raise CourseError(f"{option} {path} exists and is not a file: choose another path.")
-    folder = _nearest_existing(path.parent)
-    if not folder.is_dir():
-        raise CourseError(f"{option} {path}: {folder} is not a folder, so {path.name} cannot be written there.")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as err:
-        raise CourseError(f"{option} {path}: {folder} does not accept new files ({err.strerror or err}). Make it "
-                          f"writable or choose another path; nothing was done.") from None
 
 
 def _make_folders(out: Path) -> list[Path]:

@@ -34,7 +34,7 @@ from tinytorch.files import atomic_write
 
 from .course import CourseError, CourseModule, Settings
 from .grade_config import CONFIG_FILE, GRADING_DIR, config_path
-from .grade_out import check_file_destination
+from .destination import check_file_destination
 from .release import copy_course
 
 ROOT_ENV = "TITO_AUTOGRADER_ROOT"

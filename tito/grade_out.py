@@ -148,30 +148,36 @@ def _dispose_previous(out: Path, previous: Path) -> Path | None:
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block ends (a switch half done would mix two runs)."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block ends (a switch half done would mix two runs):
+    each is noted meanwhile and raised again at the end. (A handler, not a signal mask: Python runs
+    handlers in the main thread whichever thread the operating system picks.)"""
+    noted: list[int] = []
+    wanted = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
     try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError, OSError):  # no such call here
+        previous = {signum: signal.signal(signum, lambda signum, frame: noted.append(signum)) for signum in wanted}
+    except ValueError:  # not the main thread: only the main thread hears signals anyway
         yield
         return
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def _switch(out: Path, incoming: Path) -> Path | None:
     """Put the complete new outputs of `incoming` in place of the earlier ones; where a kept earlier set went."""
-    previous = Path(tempfile.mkdtemp(prefix=PREVIOUS, dir=out))
-    with _signals_held():
+    with _signals_held():  # the renames and the tidying up, whole: Ctrl-C is raised after them
+        previous = Path(tempfile.mkdtemp(prefix=PREVIOUS, dir=out))
         for name in OUTPUTS:
             if (out / name).exists() or (out / name).is_symlink():
                 os.replace(out / name, previous / name)
             if (incoming / name).exists():
                 os.replace(incoming / name, out / name)
-    incoming.rmdir()
-    return _dispose_previous(out, previous)
+        incoming.rmdir()
+        return _dispose_previous(out, previous)
 
 
 def write_complete(out: Path, write: Callable[[Path], list[Path]]) -> tuple[list[Path], Path | None]:

@@ -243,3 +243,23 @@ def test_a_bundle_in_a_read_only_folder_is_refused_before_any_work(course, tmp_p
     assert result.returncode == 1
     assert f"{locked} does not accept new files (Permission denied)" in course.flat(result.stdout), result.stdout
     assert list(locked.iterdir()) == []
+
+
+def test_ctrl_c_during_the_switch_waits_until_the_new_grades_are_all_in_place(tmp_path, monkeypatch):
+    from tito import grade_out
+
+    out = tmp_path / "grades"
+    _earlier_grades(out)
+    real_replace = os.replace
+
+    def interrupted_replace(source, target):  # Ctrl-C arrives between two renames of the switch
+        real_replace(source, target)
+        if Path(target).name == "feedback" and Path(target).parent == out:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(grade_out.os, "replace", interrupted_replace)
+    with locked_destination(out):
+        with pytest.raises(KeyboardInterrupt):
+            write_complete(out, _new_grades)
+    after = _snapshot(out)
+    assert after["grades.csv"] == b"student,total\nbob,9\n" and "results/bob.json" in after and len(after) == 4

@@ -195,6 +195,14 @@ def write_section(heading: str, section: str, results: Path = RESULTS, after: st
     return results
 
 
+def save_figure(fig, path: Path, **savefig) -> Path:
+    """A matplotlib figure saved as the PNG `path` through atomic_write: a run killed while it
+    saves (or a full disk) keeps the committed picture whole."""
+    with atomic_write(path) as handle:
+        fig.savefig(handle, format="png", **savefig)
+    return path
+
+
 # ---- the GPU: facts for RESULTS.md, and peak memory measured on the device ----------------------
 # (the memory itself is measured by tinytorch.perf.profiling.CupyMemory, module 14's given code)
 def gpu_facts(torch=None) -> dict:

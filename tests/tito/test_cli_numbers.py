@@ -33,3 +33,24 @@ def test_release_check_jobs_must_be_positive(course, value):
     result = course.tito("release", "check", "01", f"--jobs={value}")
     assert result.returncode == 1
     assert f"--jobs takes a positive number, e.g. --jobs 2 (found {value})" in course.flat(result.stdout)
+
+
+@pytest.mark.parametrize("script, arguments, message", [
+    ("grading.py", ["--jobs", "0"], "--students 20 --jobs 0: students 0 or more, jobs at least 1"),
+    ("grading.py", ["--students", "-5"], "--students -5 --jobs 1: students 0 or more, jobs at least 1"),
+    ("gpt.py", ["--milestone", "--milestone-threads", "0"],
+     "--milestone-threads 0: give a whole number of threads, at least 1"),
+])
+def test_benchmark_counts_are_refused_before_any_work(script, arguments, message):
+    """`benchmarks/grading.py --jobs 0` graded a class first (as one job) and wrote `--jobs 0` into RESULTS.md."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    jobs = ["--jobs", "1"] if script == "grading.py" and "--jobs" not in arguments else []
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / script), *arguments, *jobs], cwd=root,
+                            env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr

@@ -98,3 +98,20 @@ def test_a_grading_toml_that_is_a_folder_a_dangling_link_or_unreadable_is_an_err
     unreadable.write_bytes(b"[limits]\ntime_s = 600 # caf\xe9\n")
     with pytest.raises(CourseError, match=rf"{unreadable}.*UTF-8.* Fix {unreadable} or remove it"):
         load_config(course.settings)
+
+
+def test_a_grading_toml_without_read_permission_is_an_error_not_the_defaults(course, toml, unprivileged):
+    import subprocess
+    import sys
+
+    path = toml("[limits]\ntime_s = 5")
+    path.chmod(0o000)
+    try:
+        result = subprocess.run([*unprivileged, sys.executable, "-c", "from tito.course import load_settings; "
+                                 "from tito.grade_config import load_config; load_config(load_settings())"],
+                                cwd=course.root, env=course.env(), capture_output=True, text=True, timeout=120)
+    finally:
+        path.chmod(0o644)
+    assert result.returncode == 1
+    assert (f"CourseError: {path}: cannot read the file (Permission denied). Fix {path} or remove it to count every "
+            "test one point.") in result.stderr

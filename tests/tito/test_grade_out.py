@@ -263,3 +263,20 @@ def test_ctrl_c_during_the_switch_waits_until_the_new_grades_are_all_in_place(tm
             write_complete(out, _new_grades)
     after = _snapshot(out)
     assert after["grades.csv"] == b"student,total\nbob,9\n" and "results/bob.json" in after and len(after) == 4
+
+
+@pytest.mark.slow
+def test_tito_grade_replaces_the_earlier_grades_with_the_new_class(course, tmp_path):
+    """End to end through the command line: the earlier class's files go, the new class's come, the lock stays."""
+    out = tmp_path / "grades"
+    _earlier_grades(out)
+    student = tmp_path / "subs" / "bob" / "modules" / "01_tensor"
+    student.mkdir(parents=True)
+    student.joinpath("tensor_dev.py").write_bytes(course.module("01").notebook.read_bytes())
+    result = course.tito("grade", str(tmp_path / "subs"), "--modules", "01", "--jobs", "1", "--out", str(out))
+    assert result.returncode == 0, result.stdout
+    assert sorted(_snapshot(out)) == ["feedback/bob.md", "grades.csv", "grades_long.csv", "results/bob.json"]
+    lines = (out / "grades.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "student,01_tensor,total" and lines[2].startswith("bob,") and lines[1].split(",")[1:] == \
+        lines[2].split(",")[1:]  # the reference notebook scores full marks
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [LOCK_NAME]

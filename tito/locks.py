@@ -31,13 +31,13 @@ def course_lock(settings: Settings, name: str, wait_s: float = WAIT_S) -> Iterat
     try:
         settings.state_path.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=wait_s)
-    except OSError as err:  # a read-only .tito/ (or course): say which folder, before anything is done
-        raise CourseError(state_folder_problem(settings, err)) from None
-    except Timeout:
+    except Timeout:  # first: filelock's Timeout is an OSError too
         raise CourseError(
             f"Another tito has held {path} for {wait_s:.0f} s; wait for it to finish "
             "(or stop it) and run this command again."
         ) from None
+    except OSError as err:  # a read-only .tito/ (or course): say which folder, before anything is done
+        raise CourseError(state_folder_problem(settings, err)) from None
     try:
         yield
     finally:

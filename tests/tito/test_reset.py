@@ -223,3 +223,26 @@ def test_a_read_only_state_folder_is_named_before_anything_changes(course, unpri
         assert "your notebook cannot be backed up before it is replaced, so nothing was changed" in said
     assert module.notebook.read_bytes() == notebook and course.package_bytes() == package
     assert list(state.iterdir()) == []
+
+
+def test_a_lock_another_tito_holds_is_named_as_such_not_as_a_read_only_folder(course):
+    """filelock's Timeout is an OSError: the read-only-folder message must not swallow it."""
+    import subprocess
+    import sys
+
+    from tito.course import CourseError
+    from tito.locks import course_lock
+
+    course.settings.state_path.mkdir(exist_ok=True)
+    lock = course.settings.state_path / "export.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                               "held = FileLock(sys.argv[1]); held.acquire(); print('locked', flush=True); "
+                               "time.sleep(60)", str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CourseError, match=r"Another tito has held .*export.lock for 0 s; wait for it"):
+            with course_lock(course.settings, "export", wait_s=0.05):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from filelock import FileLock
+
 from tinytorch.files import atomic_write
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -165,23 +167,40 @@ def _section_span(text: str, heading: str) -> tuple[int, int] | None:
     return found.start(), len(text) if end < 0 else end + 1
 
 
+def results_lock(results: Path = RESULTS) -> FileLock:
+    """The lock every writer of `results` holds from its read to its write (`.RESULTS.md.lock` beside it):
+    two benchmarks finishing at once would otherwise each write the file they read, and one section
+    would be lost. The operating system releases it when a process dies."""
+    return FileLock(str(results.with_name(f".{results.name}.lock")))
+
+
 def write_section(heading: str, section: str, results: Path = RESULTS, after: str | None = None) -> Path:
     """Put `section` (which starts with the line `heading`) into RESULTS.md: replace the
     section with that heading; else insert it just after the section headed `after` (when
-    given and present), else append it. The other sections stay as they are."""
-    text = results.read_text(encoding="utf-8") if results.is_file() else "# Benchmark results\n\n"
+    given and present), else append it. The other sections stay as they are, also when
+    other benchmarks write theirs at the same time (`results_lock`)."""
     section = section.rstrip("\n") + "\n"
-    span = _section_span(text, heading)
-    if span is not None:
-        before, rest = text[:span[0]], text[span[1]:]
-    else:
-        anchor = _section_span(text, after) if after is not None else None
-        cut = len(text) if anchor is None else anchor[1]
-        before, rest = text[:cut].rstrip("\n") + "\n\n", text[cut:]
-    text = before + section + ("\n" + rest if rest else "")
-    with atomic_write(results, "w", encoding="utf-8") as handle:  # a run killed here keeps the old file whole
-        handle.write(text)
+    with results_lock(results):
+        text = results.read_text(encoding="utf-8") if results.is_file() else "# Benchmark results\n\n"
+        span = _section_span(text, heading)
+        if span is not None:
+            before, rest = text[:span[0]], text[span[1]:]
+        else:
+            anchor = _section_span(text, after) if after is not None else None
+            cut = len(text) if anchor is None else anchor[1]
+            before, rest = text[:cut].rstrip("\n") + "\n\n", text[cut:]
+        text = before + section + ("\n" + rest if rest else "")
+        with atomic_write(results, "w", encoding="utf-8") as handle:  # a run killed here keeps the old file whole
+            handle.write(text)
     return results
+
+
+def save_figure(fig, path: Path, **savefig) -> Path:
+    """A matplotlib figure saved as the PNG `path` through atomic_write: a run killed while it
+    saves (or a full disk) keeps the committed picture whole."""
+    with atomic_write(path) as handle:
+        fig.savefig(handle, format="png", **savefig)
+    return path
 
 
 # ---- the GPU: facts for RESULTS.md, and peak memory measured on the device ----------------------

@@ -241,10 +241,15 @@ def write_results(info: dict, source: str, digits: dict, gpt: dict, repeats: int
         "![digits Pareto](benchmarking_pareto_digits.png) ![GPT Pareto](benchmarking_pareto_gpt.png)",
     ]
     _common.write_section(SECTION, "\n".join(lines), RESULTS)
-    plot_pareto(digits["rows"], "accuracy", "p50_us", RESULTS.parent / "benchmarking_pareto_digits.png",
-                higher_quality_is_better=True, title="digits MLP: accuracy against batch-1 latency")
-    plot_pareto(gpt["rows"], "val_loss", "bytes", RESULTS.parent / "benchmarking_pareto_gpt.png",
-                title="Shakespeare GPT: validation loss against checkpoint bytes")
+    pictures = {  # saved through atomic_write (plot_pareto's own path= writes in place)
+        "benchmarking_pareto_digits.png": plot_pareto(digits["rows"], "accuracy", "p50_us",
+                                                      higher_quality_is_better=True,
+                                                      title="digits MLP: accuracy against batch-1 latency"),
+        "benchmarking_pareto_gpt.png": plot_pareto(gpt["rows"], "val_loss", "bytes",
+                                                   title="Shakespeare GPT: validation loss against checkpoint bytes"),
+    }
+    for name, figure in pictures.items():
+        _common.save_figure(figure, RESULTS.parent / name, dpi=100, metadata={"Software": None})
     console.print(f"wrote {RESULTS} ({SECTION}) and the two Pareto plots")
 
 

@@ -594,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         return torch_recipe(args.recipe_iters, args.device)
     if args.milestone_rounds < 1 or (args.milestone_concurrent and args.milestone_rounds != 1):
         parser.error(f"--milestone-rounds {args.milestone_rounds}: at least 1, and 1 with --milestone-concurrent")
+    if args.milestone_threads < 1:
+        parser.error(f"--milestone-threads {args.milestone_threads}: give a whole number of threads, at least 1")
     args.repeats = 3 if args.quick else 15
     args.new_tokens = 8 if args.quick else 48
     if not device_ready(args.device):

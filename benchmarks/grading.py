@@ -65,6 +65,8 @@ def main() -> int:
     parser.add_argument("--modules", nargs="*", help="default: every module")
     parser.add_argument("--write-results", action="store_true", help=f"rewrite the section {HEADING!r} of RESULTS.md")
     args = parser.parse_args()
+    if args.students < 0 or args.jobs < 1:  # before any grading, not after the first run
+        parser.error(f"--students {args.students} --jobs {args.jobs}: students 0 or more, jobs at least 1")
     settings = load_settings(ROOT)
     modules = resolve_modules(settings, args.modules)
     options = GradeOptions(tuple(modules), jobs=args.jobs)

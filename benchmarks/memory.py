@@ -44,7 +44,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from _common import (Device, device_ready, gpu_facts, gpu_facts_lines, gpu_heading, interleaved_medians,  # noqa: E402
-                     machine, write_section)
+                     machine, save_figure, write_section)
 from tinytorch.core.attention import flash_attention  # noqa: E402
 from tinytorch.core.layers import Module  # noqa: E402
 from tinytorch.core.optimizers import AdamW  # noqa: E402
@@ -222,7 +222,7 @@ def save_plot(lengths: list[int], peaks: dict[str, list[int]], path: Path) -> Pa
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100)
     plt.close(fig)
     console.print(f"saved {path}")
     return path

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -233,13 +232,13 @@ def cmd_test(args: argparse.Namespace) -> int:
     from .testing import TestOptions, results_path
 
     settings = _course()
+    timeout_s = None if args.timeout is None else args.timeout * 60
+    if timeout_s is not None and not 0 < timeout_s < float("inf"):  # NaN or inf would switch the limit off
+        raise CourseError(f"--timeout takes a positive number of minutes, e.g. --timeout 5 (found {args.timeout}).")
     _keep_damaged_results(settings)
     everything = args.all or not args.modules
     modules = list_modules(settings) if everything else resolve_modules(settings, args.modules)
     _warn_ipynb(settings, modules)
-    timeout_s = None if args.timeout is None else args.timeout * 60
-    if timeout_s is not None and timeout_s <= 0:
-        raise CourseError("--timeout takes a positive number of minutes, e.g. --timeout 5.")
     options = TestOptions(notebook=args.notebook, timeout_s=timeout_s,
                           pytest_args=tuple(flag for flag, on in (("-x", args.x), ("-v", args.verbose)) if on))
     runs = _run_tests_with_progress(settings, modules, options, include_extra=everything)
@@ -258,7 +257,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .status import course_status
+    from .status import course_status, missing_notebooks
     from .testing import TestOptions
 
     settings = _course()
@@ -269,6 +268,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(_summary_line(runs)[0], highlight=False)
     with console.status("Checking each module against its notebook..."):
         rows = course_status(settings)
+        missing = missing_notebooks(settings)
     table = Table(title=f"{settings.lib_name} {settings.version}: status")
     for column in ("module", "exported", "in sync", "stubs", "tests (last recorded run)"):
         table.add_column(column)
@@ -281,22 +281,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             tests = f"[{colour}]{tests}[/]"
         table.add_row(row.module.key, _mark(row.exported), _mark(row.in_sync, no=escape(row.sync_detail)),
                       escape(row.stubs), tests)
+    for gone in missing:
+        table.add_row(gone.key, "[red]notebook missing[/]", "-", "-", "-")
     console.print(table)
     for row in rows:
         for copy in row.newer_ipynb:
             console.print(f"[yellow]Warning:[/] {escape(_rel(copy))} is newer than {row.module.notebook.name}: "
                           "tito exports the .py, so edits made in the .ipynb are not in the package.",
                           highlight=False)
-    from .reset import orphaned_backups
     from .testing import results_problem
 
     problem = results_problem(settings)
     if problem:
         console.print(f"[yellow]Warning:[/] {escape(problem)}. The test column shows no results; the next "
                       "`tito test` keeps the damaged file beside it (renamed) and starts a new one.", highlight=False)
-    for key in orphaned_backups(settings):
-        console.print(f"[yellow]Warning:[/] {key} has no notebook any more, but it has backups: "
-                      f"`tito module reset {key} --restore` lists them.", highlight=False)
+    for gone in missing:
+        console.print(f"[yellow]Warning:[/] {escape(gone.advice(settings))}", highlight=False)
     return 0
 
 
@@ -391,6 +391,8 @@ def cmd_release_check(args: argparse.Namespace) -> int:
         list_modules(settings))
     if not modules:
         raise CourseError("No module has solution blocks: nothing to check.")
+    if args.jobs < 1:
+        raise CourseError(f"--jobs takes a positive number, e.g. --jobs 2 (found {args.jobs}).")
     if args.mistake and len(modules) != 1:
         raise CourseError("--mistake NAME needs exactly one module, e.g. `tito release check 01 --mistake NAME`.")
     stubs = args.only in (None, "stubs") and not args.mistake
@@ -444,21 +446,11 @@ def cmd_release_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- grade
 
 
-def _grades_destination(out: Path) -> None:
-    """`--out` must be new, empty, or a previous run's output (then its feedback and results are replaced)."""
-    if out.exists() and not out.is_dir():
-        raise CourseError(f"{out} exists and is not a folder: choose another --out.")
-    if out.is_dir() and any(out.iterdir()) and not (out / "grades.csv").is_file():
-        raise CourseError(f"{out} is not empty and holds no grades.csv from an earlier `tito grade`: "
-                          "choose a new or empty folder for --out.")
-    for sub in ("feedback", "results"):
-        shutil.rmtree(out / sub, ignore_errors=True)
-
-
 def cmd_grade(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .grade import GradeOptions, GradingRun, grade_submissions
+    from .grade_out import check_destination, locked_destination, write_complete
     from .grade_report import fmt, module_summary, write_outputs
     from .submissions import collect_submissions
 
@@ -481,32 +473,37 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise CourseError("--jobs takes a positive number, e.g. --jobs 2.")
     out = Path(args.out).resolve()
-    _grades_destination(out)
+    check_destination(out)  # before any work; nothing in it changes until the new grades are complete
     submissions = collect_submissions(Path(args.submissions), list_modules(settings), single=args.single)
     options = GradeOptions(tuple(modules), jobs=args.jobs, cumulative=args.cumulative)
     mode = "cumulative: every module from the student's notebooks" if args.cumulative else \
         "each module on its own, the others from the reference"
-    with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
-        run = GradingRun(settings, options).__enter__()
-    try:
-        console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "
-                      f"at a time ({mode}).", highlight=False)
-        console.print("Sandbox: " + "; ".join(run.isolation) + ".", highlight=False)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
-            task = bar.add_task("grading", total=len(submissions) * len(run.modules))
+    with locked_destination(out):  # a second tito grade into `out` is refused until this one is done
+        with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
+            run = GradingRun(settings, options).__enter__()
+        try:
+            console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "
+                          f"at a time ({mode}).", highlight=False)
+            console.print("Sandbox: " + "; ".join(run.isolation) + ".", highlight=False)
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=True) as bar:
+                task = bar.add_task("grading", total=len(submissions) * len(run.modules))
 
-            def progress(student: str, module: str, result) -> None:
-                if result is None:
-                    bar.update(task, description=f"grading {escape(student)} {module}")
-                else:
-                    bar.advance(task)
+                def progress(student: str, module: str, result) -> None:
+                    if result is None:
+                        bar.update(task, description=f"grading {escape(student)} {module}")
+                    else:
+                        bar.advance(task)
 
-            students = grade_submissions(settings, submissions, options, progress, run=run)
-        written = write_outputs(out, students, run.points, run.config.hidden_visibility)
-        changed = run.changed_outside()
-    finally:
-        run.__exit__(None, None, None)
+                students = grade_submissions(settings, submissions, options, progress, run=run)
+            written, kept = write_complete(out, lambda folder: write_outputs(folder, students, run.points,
+                                                                             run.config.hidden_visibility))
+            changed = run.changed_outside()
+        finally:
+            run.__exit__(None, None, None)
+    if kept is not None:
+        console.print(f"[yellow]Note:[/] the earlier grades held files tito grade does not write; all of them were "
+                      f"kept in {escape(_rel(kept))}.", highlight=False)
     table = Table(title="Grades")
     table.add_column("student")
     keys = [m.key for m in run.modules]
@@ -646,7 +643,8 @@ def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]
         return 0
     program = find_program(folder, name, kind)
     console.rule(f"{kind} {program.name}: {escape(program.summary)}")
-    code = run_program(settings, program, extra)
+    code = run_program(settings, program, extra,
+                       notice=lambda text: console.print(f"[yellow]{escape(text)}[/]", highlight=False))
     console.rule(_mark(code == 0, f"{program.name} passed", f"{program.name} failed (exit {code})"))
     return code
 

@@ -80,8 +80,8 @@ def _minutes(text: str, where: Path) -> float:
         value = float(text)
     except ValueError:
         value = 0.0
-    if value <= 0:
-        raise CourseError(f"{where}: test_timeout_minutes = {text!r} must be a positive number of minutes.")
+    if not 0 < value * 60 < float("inf"):  # NaN or inf would switch the limit off
+        raise CourseError(f"{where}: test_timeout_minutes = {text!r} must be a positive number of minutes, e.g. 10.")
     return value
 
 
@@ -104,8 +104,21 @@ def resolve_module(settings: Settings, name: str) -> CourseModule:
     for module in modules:
         if wanted in (module.key, module.number, module.name, str(int(module.number))):
             return module
+    _refuse_missing_notebook(settings, wanted)
     valid = ", ".join(m.key for m in modules) or "(none: the modules/ folder is empty)"
     raise CourseError(f"Unknown module {name!r}. Valid modules: {valid}")
+
+
+def _refuse_missing_notebook(settings: Settings, wanted: str) -> None:
+    """A module whose folder is there but whose notebook was deleted: say so, not "unknown module"."""
+    folders = sorted(settings.nbs_path.iterdir()) if settings.nbs_path.is_dir() else []
+    for folder in folders:
+        match = MODULE_DIR_PATTERN.match(folder.name)
+        if match and wanted in (folder.name, match.group(1), match.group(2), str(int(match.group(1)))):
+            relpath = (folder / f"{match.group(2)}_dev.py").relative_to(settings.root).as_posix()
+            raise CourseError(f"{relpath} is missing (deleted?). `tito status` says how to bring it back: "
+                              f"`git checkout -- {relpath}`, or `tito module reset {folder.name} --restore` "
+                              "when it has backups.")
 
 
 def resolve_modules(settings: Settings, names: list[str] | None) -> list[CourseModule]:

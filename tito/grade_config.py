@@ -28,6 +28,7 @@ each. With a `weight`, the module's points are scaled to it.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -48,6 +49,11 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gra
 _LIMIT_KEYS = {"time_s": ("wall_s", 1), "cpu_s": ("cpu_s", 1), "memory_mb": ("memory_bytes", MiB),
                "file_mb": ("file_bytes", MiB), "disk_mb": ("disk_bytes", MiB),
                "output_mb": ("output_bytes", MiB), "processes": ("processes", 1)}
+# The largest value of each limit (in its unit): a day of time, what a 64-bit limit holds, a million processes.
+_LIMIT_MAX = {"wall_s": 86400, "cpu_s": 86400, "memory_bytes": 2 ** 62, "file_bytes": 2 ** 62, "disk_bytes": 2 ** 62,
+              "output_bytes": 2 ** 62, "processes": 10 ** 6}
+_LIMIT_EXAMPLE = {"time_s": 600, "cpu_s": 600, "memory_mb": 3072, "file_mb": 64, "disk_mb": 512, "output_mb": 1,
+                  "processes": 128}
 DEFAULT_LIMITS = Limits(wall_s=600, cpu_s=600, memory_bytes=3 * GiB)
 
 
@@ -61,17 +67,80 @@ class GradingConfig:
 
 
 def config_path(settings: Settings) -> Path | None:
-    """grading/grading.toml or grading.toml at the course root; an error when both exist."""
-    found = [p for p in (settings.root / GRADING_DIR / CONFIG_FILE, settings.root / CONFIG_FILE) if p.is_file()]
+    """grading/grading.toml or grading.toml at the course root; an error when both exist, or when
+    one exists but is not a file (a folder, a link to nothing): never silently one point per test."""
+    found = []
+    for path in (settings.root / GRADING_DIR / CONFIG_FILE, settings.root / CONFIG_FILE):
+        if path.is_file():
+            found.append(path)
+        elif path.exists() or path.is_symlink():
+            what = "a link to nothing" if not path.exists() else "a folder" if path.is_dir() else "not a plain file"
+            raise CourseError(f"{path} is {what}, so the points and limits cannot be read from it. Make it the "
+                              f"grading file (TOML, see `tito grade --help`) or remove it to count every test one "
+                              "point.")
     if len(found) > 1:
         raise CourseError(f"Both {found[0]} and {found[1]} exist: keep one (grading/{CONFIG_FILE}).")
     return found[0] if found else None
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _number(value, where: str) -> Fraction:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise CourseError(f"{where} must be a number of points, 0 or more (found {value!r}).")
+    """Points or a weight: a finite number, 0 or more."""
+    if not _is_number(value) or value < 0:
+        raise CourseError(f"{where} must be a number of points, 0 or more, e.g. 10 (found {value!r}).")
     return Fraction(str(value))
+
+
+def _table(value, where: str, example: str) -> dict:
+    if not isinstance(value, dict):
+        raise CourseError(f"{where} must be a table, e.g. {example} (found {value!r}).")
+    return value
+
+
+def _visibility(raw: dict, path: Path) -> str:
+    visibility = raw.get("hidden_visibility", "after_due_date")
+    if not isinstance(visibility, str) or visibility not in VISIBILITIES:
+        raise CourseError(f"{path}: hidden_visibility = {visibility!r}; use one of {', '.join(VISIBILITIES)}.")
+    return visibility
+
+
+def _limits(raw: dict, path: Path) -> Limits:
+    """[limits]: each a finite positive number within its range (a NaN or inf limit would switch it off)."""
+    table = _table(raw.get("limits", {}), f"{path}: [limits]", "[limits] followed by lines like time_s = 600")
+    limits = {}
+    for key, value in table.items():
+        if key not in _LIMIT_KEYS:
+            raise CourseError(f"{path}: [limits] {key} is not a limit; the limits are {', '.join(_LIMIT_KEYS)}.")
+        name, scale = _LIMIT_KEYS[key]
+        largest = _LIMIT_MAX[name] / scale
+        whole = name == "processes"
+        if (not _is_number(value) or value <= 0 or value > largest
+                or (whole and value != int(value)) or int(value * scale) < 1):
+            kind = "whole number" if whole else "number"
+            raise CourseError(f"{path}: [limits] {key} = {value!r} must be a positive {kind}, at most {largest:g} "
+                              f"(e.g. {key} = {_LIMIT_EXAMPLE[key]}).")
+        limits[name] = int(value * scale) if name.endswith(("bytes", "processes")) else float(value)
+    if "wall_s" in limits and "cpu_s" not in limits:
+        limits["cpu_s"] = limits["wall_s"]
+    return Limits(**{**DEFAULT_LIMITS.__dict__, **limits})
+
+
+def _module(settings: Settings, name: str, table, path: Path) -> tuple[str, Fraction | None, dict[str, Fraction]]:
+    """[modules.NN_name]: (module key, weight or None, {test key: points})."""
+    try:
+        key = resolve_module(settings, name).key
+    except CourseError as err:
+        raise CourseError(f"{path}: [modules.{name}]: {err}") from None
+    if not isinstance(table, dict) or set(table) - {"weight", "points"}:
+        raise CourseError(f"{path}: [modules.{name}] takes `weight` and a `points` table.")
+    weight = _number(table["weight"], f"{path}: [modules.{name}] weight") if "weight" in table else None
+    points = _table(table.get("points", {}), f"{path}: [modules.{name}.points]",
+                    f'[modules.{name}.points] followed by lines like "tests/{key}" = 7')
+    return key, weight, {str(k).strip("/"): _number(v, f"{path}: [modules.{name}.points] {k!r}")
+                         for k, v in points.items()}
 
 
 def load_config(settings: Settings) -> GradingConfig:
@@ -82,38 +151,22 @@ def load_config(settings: Settings) -> GradingConfig:
         raw = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as err:
         raise CourseError(f"{path}: not valid TOML: {err}") from err
+    except CourseError as err:  # cannot be read, or not UTF-8: an error, never the defaults
+        raise CourseError(f"{err} Fix {path} or remove it to count every test one point.") from None
     unknown = set(raw) - {"hidden_visibility", "limits", "modules"}
     if unknown:
         raise CourseError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}; "
                           "expected hidden_visibility, [limits] and [modules.NN_name].")
-    visibility = raw.get("hidden_visibility", "after_due_date")
-    if visibility not in VISIBILITIES:
-        raise CourseError(f"{path}: hidden_visibility = {visibility!r}; use one of {', '.join(VISIBILITIES)}.")
-    limits = {}
-    for key, value in raw.get("limits", {}).items():
-        if key not in _LIMIT_KEYS:
-            raise CourseError(f"{path}: [limits] {key} is not a limit; the limits are {', '.join(_LIMIT_KEYS)}.")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise CourseError(f"{path}: [limits] {key} = {value!r} must be a positive number.")
-        name, scale = _LIMIT_KEYS[key]
-        limits[name] = int(value * scale) if name.endswith(("bytes", "processes")) else float(value)
-    if "wall_s" in limits and "cpu_s" not in limits:
-        limits["cpu_s"] = limits["wall_s"]
+    visibility = _visibility(raw, path)
+    limits = _limits(raw, path)
     weights: dict[str, Fraction] = {}
     points: dict[str, dict[str, Fraction]] = {}
-    for name, table in raw.get("modules", {}).items():
-        try:
-            key = resolve_module(settings, name).key
-        except CourseError as err:
-            raise CourseError(f"{path}: [modules.{name}]: {err}") from None
-        if not isinstance(table, dict) or set(table) - {"weight", "points"}:
-            raise CourseError(f"{path}: [modules.{name}] takes `weight` and a `points` table.")
-        if "weight" in table:
-            weights[key] = _number(table["weight"], f"{path}: [modules.{name}] weight")
-        points[key] = {str(k).strip("/"): _number(v, f"{path}: [modules.{name}.points] {k!r}")
-                       for k, v in table.get("points", {}).items()}
-    defaults = DEFAULT_LIMITS.__dict__
-    return GradingConfig(path, weights, points, visibility, Limits(**{**defaults, **limits}))
+    modules = _table(raw.get("modules", {}), f"{path}: modules", "[modules.01_tensor] followed by weight = 10")
+    for name, table in modules.items():
+        key, weight, points[key] = _module(settings, name, table, path)
+        if weight is not None:
+            weights[key] = weight
+    return GradingConfig(path, weights, points, visibility, limits)
 
 
 def _specificity(key: str, nodeid: str) -> tuple[int, int] | None:

@@ -30,8 +30,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from tinytorch.files import atomic_write
+
 from .course import CourseError, CourseModule, Settings
 from .grade_config import CONFIG_FILE, GRADING_DIR, config_path
+from .destination import check_file_destination
 from .release import copy_course
 
 ROOT_ENV = "TITO_AUTOGRADER_ROOT"
@@ -105,6 +108,7 @@ def build_bundle(settings: Settings, dest: Path, modules: list[CourseModule]) ->
         raise CourseError(f"{dest.name}: Gradescope takes the autograder as a .zip, e.g. autograder.zip.")
     if dest.is_relative_to(settings.root / GRADING_DIR):
         raise CourseError(f"{dest}: write the bundle outside the grading/ folder (it would end up inside itself).")
+    check_file_destination(dest, "--gradescope")  # before any work, not after the course is copied
     keys = " ".join(m.number for m in modules)
     with tempfile.TemporaryDirectory(prefix="tito-gradescope-") as tmp:
         staging = Path(tmp)
@@ -122,16 +126,26 @@ def build_bundle(settings: Settings, dest: Path, modules: list[CourseModule]) ->
         (staging / "run_autograder").write_text(RUN_AUTOGRADER.replace("__MODULES__", f"--modules {keys}"),
                                                 encoding="utf-8")
         files = sorted(p for p in staging.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in files:
-                name = path.relative_to(staging).as_posix()
-                info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-                executable = name in ("setup.sh", "run_autograder") or path.stat().st_mode & stat.S_IXUSR
-                info.external_attr = (0o100755 if executable else 0o100644) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                archive.writestr(info, path.read_bytes())
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(dest) as handle:  # a full disk or Ctrl-C here leaves an earlier bundle whole
+                _write_zip(handle, staging, files)
+        except OSError as err:
+            raise CourseError(f"Could not write {dest} ({err.strerror or err}); an earlier bundle there is as it "
+                              "was. Free some space (or fix the folder) and build it again.") from None
     return Bundle(dest, [m.key for m in modules], len(files))
+
+
+def _write_zip(handle, staging: Path, files: list[Path]) -> None:
+    """The bundle's files, with fixed dates and modes, so the same course gives the same zip."""
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in files:
+            name = path.relative_to(staging).as_posix()
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            executable = name in ("setup.sh", "run_autograder") or path.stat().st_mode & stat.S_IXUSR
+            info.external_attr = (0o100755 if executable else 0o100644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
 
 
 def unpack_like_gradescope(bundle: Path, root: Path) -> None:

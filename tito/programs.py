@@ -4,18 +4,27 @@ A program is `milestones/<name>.py` or `benchmarks/<name>.py`; the first line of
 its module docstring says what it does (read with `ast`, never imported, so a
 broken program cannot break the listing). It runs as a script and its exit
 status is the verdict (a milestone exits non-zero below its threshold).
+
+Ctrl-C reaches the program as Ctrl-C: it runs in its own process group, tito passes the
+interrupt on once and gives it `INTERRUPT_GRACE_S` to clean up (its `finally` blocks: the
+olympics judge removes its scratch folder and stops its runners), then kills the group.
+A second Ctrl-C kills it at once.
 """
 from __future__ import annotations
 
 import ast
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .course import CourseError, Settings
-from .runner import course_env
+from .runner import _children_can_be_interrupted, _signal_group, course_env
+
+INTERRUPT_GRACE_S = 30.0  # after Ctrl-C a program has this long to clean up before its process group is killed
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,32 @@ def find_program(folder: Path, name: str, kind: str) -> Program:
     raise CourseError(f"Unknown {kind} {name!r}. Valid names: {names}")
 
 
-def run_program(settings: Settings, program: Program, args: list[str]) -> int:
-    """Run a program from the repository root with the course's package; its output goes straight through."""
+def run_program(settings: Settings, program: Program, args: list[str],
+                notice: Callable[[str], None] | None = None) -> int:
+    """Run a program from the repository root with the course's package; its output goes straight through.
+
+    Ctrl-C (or SIGTERM/SIGHUP, which tito turns into Ctrl-C) is passed on to the program, which
+    gets `INTERRUPT_GRACE_S` to clean up; `notice` hears what happens meanwhile."""
     command = [sys.executable, str(program.path), *args]
-    return subprocess.call(command, cwd=settings.root, env=course_env(settings.root))
+    _children_can_be_interrupted()
+    process = subprocess.Popen(command, cwd=settings.root, env=course_env(settings.root), start_new_session=True)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        _interrupt(process, program.name, notice or (lambda text: None))
+        raise
+
+
+def _interrupt(process: subprocess.Popen, name: str, notice: Callable[[str], None]) -> None:
+    """Ctrl-C to `process` (its own group), time to clean up, then the group killed (also at a second Ctrl-C)."""
+    _signal_group(process.pid, signal.SIGINT)
+    notice(f"Stopping {name}: it has {INTERRUPT_GRACE_S:g} s to clean up (Ctrl-C again to kill it now).")
+    try:
+        process.wait(timeout=INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        notice(f"{name} did not stop within {INTERRUPT_GRACE_S:g} s: killed.")
+    except KeyboardInterrupt:
+        notice(f"{name} killed.")
+    finally:
+        _signal_group(process.pid, signal.SIGKILL)  # it, if it is still there, and whatever it left running
+        process.wait()

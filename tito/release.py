@@ -28,6 +28,7 @@ from typing import Callable
 from tinytorch.files import atomic_write
 
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
+from .destination import check_accepts_new_files, nearest_existing
 from .export import export_modules
 from .mistakes import CATALOGUE_FILE, MIN_MISTAKES, Mistake, load_catalogue
 from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax, find_solution_blocks,
@@ -249,6 +250,7 @@ def check_destination(settings: Settings, dest: Path, force: bool) -> None:
         )
     if dest.exists() and not dest.is_dir():
         raise CourseError(f"{dest} exists and is not a folder.")
+    check_accepts_new_files(nearest_existing(dest.parent), str(dest))  # the edition is staged beside it
     if not dest.is_dir() or not any(dest.iterdir()):
         return
     if not force:

@@ -14,6 +14,7 @@ Nothing here loses work:
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -24,8 +25,9 @@ from typing import Callable
 
 from tinytorch.files import atomic_write
 
-from .course import MODULE_DIR_PATTERN, CourseError, CourseModule, Settings, list_modules, resolve_module
+from .course import MODULE_DIR_PATTERN, CourseError, CourseModule, Settings, resolve_module
 from .export import ExportResult, export_modules, scan_targets
+from .locks import state_folder_problem
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 
 BACKUPS_DIR = "backups"
@@ -110,6 +112,21 @@ def check_writable(path: Path) -> None:
                           "again.") from None
 
 
+def check_can_back_up(settings: Settings, module: CourseModule) -> None:
+    """CourseError unless a backup of `module` can be written (its folder in `.tito/backups/` exists
+    or can be made, and takes a new file). Checked before anything is exported or written."""
+    folder = backups_folder(settings, module)
+    existing = next(p for p in [folder, *folder.parents] if p.exists() or p.is_symlink())
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(existing))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:  # named by the folder, not by the scratch file's random name
+        raise CourseError(state_folder_problem(
+            settings, OSError(err.errno, err.strerror, str(existing)), "your notebook cannot be backed up before it is replaced, so nothing was changed")) from None
+
+
 def save_backup(settings: Settings, module: CourseModule, data: bytes) -> Path | None:
     """Save `data` (the notebook's bytes) as the newest backup, unless the newest already holds it."""
     existing = list_backups(settings, module)
@@ -158,6 +175,7 @@ def reset_module(settings: Settings, module: CourseModule, saved: Saved | None =
     stubbed = stub_text(text, module.notebook, relpath, module.key)  # raises before anything is written
     check_syntax(stubbed, module.notebook)
     check_writable(module.notebook)  # before the backup and the export: a reset that cannot finish changes nothing
+    check_can_back_up(settings, module)
     backup = _save_current(settings, module, saved)
     return ResetResult(backup, _export_then_write(settings, module, stubbed))
 
@@ -177,16 +195,6 @@ def module_for_restore(settings: Settings, name: str) -> CourseModule:
                 return CourseModule(match.group(1), match.group(2), module_folder,
                                     module_folder / f"{match.group(2)}_dev.py")
         raise unknown
-
-
-def orphaned_backups(settings: Settings) -> list[str]:
-    """Modules with backups but no notebook (deleted, or its folder renamed): what `status` points out."""
-    folder = settings.state_path / BACKUPS_DIR
-    if not folder.is_dir():
-        return []
-    present = {m.key for m in list_modules(settings)}
-    return sorted(p.name for p in folder.iterdir()
-                  if p.is_dir() and MODULE_DIR_PATTERN.match(p.name) and p.name not in present and any(p.iterdir()))
 
 
 def find_backup(settings: Settings, module: CourseModule, choice: str) -> Path:
@@ -235,6 +243,8 @@ def restore_backup(settings: Settings, module: CourseModule, backup: Path, saved
     text = read_text(backup)
     module.notebook.parent.mkdir(parents=True, exist_ok=True)
     check_writable(module.notebook)
+    if module.notebook.is_file():
+        check_can_back_up(settings, module)
     current = _save_current(settings, module, saved) if module.notebook.is_file() else None
     try:
         return ResetResult(current, _export_then_write(settings, module, text))

@@ -1,6 +1,13 @@
 """tito milestone / tito bench: listed from their docstrings, run with their exit status."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from tito.course import CourseError
@@ -93,3 +100,88 @@ def test_run_all_follows_the_course_order(course):
     assert done.returncode == 0
     order = [done.stdout.index(f"{name} ran") for name in ("anything", "spirals", "xor", "shakespeare", "quantize")]
     assert order == sorted(order), done.stdout
+
+
+# A milestone that needs time to clean up after Ctrl-C: its scratch folder (as the olympics judge's
+# tito-olympics-*) and a child it started. argv[1]: the folder to make; it says "ready" once made.
+CLEANS_UP = '''"""Holds a scratch folder and a child until Ctrl-C, then takes a second to remove them."""
+import os, shutil, subprocess, sys, time
+from pathlib import Path
+
+scratch = Path(sys.argv[1])
+scratch.mkdir()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+(scratch / "child.pid").write_text(str(child.pid))
+try:
+    print("ready", flush=True)
+    time.sleep(120)
+finally:
+    time.sleep(1)  # cleaning up takes a while (the judge stops its runners first)
+    child.kill()
+    child.wait()
+    shutil.rmtree(scratch)
+    print("cleaned up", flush=True)
+'''
+
+# A milestone that ignores Ctrl-C and leaves a child running: killed, with the child, after the grace period.
+IGNORES = '''"""Ignores Ctrl-C."""
+import signal, subprocess, sys, time
+from pathlib import Path
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+Path(sys.argv[1]).write_text(str(child.pid))
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").is_file() or Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _run_and_interrupt(course, name: str, target: Path, grace_s: float) -> tuple[subprocess.Popen, str, float]:
+    """`tito milestone run NAME TARGET` with a grace period of grace_s, Ctrl-C'd as a terminal does (its group)."""
+    code = (f"import sys; import tito.programs as p; p.INTERRUPT_GRACE_S = {grace_s}; from tito.cli import main; "
+            f"sys.exit(main(['milestone', 'run', '{name}', '--', '{target}']))")
+    tito = subprocess.Popen([sys.executable, "-c", code], cwd=course.root, env=course.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    for line in tito.stdout:
+        lines.append(line)
+        if line.strip() == "ready":
+            break
+    started = time.monotonic()
+    os.killpg(tito.pid, signal.SIGINT)  # Ctrl-C at a terminal reaches its whole foreground group
+    rest, _ = tito.communicate(timeout=60)
+    return tito, "".join(lines) + rest, time.monotonic() - started
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
+def test_ctrl_c_gives_a_milestone_time_to_clean_up(course, tmp_path):
+    (course.root / "milestones").mkdir()
+    (course.root / "milestones" / "cleans_up.py").write_text(CLEANS_UP, encoding="utf-8")
+    scratch = tmp_path / "tito-olympics-scratch"
+    tito, output, _ = _run_and_interrupt(course, "cleans_up", scratch, grace_s=30)
+    assert "cleaned up" in output and not scratch.exists(), output
+    assert tito.returncode == 130
+    assert "Stopping cleans_up: it has 30 s to clean up (Ctrl-C again to kill it now)." in course.flat(output)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups and SIGINT are POSIX")
+def test_a_milestone_that_ignores_ctrl_c_is_killed_with_what_it_started_after_the_grace_period(course, tmp_path):
+    (course.root / "milestones").mkdir()
+    (course.root / "milestones" / "ignores.py").write_text(IGNORES, encoding="utf-8")
+    pid_file = tmp_path / "child.pid"
+    tito, output, seconds = _run_and_interrupt(course, "ignores", pid_file, grace_s=2)
+    assert tito.returncode == 130 and 2 <= seconds < 30, (seconds, output)
+    assert "ignores did not stop within 2 s: killed." in course.flat(output)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)

@@ -204,3 +204,18 @@ def test_a_damaged_manifest_replaces_nothing(course, tmp_path):
     with pytest.raises(CourseError, match="cannot tell its files from yours"):
         write_student_edition(course.settings, dest, force=True)
     assert _tree(dest) == before
+
+
+def test_a_student_edition_in_a_read_only_folder_is_refused_before_any_work(course, tmp_path, unprivileged):
+    """It used to stub and copy the course first, then fail with a raw PermissionError making its staging folder."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        result = course.tito_process("release", "student", str(locked / "student"), prefix=unprivileged)
+    finally:
+        locked.chmod(0o755)
+    said = course.flat(result.stdout + result.stderr)
+    assert result.returncode == 1 and "Traceback" not in said, said
+    assert f"{locked / 'student'}: {locked} does not accept new files (Permission denied)" in said
+    assert list(locked.iterdir()) == []

@@ -200,3 +200,49 @@ def test_reset_refuses_a_read_only_notebook(course, unprivileged):
         module.notebook.chmod(0o644)
     assert result.returncode == 1 and "is read-only" in course.flat(result.stdout), result.stdout
     assert course.package_bytes() == before and _backup_files(course, "01_tensor") == []
+
+
+@pytest.mark.parametrize("command", [("module", "reset", "01"), ("export", "01"), ("test", "01")])
+def test_a_read_only_state_folder_is_named_before_anything_changes(course, unprivileged, command):
+    """`.tito/` read-only: a reset cannot back the notebook up, an export or a test cannot take their lock.
+    Each says which folder and what to do (it was a raw OSError from the backup's write), changing nothing."""
+    module = course.module("01")
+    notebook, package = module.notebook.read_bytes(), course.package_bytes()
+    state = course.settings.state_path
+    state.mkdir(exist_ok=True)
+    state.chmod(0o555)
+    try:
+        result = course.tito_process(*command, prefix=unprivileged)
+    finally:
+        state.chmod(0o755)
+    said = course.flat(result.stdout + result.stderr)
+    assert result.returncode == 1 and "Traceback" not in said, said
+    assert (f"tito keeps its state (locks, test results, backups) in {state}, and cannot write there "
+            f"(Permission denied: {state}") in said and f"`chmod -R u+w {state}`" in said
+    if command[0] == "module":
+        assert "your notebook cannot be backed up before it is replaced, so nothing was changed" in said
+    assert module.notebook.read_bytes() == notebook and course.package_bytes() == package
+    assert list(state.iterdir()) == []
+
+
+def test_a_lock_another_tito_holds_is_named_as_such_not_as_a_read_only_folder(course):
+    """filelock's Timeout is an OSError: the read-only-folder message must not swallow it."""
+    import subprocess
+    import sys
+
+    from tito.course import CourseError
+    from tito.locks import course_lock
+
+    course.settings.state_path.mkdir(exist_ok=True)
+    lock = course.settings.state_path / "export.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                               "held = FileLock(sys.argv[1]); held.acquire(); print('locked', flush=True); "
+                               "time.sleep(60)", str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CourseError, match=r"Another tito has held .*export.lock for 0 s; wait for it"):
+            with course_lock(course.settings, "export", wait_s=0.05):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()

@@ -422,3 +422,42 @@ def test_status_shows_stubs_left_and_flags_a_newer_ipynb(course):
     assert "toy_dev.ipynb is newer than toy_dev.py: tito exports the .py, so edits made in the .ipynb" in out
     export = course.tito("export", "02")
     assert "toy_dev.ipynb was saved after toy_dev.py" in course.flat(export.stdout)
+
+
+def test_a_deleted_notebook_without_a_backup_is_shown_missing_with_what_to_do(course):
+    """It used to vanish from `tito status` without a word (list_modules lists only notebooks that exist)."""
+    notebook = course.module("01").notebook
+    notebook.unlink()  # the module folder keeps its mistakes catalogue, tests/01_tensor its tests
+    status = course.tito("status", cwd=course.root)
+    said = course.flat(status.stdout)
+    assert status.returncode == 0
+    row = next(line for line in status.stdout.splitlines() if "01_tensor" in line and "│" in line)
+    assert "notebook missing" in row
+    assert ("Warning: 01_tensor has no notebook any more (modules/01_tensor/tensor_dev.py) and no backup: if it "
+            "was committed, `git checkout -- modules/01_tensor/tensor_dev.py` brings it back") in said
+
+
+def test_a_notebook_known_only_from_its_recorded_run_is_missing_too(course):
+    from tito.status import missing_notebooks
+    from tito.testing import RunRecord
+
+    module = course.module("01")
+    record_results(course.settings, [RunRecord(name="01_tensor", seconds=1.0, finished_at="2026-11-28T00:00:01")])
+    assert missing_notebooks(course.settings) == []
+    module.notebook.unlink()
+    (module.folder / "mistakes.toml").unlink()
+    module.folder.rmdir()
+    for path in sorted((course.root / "tests" / "01_tensor").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (course.root / "tests" / "01_tensor").rmdir()
+    [gone] = missing_notebooks(course.settings)
+    assert gone.key == "01_tensor" and gone.notebook == module.notebook and not gone.has_backups
+
+
+@pytest.mark.parametrize("command", [("test", "01"), ("export", "01"), ("module", "reset", "tensor")])
+def test_a_command_naming_a_module_whose_notebook_is_deleted_says_it_is_missing(course, command):
+    course.module("01").notebook.unlink()
+    result = course.tito(*command, cwd=course.root)
+    assert result.returncode == 1
+    assert ("modules/01_tensor/tensor_dev.py is missing (deleted?). `tito status` says how to bring it back: "
+            "`git checkout -- modules/01_tensor/tensor_dev.py`") in course.flat(result.stdout)

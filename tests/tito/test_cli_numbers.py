@@ -1,0 +1,56 @@
+"""Numbers given to tito on the command line or in settings.ini: NaN, inf and nonsense are refused
+by name before any work. (`tito test --timeout nan` used to run with no time limit at all, as
+grading.toml's `time_s = nan` did.)"""
+from __future__ import annotations
+
+import pytest
+
+from tito.course import CourseError, load_settings
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1e308"])
+def test_test_timeout_must_be_a_finite_positive_number_of_minutes(course, value):
+    result = course.tito("test", "01", f"--timeout={value}")
+    assert result.returncode == 1
+    assert (f"--timeout takes a positive number of minutes, e.g. --timeout 5 (found {float(value)})"
+            in course.flat(result.stdout))
+    assert not course.settings.state_path.exists()  # refused before anything ran or was recorded
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "ten"])
+def test_the_courses_test_timeout_must_be_a_finite_positive_number(course, value):
+    settings_file = course.root / "settings.ini"
+    text = settings_file.read_text(encoding="utf-8")
+    assert "test_timeout_minutes = 10" in text
+    settings_file.write_text(text.replace("test_timeout_minutes = 10", f"test_timeout_minutes = {value}"),
+                             encoding="utf-8")
+    with pytest.raises(CourseError, match=rf"test_timeout_minutes = '{value}' must be a positive number of minutes"):
+        load_settings(course.root)
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_release_check_jobs_must_be_positive(course, value):
+    result = course.tito("release", "check", "01", f"--jobs={value}")
+    assert result.returncode == 1
+    assert f"--jobs takes a positive number, e.g. --jobs 2 (found {value})" in course.flat(result.stdout)
+
+
+@pytest.mark.parametrize("script, arguments, message", [
+    ("grading.py", ["--jobs", "0"], "--students 20 --jobs 0: students 0 or more, jobs at least 1"),
+    ("grading.py", ["--students", "-5"], "--students -5 --jobs 1: students 0 or more, jobs at least 1"),
+    ("gpt.py", ["--milestone", "--milestone-threads", "0"],
+     "--milestone-threads 0: give a whole number of threads, at least 1"),
+])
+def test_benchmark_counts_are_refused_before_any_work(script, arguments, message):
+    """`benchmarks/grading.py --jobs 0` graded a class first (as one job) and wrote `--jobs 0` into RESULTS.md."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    jobs = ["--jobs", "1"] if script == "grading.py" and "--jobs" not in arguments else []
+    result = subprocess.run([sys.executable, str(root / "benchmarks" / script), *arguments, *jobs], cwd=root,
+                            env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert message in result.stderr and "Traceback" not in result.stderr

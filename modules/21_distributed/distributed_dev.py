@@ -398,6 +398,39 @@ def ring_all_reduce(array: Any, world: World) -> np.ndarray:
     ### END SOLUTION
 
 # %% [markdown]
+# When a sum comes out wrong, *where* it is wrong says what went wrong. `all_reduce_mistake`
+# (given) compares a wrong result with what the classic mistakes produce and names the one it
+# matches; the tests below print what it says.
+
+# %%
+#| export
+def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size: int, rank: int) -> str:
+    """What a wrong all-reduce most likely did, from the places where `got` differs from `want`.
+
+    got -- what ring_all_reduce returned on rank `rank` of `size`; want -- the true sum;
+    mine -- the rank's own input. All flat of n elements. Returns one sentence for the student.
+    """
+    got, want, mine = (np.asarray(a).reshape(-1) for a in (got, want, mine))
+    n = want.size
+    bounds = [i * n // size for i in range(size + 1)]
+    wrong = np.flatnonzero(got != want)
+    tail = n - n % size
+    completed = (rank + 1) % size  # the chunk this rank completes in the reduce-scatter
+    if np.array_equal(got, mine):
+        return "nothing was summed: the result is this rank's own array"
+    if n % size and np.array_equal(wrong, np.arange(tail, n)):
+        return (f"the last {n - tail} elements are wrong: chunk off by one, chunks of n // N elements drop the "
+                f"remainder; use bounds[i] = i·n // N (the last one n)")
+    own = slice(bounds[completed], bounds[completed + 1])
+    if np.array_equal(got[own], want[own]) and wrong.size == n - (own.stop - own.start):
+        return (f"only chunk {completed}, the one this rank completes in the reduce-scatter, holds the sum: the "
+                "all-gather is missing or stores into the wrong chunk")
+    first = int(wrong[0])
+    chunk = next(i for i in range(size) if bounds[i] <= first < bounds[i + 1])
+    return (f"wrong at {wrong.size} of {n} places, first at {first} (chunk {chunk}): got {got[first]}, want "
+            f"{want[first]}; check which chunk each step sends and receives")
+
+# %% [markdown]
 # In the one-process world the ring has nothing to do, so the test below checks that much,
 # and the real test runs your ring on 3 ranks (sizes that split unevenly among them included).
 
@@ -405,7 +438,7 @@ def ring_all_reduce(array: Any, world: World) -> np.ndarray:
 ALL_REDUCE_TEST = """
 import json, sys
 import numpy as np
-from tinytorch.perf.distributed import init_world, ring_all_reduce
+from tinytorch.perf.distributed import all_reduce_mistake, init_world, ring_all_reduce
 world = init_world()
 problems = []
 for n in (0, 1, 2, 7, 1000, 1001, 1200):
@@ -418,9 +451,7 @@ for n in (0, 1, 2, 7, 1000, 1001, 1200):
         if got.dtype != np.dtype(dtype) or got.shape != mine.shape:
             problems.append(f"n={n} {dtype}: got {got.dtype} {got.shape}, want {dtype} {mine.shape}")
         elif not np.array_equal(got, want):
-            wrong = np.flatnonzero(got != want)
-            problems.append(f"n={n} {dtype}: wrong at {wrong.size} of {n} places, first at {wrong[0]}: "
-                            f"got {got[wrong[0]]}, want {want[wrong[0]]}")
+            problems.append(f"n={n} {dtype}: " + all_reduce_mistake(got, want, mine, world.size, world.rank))
         if n == 1200 and dtype == "float64":  # 9600 bytes: 1200 splits evenly over 2, 3 and 4 ranks
             bytes_sent = sent
         if not np.array_equal(mine, (np.arange(n) * 7 + world.rank * 1000 + 3).astype(dtype)):
@@ -604,11 +635,13 @@ for root in range(world.size):
     mine = np.full((2, 3), 10 * world.rank + root, dtype=np.int32)
     got = broadcast(mine, world, root=root)
     if not np.array_equal(got, np.full((2, 3), 10 * root + root)):
-        problems.append(f"broadcast from root {root}: got {got[0, 0]} everywhere, want rank {root}'s value {10 * root + root}")
+        problems.append(f"broadcast from root {root}: got {got[0, 0]}, want rank {root}'s value {10 * root + root}: "
+                        "broadcast from the wrong root (the root sends, every other rank receives from the root)")
 stacked = all_gather(np.array([world.rank, 100 + world.rank]), world)
 want = np.array([[r, 100 + r] for r in range(world.size)])
 if stacked.shape != want.shape or not np.array_equal(stacked, want):
-    problems.append(f"all_gather: got rows {stacked.tolist()}, want {want.tolist()} (row r is rank r's array)")
+    problems.append(f"all_gather: got rows {stacked.tolist()}, want {want.tolist()}: all-gather order, row r must "
+                    "be rank r's array")
 print("RESULT " + json.dumps({"rank": world.rank, "problems": problems}))
 """
 
@@ -697,9 +730,12 @@ def test_unit_bucket_parameters():
     got = bucket_parameters(params, 80)
     assert sorted(i for b in got for i in b) == [0, 1, 2, 3], (
         f"every parameter index in exactly one bucket, got {got}")
+    assert got[0][0] == 3, (
+        f"4 parameters, the first bucket starts with parameter {got[0][0]}: buckets go from the LAST parameter to "
+        f"the first (backward finishes the last layer first), got {got}")
     assert got == [[3, 2], [1, 0]], (
-        f"4 parameters of 40 bytes, bucket_bytes=80: want [[3, 2], [1, 0]] (last parameter first: backward "
-        f"finishes the last layer first), got {got}")
+        f"4 parameters of 40 bytes, bucket_bytes=80: want [[3, 2], [1, 0]], closing a bucket once it holds "
+        f">= bucket_bytes, got {got}")
     assert bucket_parameters(params, 1) == [[3], [2], [1], [0]], "bucket_bytes below one parameter: one per bucket"
     assert bucket_parameters(params, 10**9) == [[3, 2, 1, 0]], "bucket_bytes above the model: one bucket"
     print("bucket_parameters:", got)
@@ -956,13 +992,23 @@ mine = slice(6 * world.rank, 6 * (world.rank + 1))
 for x, y in batches:
     opt.zero_grad(); mse_loss(ddp(Tensor(x[mine])), Tensor(y[mine])).backward(); opt.step()
 gap = max(float(np.max(np.abs(p.data - q.data))) for p, q in zip(ddp.parameters(), single.parameters()))
-print("RESULT " + json.dumps({"rank": world.rank, "gap": gap}))
+# one backward on the first batch: the gradient must be the whole batch's (not N times it)
+whole, ddp_grads = model(0), model(0)
+mse_loss(whole(Tensor(batches[0][0])), Tensor(batches[0][1])).backward()
+check = DistributedDataParallel(ddp_grads, world, bucket_bytes=100)
+mse_loss(check(Tensor(batches[0][0][mine])), Tensor(batches[0][1][mine])).backward()
+ratio = float(np.median([np.median(p.grad.data / q.grad.data) for p, q in zip(ddp_grads.parameters(), whole.parameters())
+                         if np.all(q.grad.data != 0)]))
+print("RESULT " + json.dumps({"rank": world.rank, "gap": gap, "grad_ratio": ratio}))
 """
 
 
 def test_unit_ddp_matches_one_process():
     for ranks in (2,):  # 3 ranks in tests/21_distributed
         for row in run_on_ranks(DDP_TEST, ranks):
+            assert abs(row["grad_ratio"] - ranks) > 1e-6, (
+                f"{ranks} ranks, rank {row['rank']}: the gradients are {ranks}× the whole batch's: the sum over "
+                "ranks, not the mean (missing divide by N in _write_mean)")
             assert row["gap"] < 1e-10, (
                 f"{ranks} ranks, rank {row['rank']}: after 5 AdamW steps the weights differ from one process on "
                 f"the whole batch by {row['gap']:.3g}: check _write_mean (divide by the number of ranks) and "
@@ -1058,7 +1104,7 @@ def test_unit_shard_owners():
     got = shard_owners([100, 10, 60, 50], 2)
     assert got == [0, 0, 1, 1], (
         f"shard_owners([100, 10, 60, 50], 2) must be [0, 0, 1, 1] (largest first, each to the rank with the "
-        f"fewest bytes so far: 100→0, 60→1, 50→1, 10→0), got {got}")
+        f"fewest bytes so far: 100→0, 60→1, 50→1, 10→0), got {got}: wrong shard owner")
     assert shard_owners([8, 8, 8], 1) == [0, 0, 0], "one rank owns everything"
     assert sorted(shard_owners([4] * 6, 3)) == [0, 0, 1, 1, 2, 2], "six equal parameters over 3 ranks: two each"
     one = init_world()
@@ -1069,7 +1115,7 @@ def test_unit_shard_owners():
     plain.step()
     assert np.array_equal(p.data, q.data), (
         f"one process: ShardedOptimizer.step must be AdamW's step, got {p.data}, want {q.data}: "
-        "step self.optimizer (the own share), then broadcast each parameter from its owner")
+        "step the own share (self.optimizer.step()), then broadcast each parameter from its owner")
     print("shard_owners:", got, "| one-process step equals AdamW:", p.data)
 
 

@@ -8,7 +8,7 @@ from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.losses import mse_loss
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import OP_LISTENERS, Tensor
-from tinytorch.perf.distributed import (DistributedDataParallel, ShardedOptimizer, World, all_gather,
+from tinytorch.perf.distributed import (DistributedDataParallel, ShardedOptimizer, World, all_gather, all_reduce_mistake,
                                         broadcast, bucket_parameters, fit_alpha_beta, init_world,
                                         predict_ring_all_reduce_s, ring_all_reduce, shard_owners)
 
@@ -150,5 +150,22 @@ def test_sharded_optimizer_on_one_rank_is_adamw():
         p.grad = q.grad = Tensor(np.full((3, 2), step + 1.0))
         zero.step()
         plain.step()
-    np.testing.assert_array_equal(p.data, q.data)
+    assert np.array_equal(p.data, q.data), (
+        f"after 3 steps on one rank ShardedOptimizer gives {p.data.ravel()[:3]}, AdamW {q.data.ravel()[:3]}: "
+        "step the own share (self.optimizer.step()), then broadcast each parameter from its owner")
     assert zero.state_bytes() == plain.state_nbytes() == 2 * start.nbytes
+
+
+def test_all_reduce_mistake_names_the_classic_mistakes():
+    mine = np.arange(7.0)
+    want = 3 * mine  # three ranks; chunks of 7 over 3: [0, 2), [2, 4), [4, 7); rank 0 completes chunk 1
+    assert "nothing was summed" in all_reduce_mistake(mine, want, mine, 3, 0)
+    dropped = want.copy()
+    dropped[6] = mine[6]  # 7 // 3 = 2-element chunks leave element 6 out
+    assert "chunk off by one" in all_reduce_mistake(dropped, want, mine, 3, 0)
+    no_gather = mine.copy()
+    no_gather[2:4] = want[2:4]
+    assert "all-gather is missing" in all_reduce_mistake(no_gather, want, mine, 3, 0)
+    other = want.copy()
+    other[0] += 1
+    assert "wrong at 1 of 7 places, first at 0 (chunk 0)" in all_reduce_mistake(other, want, mine, 3, 0)

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from tinytorch.perf.distributed import all_gather, broadcast, init_world, ring_all_reduce
+from tinytorch.perf.distributed import all_gather, all_reduce_mistake, broadcast, init_world, ring_all_reduce
 
 world = init_world()
 N, rank = world.size, world.rank
@@ -20,34 +20,6 @@ def values(r, n, dtype):
     """Rank r's array: integers up to about 1e5, exact in every dtype; floats with fractions."""
     base = np.arange(n) * 7 + r * 1000 + 3
     return (base + 0.25 * (r + 1)).astype(dtype) if dtype.startswith("float") else base.astype(dtype)
-
-
-def bounds(n):
-    return [i * n // N for i in range(N + 1)]
-
-
-def diagnose(got, want, mine, n):
-    """What a wrong all-reduce most likely did, from which places are wrong."""
-    wrong = np.flatnonzero(got != want)
-    b = bounds(n)
-    own = (rank + 1) % N  # the chunk this rank completes in the reduce-scatter
-    tail = n - n % N
-    if np.array_equal(got, mine):
-        return "nothing was summed: the result is this rank's own array"
-    if n % N and set(wrong) <= set(range(b[N - 1], n)) and np.array_equal(got[:b[N - 1]], want[:b[N - 1]]):
-        return (f"only the last chunk is wrong: chunk off by one, the chunks must cover all {n} elements "
-                f"(bounds[i] = i·n // N, the last one n)")
-    if n % N and set(wrong) >= set(range(tail, n)) and len(wrong) == n - tail:
-        return (f"the last {n - tail} elements are wrong: chunk off by one, chunks of n // N drop the remainder "
-                f"(use bounds[i] = i·n // N)")
-    right_only_own = np.array_equal(got[b[own]:b[own + 1]], want[b[own]:b[own + 1]])
-    if right_only_own and len(wrong) == n - (b[own + 1] - b[own]):
-        return (f"only chunk {own}, the one this rank completes in the reduce-scatter, holds the sum: "
-                "the all-gather is missing or stores into the wrong chunk")
-    first = wrong[0]
-    chunk = next(i for i in range(N) if b[i] <= first < b[i + 1])
-    return (f"wrong at {wrong.size} of {n} places, first at {first} (chunk {chunk}): got {got[first]}, "
-            f"want {want[first]}; check which chunk each step sends and receives")
 
 
 problems, sent, digest = [], {}, hashlib.sha256()
@@ -71,7 +43,7 @@ for n in SIZES:
             problems.append(f"{label} returned {getattr(got, 'dtype', type(got))} {getattr(got, 'shape', '')}, "
                             f"want {dtype} {mine.shape}: same shape and dtype as the input")
         elif not np.array_equal(got, want):
-            problems.append(f"{label}: {diagnose(got, want, keep, n)}")
+            problems.append(f"{label}: {all_reduce_mistake(got, want, keep, N, rank)}")
         elif dtype.startswith("float"):
             digest.update(got.tobytes())
 

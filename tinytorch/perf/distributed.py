@@ -184,7 +184,7 @@ def ring_all_reduce(array: Any, world: World) -> np.ndarray:
         flat[receive] = world.sendrecv(flat[send], right, like=flat[receive], source=left)
     return flat.reshape(np.shape(array))
 
-# %% ../../modules/21_distributed/distributed_dev.py #7639fbcd
+# %% ../../modules/21_distributed/distributed_dev.py #cd05d2b8
 def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size: int, rank: int) -> str:
     """What a wrong all-reduce most likely did, from the places where `got` differs from `want`.
 
@@ -193,7 +193,7 @@ def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size
     """
     got, want, mine = (np.asarray(a).reshape(-1) for a in (got, want, mine))
     n = want.size
-    bounds = [i * n // size for i in range(size + 1)]
+    edges = [i * n // size for i in range(size + 1)]
     wrong = np.flatnonzero(got != want)
     tail = n - n % size
     completed = (rank + 1) % size  # the chunk this rank completes in the reduce-scatter
@@ -201,13 +201,13 @@ def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size
         return "nothing was summed: the result is this rank's own array"
     if n % size and np.array_equal(wrong, np.arange(tail, n)):
         return (f"the last {n - tail} elements are wrong: chunk off by one, chunks of n // N elements drop the "
-                f"remainder; use bounds[i] = i·n // N (the last one n)")
-    own = slice(bounds[completed], bounds[completed + 1])
+                f"remainder; use edges[i] = i·n // N (the last one n)")
+    own = slice(edges[completed], edges[completed + 1])
     if np.array_equal(got[own], want[own]) and wrong.size == n - (own.stop - own.start):
         return (f"only chunk {completed}, the one this rank completes in the reduce-scatter, holds the sum: the "
                 "all-gather is missing or stores into the wrong chunk")
     first = int(wrong[0])
-    chunk = next(i for i in range(size) if bounds[i] <= first < bounds[i + 1])
+    chunk = next(i for i in range(size) if edges[i] <= first < edges[i + 1])
     return (f"wrong at {wrong.size} of {n} places, first at {first} (chunk {chunk}): got {got[first]}, want "
             f"{want[first]}; check which chunk each step sends and receives")
 

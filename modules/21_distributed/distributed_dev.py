@@ -123,6 +123,18 @@ def _contiguous(array: Any) -> np.ndarray:
     return array if array.flags["C_CONTIGUOUS"] else np.ascontiguousarray(array)  # (which makes a 0-d array 1-d)
 
 
+def _named(err: Exception, expected: np.ndarray, source: int) -> Exception:
+    """MPI's "message truncated" said in the student's terms; any other error unchanged."""
+    from mpi4py import MPI
+
+    if isinstance(err, MPI.Exception) and err.Get_error_class() == MPI.ERR_TRUNCATE:
+        return RuntimeError(
+            f"rank {source} sent a longer message than the {expected.nbytes} bytes ({expected.shape} {expected.dtype}) "
+            f"this rank expected from it: the two ranks disagree on what this step moves; check which chunk each "
+            f"step sends and receives (both ranks must compute the same chunk boundaries).")
+    return err
+
+
 class World:
     """The processes of one run: `rank` (this one, 0..size-1), `size`, and messages between them.
 
@@ -172,7 +184,10 @@ class World:
                 raise RuntimeError("World.recv: nothing was sent; in a one-process world, send before you receive.")
             return self._mailbox.pop(0).reshape(like.shape).astype(like.dtype, copy=False)
         out = np.empty_like(like)
-        self.comm.Recv(out, source=source, tag=_TAG)
+        try:
+            self.comm.Recv(out, source=source, tag=_TAG)
+        except Exception as err:
+            raise _named(err, out, source) from err
         return out
 
     def sendrecv(self, array: Any, dest: int, like: Any, source: int) -> np.ndarray:
@@ -183,7 +198,10 @@ class World:
         if self.comm is None:
             return array.reshape(like.shape).astype(like.dtype, copy=True)
         out = np.empty_like(like)
-        self.comm.Sendrecv(array, dest=dest, sendtag=_TAG, recvbuf=out, source=source, recvtag=_TAG)
+        try:
+            self.comm.Sendrecv(array, dest=dest, sendtag=_TAG, recvbuf=out, source=source, recvtag=_TAG)
+        except Exception as err:
+            raise _named(err, out, source) from err
         return out
 
     def barrier(self) -> None:
@@ -416,11 +434,11 @@ def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size
     wrong = np.flatnonzero(got != want)
     tail = n - n % size
     completed = (rank + 1) % size  # the chunk this rank completes in the reduce-scatter
+    if n % size and np.array_equal(wrong, np.arange(tail, n)):
+        return (f"the last {n - tail} of {n} elements are wrong: chunk off by one, chunks of n // N elements drop "
+                f"the remainder; use bounds[i] = i·n // N (the last one n)")
     if np.array_equal(got, mine):
         return "nothing was summed: the result is this rank's own array"
-    if n % size and np.array_equal(wrong, np.arange(tail, n)):
-        return (f"the last {n - tail} elements are wrong: chunk off by one, chunks of n // N elements drop the "
-                f"remainder; use edges[i] = i·n // N (the last one n)")
     own = slice(edges[completed], edges[completed + 1])
     if np.array_equal(got[own], want[own]) and wrong.size == n - (own.stop - own.start):
         return (f"only chunk {completed}, the one this rank completes in the reduce-scatter, holds the sum: the "
@@ -569,13 +587,17 @@ for r in rows:
     print(f"{r['nbytes']:>10} bytes: ring measured {r['ring_s'] * 1e3:8.3f} ms, model {model_s * 1e3:8.3f} ms")
 
 # %% [markdown]
-# Read the table. At small sizes every method costs a few latencies, and MPI's own `Allreduce`
-# (written in C, one call) is ahead. At large sizes the time is bytes over bandwidth, and
-# with N = 2 the ring and "via rank 0" send the same bytes; their difference grows with N
-# (rank 0 sends (N−1) arrays, a ring rank 2(N−1)/N). Two processes on one machine "talk"
-# through shared memory, so β here is a memory copy: a network's β is larger, and its α much
-# larger. The ring's own bytes column says 2(N−1)/N of the array for every size a chunk split
-# evenly; the bytes per rank at N = 3 and 4, uneven sizes included, are in the tests.
+# Read the table. At small sizes every method costs a few latencies, so what counts is the
+# number of messages and the work around them: MPI's `Allreduce` is one call into C, your ring
+# makes 2(N−1) steps from Python. At large sizes the time is bytes over bandwidth; with N = 2
+# the ring and "via rank 0" send the same bytes, and their difference grows with N (rank 0
+# sends N−1 arrays, a ring rank 2(N−1)/N of one). Two processes on one machine talk through
+# shared memory, so β here is a memory copy; a network's β is larger, and its α much larger.
+# Where the model and the measurement disagree, look for what the model leaves out: the
+# additions of the reduce-scatter, Python's time per step, caches, and other programs on the
+# same cores (a busy machine makes every number here larger and noisier). The ring's bytes
+# column is 2(N−1)/N of the array for every size that splits evenly; the bytes per rank at
+# N = 3 and 4, uneven sizes included, are checked by the tests.
 
 # %% [markdown]
 # ## 4. Broadcast and all-gather

@@ -118,8 +118,9 @@ _TAG = 21  # every message of this module carries this tag
 def _contiguous(array: Any) -> np.ndarray:
     """`array` as a C-contiguous NumPy array (MPI sends raw memory)."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"the world sends NumPy arrays, got {type(array).__name__}; "
-                        "pass a Tensor's .data (and .get() a CuPy array first).")
+        kind = f"{type(array).__module__.split('.')[0]}.{type(array).__name__}"
+        raise TypeError(f"the world sends NumPy arrays, got a {kind}: pass a Tensor's .data; this module runs on "
+                        "the CPU (a CuPy array would have to be copied to the host with .get() first).")
     return array if array.flags["C_CONTIGUOUS"] else np.ascontiguousarray(array)  # (which makes a 0-d array 1-d)
 
 

@@ -24,7 +24,7 @@ from ..core.autograd import unbroadcast
 from ..core.layers import Module
 from ..core.tensor import OP_LISTENERS, GradMode, Tensor, as_int
 
-# %% ../../modules/21_distributed/distributed_dev.py #ca24d910
+# %% ../../modules/21_distributed/distributed_dev.py #9fa3ce0c
 _LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 _TAG = 21  # every message of this module carries this tag
 
@@ -32,8 +32,9 @@ _TAG = 21  # every message of this module carries this tag
 def _contiguous(array: Any) -> np.ndarray:
     """`array` as a C-contiguous NumPy array (MPI sends raw memory)."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"the world sends NumPy arrays, got {type(array).__name__}; "
-                        "pass a Tensor's .data (and .get() a CuPy array first).")
+        kind = f"{type(array).__module__.split('.')[0]}.{type(array).__name__}"
+        raise TypeError(f"the world sends NumPy arrays, got a {kind}: pass a Tensor's .data; this module runs on "
+                        "the CPU (a CuPy array would have to be copied to the host with .get() first).")
     return array if array.flags["C_CONTIGUOUS"] else np.ascontiguousarray(array)  # (which makes a 0-d array 1-d)
 
 

@@ -71,6 +71,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 
 # %%
 #| export
+import atexit
 import concurrent.futures
 import contextlib
 import math
@@ -211,6 +212,24 @@ class World:
             self.comm.Barrier()
 
 
+def _unlink_mpich_shared_memory_after_an_error() -> None:
+    """At exit after an uncaught exception (mpi4py then aborts every rank), remove the shared-memory
+    files of MPICH that this rank still maps: an aborted run never reaches MPI_Finalize, which would
+    remove them, and each one left in /dev/shm holds a few MB of memory until the machine restarts.
+    The other ranks keep their own mappings; they are being aborted anyway."""
+    if getattr(sys, "last_value", None) is None:  # a normal exit: MPI_Finalize cleans up
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "/dev/shm/mpich_shm_" in line}
+    except OSError:  # no /proc (not Linux): nothing to find
+        return
+    for path in paths:
+        if not path.endswith("(deleted)"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def _under_launcher() -> bool:
     return "mpi4py.MPI" in sys.modules or any(name in os.environ for name in _LAUNCHER_VARIABLES)
 
@@ -228,6 +247,7 @@ def init_world() -> World:
     comm = MPI.COMM_WORLD
     if comm.Get_size() == 1:
         return World(None)
+    atexit.register(_unlink_mpich_shared_memory_after_an_error)  # runs before mpi4py's own exit handler
     return World(comm, threads_ok=MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
 
 # %% [markdown]

@@ -1,10 +1,13 @@
 """Module 21 on 2, 3 and 4 MPI ranks (through `tito run`'s launcher, time-limited): the collectives
 equal the sum for every size and dtype, the ring's bytes per rank, DDP against one process, no_sync,
-ZeRO-1 against AdamW, and a failing rank that fails the run instead of hanging it."""
+ZeRO-1 against AdamW. (A failing rank that fails the run instead of hanging it: the launcher's own
+tests, tests/tito/test_run_ranks.py, with a program of this folder. MPICH's launcher leaves a file in
+/tmp after an aborted run, which `tito grade`'s sandbox counts against the module, so the graded
+tests abort nothing on purpose.)"""
 import numpy as np
 import pytest
 
-from distributed_ranks import launch, problems, requires_mpi, results_of
+from distributed_ranks import problems, requires_mpi, results_of
 from tinytorch.core.layers import Linear
 from tinytorch.core.losses import mse_loss
 from tinytorch.core.optimizers import AdamW
@@ -112,11 +115,3 @@ def test_zero1_equals_adamw_with_a_share_of_the_state(ranks):
     load = [sum(s for s, o in zip(rows[0]["sizes"], owners) if o == r) for r in range(ranks)]
     assert max(load) - min(load) <= max(rows[0]["sizes"]), f"unbalanced shares {load} (bytes per rank)"
 
-
-def test_a_failing_rank_fails_the_run_quickly():
-    result = launch("failing", 2)
-    assert result.returncode != 0 and not result.timed_out, (
-        f"rank 1 raised while rank 0 waited for it: the run must fail (exit {result.returncode}, "
-        f"timed out: {result.timed_out})")
-    assert "rank 1 fails on purpose" in result.output
-    assert result.seconds < 60, f"the failure took {result.seconds:.0f} s to end the run"

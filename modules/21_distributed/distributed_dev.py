@@ -268,7 +268,9 @@ print("a message to myself:", world.recv(np.zeros(3), 0), "| bytes sent so far:"
 # received from their left neighbour in a ring. What does rank 0 receive?
 
 # %%
+import atexit
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -278,6 +280,7 @@ from tinytorch.core.losses import mse_loss
 from tinytorch.core.optimizers import AdamW
 
 SCRATCH = Path(tempfile.mkdtemp(prefix="tinytorch-21-"))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)  # the scratch programs go when this kernel ends
 
 
 def run_on_ranks(program: str, ranks: int, *args: str, timeout_s: float = 120) -> list:

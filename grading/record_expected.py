@@ -1,35 +1,270 @@
-"""Record the reference's results for every hidden test: `python grading/record_expected.py [NN ...]`.
+"""Record the reference's values for the graded cases: `python grading/record_expected.py [NN ...]`.
 
-Run it from the reference edition after changing a hidden test or a module's reference
-solution; it imports each `grading/NN_name/test_hidden_*.py` against the package of this
-checkout and rewrites the `.npz` beside it. The tests of tito (`tests/tito/test_grade_course.py`)
-prove that the reference scores full marks against these values.
+Run it from the reference edition after changing a module's cases or its reference solution.
+
+* `grading/NN_name/cases.py` (the graded cases, format in reference_values.py): the cases are
+  computed on the package of this checkout and written to `grading/NN_name/expected.npz`
+  (keys "case/label"). Then every mistake of `modules/NN_name/mistakes.toml` is made in a
+  scratch copy of the course (tito/mistakes.py applies it, tito/export.py exports it there),
+  the cases are computed on that package in a subprocess, and the values go to
+  `grading/NN_name/mistakes.npz` (keys "mistake/case/label"). A case that raises records
+  "case/(raised)" = the exception's type name; a run that does not finish in
+  MISTAKE_TIMEOUT_S records "(run)/(timed out)". The tool prints, per module, each mistake
+  whose values equal the reference's on every case (the cases cannot tell it apart) and
+  exits 1 if there is any: add a case that catches it.
+* `grading/NN_name/test_hidden_*.py` (the older hidden tests): their values go to the `.npz`
+  beside the file, as before.
+
+Nothing in the working tree changes but those .npz files (written atomically); the scratch
+copy is removed at the end, whatever happens.
 """
 from __future__ import annotations
 
 import importlib.util
+import io
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+CASES_FILE = "cases.py"
+EXPECTED_FILE = "expected.npz"
+MISTAKES_FILE = "mistakes.npz"
+RAISED = "(raised)"  # label recorded when a case raises: the exception's type name
+TIMED_OUT = "(run)/(timed out)"  # key recorded when the cases of a mistake do not finish in time
+MISTAKE_TIMEOUT_S = 120
 
 
-def main(selected: list[str]) -> int:
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+def load_cases(folder: Path) -> dict:
+    """The CASES of `folder/cases.py`, imported against whichever tinytorch sys.path finds first."""
+    path = folder / CASES_FILE
+    spec = importlib.util.spec_from_file_location(f"cases_{folder.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+def compute_all(folder: Path, strict: bool) -> dict[str, np.ndarray]:
+    """Every case of `folder` as {"case/label": array}; a case that raises gives "case/(raised)".
+
+    `strict` (the reference): a raising case is an error in the case, so it propagates.
+    """
+    from reference_values import compute
+
+    try:
+        cases = load_cases(folder)
+    except Exception as err:  # noqa: BLE001 - a mistake that breaks the import is a value too
+        if strict:
+            raise
+        return {f"(import)/{RAISED}": np.asarray(type(err).__name__)}
+    values: dict[str, np.ndarray] = {}
+    for name, case in cases.items():
+        try:
+            values.update(compute(name, case))
+        except Exception as err:  # noqa: BLE001 - what the mistake makes the case raise is its value
+            if strict:
+                raise
+            values[f"{name}/{RAISED}"] = np.asarray(type(err).__name__)
+    return values
+
+
+def npz_bytes(values: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **values)
+    return buffer.getvalue()
+
+
+def save(path: Path, values: dict[str, np.ndarray]) -> None:
+    from tinytorch.files import atomic_write
+
+    with atomic_write(path, "wb") as stream:
+        stream.write(npz_bytes(values))
+
+
+def load(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as stored:
+        return {key: stored[key] for key in stored.files}
+
+
+def run_cases(package_root: Path, folder: Path, scratch: Path, timeout_s: float) -> dict[str, np.ndarray]:
+    """The cases of `folder` computed in a fresh Python whose tinytorch is `package_root`'s."""
+    out = scratch / f"values-{folder.name}.npz"
+    command = [sys.executable, str(Path(__file__)), "--compute", str(folder), str(package_root), str(out)]
+    try:
+        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {TIMED_OUT: np.asarray(True)}
+    if done.returncode != 0:
+        raise RuntimeError(f"computing the cases of {folder.name} on {package_root} failed:\n{done.stderr[-3000:]}")
+    values = load(out)
+    out.unlink()
+    return values
+
+
+def compute_main(folder: str, package_root: str, out: str, strict: bool) -> int:
+    """The subprocess: `package_root` first on sys.path, so its tinytorch is the one imported."""
+    sys.path[:0] = [package_root, str(HERE)]
+    import tinytorch
+
+    where = Path(tinytorch.__file__).resolve()
+    if not where.is_relative_to(Path(package_root).resolve()):
+        raise RuntimeError(f"imported tinytorch from {where}, not from {package_root}")
+    values = compute_all(Path(folder), strict)
+    Path(out).write_bytes(npz_bytes(values))
+    return 0
+
+
+def differs(case: tuple, reference: dict[str, np.ndarray], produced: dict[str, np.ndarray]) -> bool:
+    """Whether `produced` (one case's "case/label" values) is not what the reference gave, within tolerance."""
+    from reference_values import DEFAULT_TOLERANCE
+
+    if set(reference) != set(produced):
+        return True
+    tolerance = {**DEFAULT_TOLERANCE, **(case[2] if len(case) > 2 else {})}
+    for key, expected in reference.items():
+        got = produced[key]
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            return True
+        if expected.dtype.kind in "fc":
+            if not np.isclose(got, expected, **tolerance, equal_nan=True).all():
+                return True
+        elif not np.array_equal(got, expected):
+            return True
+    return False
+
+
+def untold_mistakes(cases: dict, expected: dict[str, np.ndarray], mistakes: dict[str, np.ndarray],
+                    names: list[str]) -> list[str]:
+    """The mistakes whose values equal the reference's on every case."""
+    untold = []
+    for mistake in names:
+        prefix = mistake + "/"
+        produced = {k[len(prefix):]: v for k, v in mistakes.items() if k.startswith(prefix)}
+        if TIMED_OUT in produced or any(k.startswith("(import)/") for k in produced):
+            continue
+        if any(k.split("/", 1)[0] not in cases for k in produced):
+            continue  # a key no case makes: told apart
+        told = False
+        for name, case in cases.items():
+            own = {k: v for k, v in expected.items() if k.startswith(name + "/")}
+            theirs = {k: v for k, v in produced.items() if k.startswith(name + "/")}
+            if differs(case, own, theirs):
+                told = True
+                break
+        if not told:
+            untold.append(mistake)
+    return untold
+
+
+def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
+    """expected.npz and mistakes.npz for one module; returns the mistakes the cases do not tell apart."""
+    from tito.course import list_modules
+    from tito.export import export_modules
+    from tito.mistakes import load_catalogue
+    from tito.notebook import NotebookError, read_text
+
+    expected = _reference(folder, scratch)
+    save(folder / EXPECTED_FILE, expected)
+    print(f"{(folder / EXPECTED_FILE).relative_to(ROOT)}: {len({k.split('/')[0] for k in expected})} case(s), "
+          f"{len(expected)} value(s)")
+    [module] = [m for m in list_modules(settings) if m.key == folder.name]
+    [copied] = [m for m in list_modules(course) if m.key == folder.name]
+    catalogue = load_catalogue(module)
+    if not catalogue:
+        return []
+    original = read_text(module.notebook)
+    values: dict[str, np.ndarray] = {}
+    try:
+        for mistake in catalogue:
+            try:
+                export_modules(course, [copied], texts={copied.key: mistake.apply(original)})
+            except NotebookError:
+                values[f"{mistake.name}/(import)/{RAISED}"] = np.asarray("NotebookError")
+                continue
+            produced = run_cases(course.root, folder, scratch, MISTAKE_TIMEOUT_S)
+            values.update({f"{mistake.name}/{k}": v for k, v in produced.items()})
+    finally:
+        export_modules(course, [copied], texts={copied.key: original})  # the next module sees the reference
+    save(folder / MISTAKES_FILE, values)
+    cases = load_cases(folder)
+    untold = untold_mistakes(cases, expected, values, [m.name for m in catalogue])
+    print(f"{(folder / MISTAKES_FILE).relative_to(ROOT)}: {len(catalogue)} mistake(s), "
+          f"{len(catalogue) - len(untold)} told apart")
+    for name in untold:
+        print(f"  NOT TOLD APART: {name}")
+    return untold
+
+
+def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
+    """The reference's values, computed twice in fresh processes: a case must give the same values each time."""
+    first, second = (_strict_run(folder, scratch) for _ in range(2))
+    if set(first) != set(second) or any(not np.array_equal(first[k], second[k], equal_nan=first[k].dtype.kind in "fc")
+                                        for k in first):
+        changed = sorted(k for k in first if k not in second or not np.array_equal(first[k], second[k]))
+        raise RuntimeError(f"{folder.name}: the cases are not deterministic; these values changed between two "
+                           f"runs: {changed[:10]}")
+    return first
+
+
+def _strict_run(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
+    out = scratch / f"reference-{folder.name}.npz"
+    command = [sys.executable, str(Path(__file__)), "--compute-strict", str(folder), str(ROOT), str(out)]
+    done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"a case of {folder.name} fails on the reference:\n{done.stderr[-5000:]}")
+    values = load(out)
+    out.unlink()
+    return values
+
+
+def record_hidden_tests(files: list[Path]) -> None:
+    """The older format: test_hidden_*.py, its values beside it."""
     from reference_values import record
 
-    files = sorted(HERE.glob("[0-9][0-9]_*/test_hidden_*.py"))
-    if selected:
-        files = [f for f in files if any(f.parent.name.startswith(s) for s in selected)]
     for path in files:
         spec = importlib.util.spec_from_file_location(f"hidden_{path.parent.name}_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         written = record(module.CASES, path)
         print(f"{written.relative_to(ROOT)}: {len(module.CASES)} case(s)")
-    return 0
+
+
+def main(selected: list[str]) -> int:
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+
+    def chosen(folder: Path) -> bool:
+        return not selected or any(folder.name.startswith(s) for s in selected)
+
+    record_hidden_tests([f for f in sorted(HERE.glob("[0-9][0-9]_*/test_hidden_*.py")) if chosen(f.parent)])
+    folders = [f.parent for f in sorted(HERE.glob(f"[0-9][0-9]_*/{CASES_FILE}")) if chosen(f.parent)]
+    if not folders:
+        return 0
+    from tito.course import load_settings
+    from tito.release import copy_course
+
+    settings = load_settings(ROOT)
+    untold: dict[str, list[str]] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="record-expected-"))
+    try:
+        copy_course(settings, scratch / "course", {}, with_package=True)
+        course = load_settings(scratch / "course")
+        for folder in folders:
+            missed = record_module(folder, scratch, course, settings)
+            if missed:
+                untold[folder.name] = missed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for module, names in untold.items():
+        print(f"{module}: {len(names)} mistake(s) the cases do not tell apart: {', '.join(names)}")
+    return 1 if untold else 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["--compute"], ["--compute-strict"]):
+        sys.exit(compute_main(*sys.argv[2:5], strict=sys.argv[1] == "--compute-strict"))
     sys.exit(main(sys.argv[1:]))

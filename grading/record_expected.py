@@ -138,27 +138,23 @@ def differs(case: tuple, reference: dict[str, np.ndarray], produced: dict[str, n
     return False
 
 
-def untold_mistakes(cases: dict, expected: dict[str, np.ndarray], mistakes: dict[str, np.ndarray],
-                    names: list[str]) -> list[str]:
-    """The mistakes whose values equal the reference's on every case."""
-    untold = []
+def telling_cases(cases: dict, expected: dict[str, np.ndarray], mistakes: dict[str, np.ndarray],
+                  names: list[str]) -> dict[str, list[str]]:
+    """{mistake: the cases whose values differ from the reference's}; [] for a mistake no case tells apart.
+
+    A mistake whose cases did not finish, or whose cases file did not import, is told apart
+    by that: "(run)" or "(import)".
+    """
+    found = {}
     for mistake in names:
         prefix = mistake + "/"
         produced = {k[len(prefix):]: v for k, v in mistakes.items() if k.startswith(prefix)}
-        if TIMED_OUT in produced or any(k.startswith("(import)/") for k in produced):
-            continue
-        if any(k.split("/", 1)[0] not in cases for k in produced):
-            continue  # a key no case makes: told apart
-        told = False
-        for name, case in cases.items():
-            own = {k: v for k, v in expected.items() if k.startswith(name + "/")}
-            theirs = {k: v for k, v in produced.items() if k.startswith(name + "/")}
-            if differs(case, own, theirs):
-                told = True
-                break
-        if not told:
-            untold.append(mistake)
-    return untold
+        special = sorted({k.split("/", 1)[0] for k in produced if k.split("/", 1)[0] not in cases})
+        found[mistake] = special + [
+            name for name, case in cases.items()
+            if differs(case, {k: v for k, v in expected.items() if k.startswith(name + "/")},
+                       {k: v for k, v in produced.items() if k.startswith(name + "/")})]
+    return found
 
 
 def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
@@ -192,11 +188,12 @@ def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
         export_modules(course, [copied], texts={copied.key: original})  # the next module sees the reference
     save(folder / MISTAKES_FILE, values)
     cases = load_cases(folder)
-    untold = untold_mistakes(cases, expected, values, [m.name for m in catalogue])
+    telling = telling_cases(cases, expected, values, [m.name for m in catalogue])
+    untold = [name for name, by in telling.items() if not by]
     print(f"{(folder / MISTAKES_FILE).relative_to(ROOT)}: {len(catalogue)} mistake(s), "
           f"{len(catalogue) - len(untold)} told apart")
-    for name in untold:
-        print(f"  NOT TOLD APART: {name}")
+    for name, by in telling.items():
+        print(f"  {name}: " + (", ".join(by) if by else "NOT TOLD APART (add a case that catches it)"))
     return untold
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -92,12 +93,21 @@ def load(path: Path) -> dict[str, np.ndarray]:
         return {key: stored[key] for key in stored.files}
 
 
+def fresh_python_env(hash_seed: int) -> dict[str, str]:
+    """The environment of a case run: ours, with Python's string hashing fixed to `hash_seed`.
+
+    A mistake that iterates a set (e.g. list(set(text))) then records the same values on
+    every recording, so mistakes.npz changes only when the code does."""
+    return {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+
+
 def run_cases(package_root: Path, folder: Path, scratch: Path, timeout_s: float) -> dict[str, np.ndarray]:
     """The cases of `folder` computed in a fresh Python whose tinytorch is `package_root`'s."""
     out = scratch / f"values-{folder.name}.npz"
     command = [sys.executable, str(Path(__file__)), "--compute", str(folder), str(package_root), str(out)]
     try:
-        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=timeout_s,
+                              env=fresh_python_env(0))
     except subprocess.TimeoutExpired:
         return {TIMED_OUT: np.asarray(True)}
     if done.returncode != 0:
@@ -199,11 +209,12 @@ def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
 
 
 def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
-    """The reference's values, computed twice in fresh processes: a case must give the same values each time."""
+    """The reference's values, computed twice in fresh processes with different string hashing:
+    a case must give the same values each time (no timing, no unseeded randomness, no set order)."""
     start = time.perf_counter()
-    first = _strict_run(folder, scratch)
+    first = _strict_run(folder, scratch, hash_seed=1)
     print(f"{folder.name}: the cases ran in {time.perf_counter() - start:.1f} s (a fresh Python, imports included)")
-    second = _strict_run(folder, scratch)
+    second = _strict_run(folder, scratch, hash_seed=2)
     if set(first) != set(second) or any(not np.array_equal(first[k], second[k], equal_nan=first[k].dtype.kind in "fc")
                                         for k in first):
         changed = sorted(k for k in first if k not in second or not np.array_equal(first[k], second[k]))
@@ -212,10 +223,11 @@ def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
     return first
 
 
-def _strict_run(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
+def _strict_run(folder: Path, scratch: Path, hash_seed: int) -> dict[str, np.ndarray]:
     out = scratch / f"reference-{folder.name}.npz"
     command = [sys.executable, str(Path(__file__)), "--compute-strict", str(folder), str(ROOT), str(out)]
-    done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=600,
+                          env=fresh_python_env(hash_seed))
     if done.returncode != 0:
         raise RuntimeError(f"a case of {folder.name} fails on the reference:\n{done.stderr[-5000:]}")
     values = load(out)

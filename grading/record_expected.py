@@ -38,7 +38,8 @@ CASES_FILE = "cases.py"
 EXPECTED_FILE = "expected.npz"
 MISTAKES_FILE = "mistakes.npz"
 RAISED = "(raised)"  # label recorded when a case raises: the exception's type name
-TIMED_OUT = "(run)/(timed out)"  # key recorded when the cases of a mistake do not finish in time
+TIMED_OUT = "(run)/(timed out)"
+NOT_AN_ARRAY = "(not a plain array)"  # recorded for a value a mistake made ragged or an object  # key recorded when the cases of a mistake do not finish in time
 MISTAKE_TIMEOUT_S = 120
 
 
@@ -72,6 +73,12 @@ def compute_all(folder: Path, strict: bool) -> dict[str, np.ndarray]:
             if strict:
                 raise
             values[f"{name}/{RAISED}"] = np.asarray(type(err).__name__)
+    for key, value in values.items():
+        if value.dtype.hasobject:  # not storable without pickle: a ragged list, a None, an object
+            if strict:
+                raise TypeError(f"case value {key} is not a plain array (dtype object): return numbers, "
+                                "strings, bools or arrays")
+            values[key] = np.asarray(NOT_AN_ARRAY)
     return values
 
 

@@ -3,20 +3,23 @@
 Run it from the reference edition after changing a module's cases or its reference solution.
 
 * `grading/NN_name/cases.py` (the graded cases, format in reference_values.py): the cases are
-  computed on the package of this checkout and written to `grading/NN_name/expected.npz`
-  (keys "case/label"). Then every mistake of `modules/NN_name/mistakes.toml` is made in a
-  scratch copy of the course (tito/mistakes.py applies it, tito/export.py exports it there),
-  the cases are computed on that package in a subprocess, and the values go to
-  `grading/NN_name/mistakes.npz` (keys "mistake/case/label"). A case that raises records
-  "case/(raised)" = the exception's type name; a run that does not finish in
-  MISTAKE_TIMEOUT_S records "(run)/(timed out)". The tool prints, per module, each mistake
-  whose values equal the reference's on every case (the cases cannot tell it apart) and
-  exits 1 if there is any: add a case that catches it.
+  computed on the package of this checkout, twice, in fresh Pythons with different string
+  hashing (a value that changes is an error: the cases must be deterministic), and written
+  to `grading/NN_name/expected.npz` (keys "case/label"). Then every mistake of
+  `modules/NN_name/mistakes.toml` is made in one scratch copy of the course (tito/mistakes.py
+  applies it, tito/export.py exports that module there), the cases are computed on that
+  package in a subprocess (PYTHONHASHSEED=0, 4 GiB of address space, MISTAKE_TIMEOUT_S), and
+  the values go to `grading/NN_name/mistakes.npz` (keys "mistake/case/label"). A case that
+  raises records "case/(raised)" = the exception's type name; a run that does not finish
+  records "(run)/(timed out)", one that dies "(run)/(crashed)". The tool prints, per module,
+  which cases tell each mistake apart from the reference, and exits 1 if a mistake equals the
+  reference on every case: add a case that catches it. (A mistake that draws unseeded random
+  numbers or reads the real clock records other values on every recording.)
 * `grading/NN_name/test_hidden_*.py` (the older hidden tests): their values go to the `.npz`
   beside the file, as before.
 
-Nothing in the working tree changes but those .npz files (written atomically); the scratch
-copy is removed at the end, whatever happens.
+Nothing in the working tree changes but those .npz files (written atomically; no bytecode
+is written); the scratch copy is removed at the end, whatever happens.
 """
 from __future__ import annotations
 
@@ -38,9 +41,13 @@ CASES_FILE = "cases.py"
 EXPECTED_FILE = "expected.npz"
 MISTAKES_FILE = "mistakes.npz"
 RAISED = "(raised)"  # label recorded when a case raises: the exception's type name
-TIMED_OUT = "(run)/(timed out)"
-NOT_AN_ARRAY = "(not a plain array)"  # recorded for a value a mistake made ragged or an object  # key recorded when the cases of a mistake do not finish in time
+TIMED_OUT = "(run)/(timed out)"  # key recorded when the cases of a mistake do not finish in time
+CRASHED = "(run)/(crashed)"  # key recorded when the Python running them dies (its exit status)
+NOT_AN_ARRAY = "(not a plain array)"  # recorded for a value a mistake made ragged or an object
 MISTAKE_TIMEOUT_S = 120
+REFERENCE_TIMEOUT_S = 600
+MISTAKE_MEMORY_BYTES = 4 * 2**30  # address space of a mistake's run: a runaway allocation fails there, not here
+WRONG_PACKAGE = 3  # exit status of a case run that imported another tinytorch than it was given: a fault of this tool
 
 
 def load_cases(folder: Path) -> dict:
@@ -101,24 +108,37 @@ def load(path: Path) -> dict[str, np.ndarray]:
 
 
 def fresh_python_env(hash_seed: int) -> dict[str, str]:
-    """The environment of a case run: ours, with Python's string hashing fixed to `hash_seed`.
+    """The environment of a case run: ours, with Python's string hashing fixed to `hash_seed`
+    and no bytecode written (the cases files are read from the working tree, never written).
 
     A mistake that iterates a set (e.g. list(set(text))) then records the same values on
     every recording, so mistakes.npz changes only when the code does."""
-    return {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+    return {**os.environ, "PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def run_cases(package_root: Path, folder: Path, scratch: Path, timeout_s: float) -> dict[str, np.ndarray]:
-    """The cases of `folder` computed in a fresh Python whose tinytorch is `package_root`'s."""
+def run_cases(folder: Path, package_root: Path, scratch: Path, *, strict: bool,
+              hash_seed: int = 0) -> dict[str, np.ndarray]:
+    """The cases of `folder` computed in a fresh Python whose tinytorch is `package_root`'s.
+
+    strict (the reference, run from this checkout): any failure is an error in the cases,
+    raised with the case's traceback. Otherwise (a mistake, run from the scratch copy): a
+    run that times out or dies is recorded as such, a value like any other.
+    """
     out = scratch / f"values-{folder.name}.npz"
-    command = [sys.executable, str(Path(__file__)), "--compute", str(folder), str(package_root), str(out)]
+    mode = "--compute-strict" if strict else "--compute"
+    command = [sys.executable, str(Path(__file__)), mode, str(folder), str(package_root), str(out)]
     try:
-        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=timeout_s,
-                              env=fresh_python_env(0))
+        done = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
+                              timeout=REFERENCE_TIMEOUT_S if strict else MISTAKE_TIMEOUT_S,
+                              env=fresh_python_env(hash_seed))
     except subprocess.TimeoutExpired:
+        if strict:
+            raise RuntimeError(f"the cases of {folder.name} ran past {REFERENCE_TIMEOUT_S} s on the reference") from None
         return {TIMED_OUT: np.asarray(True)}
+    if done.returncode == WRONG_PACKAGE or (done.returncode != 0 and strict):
+        raise RuntimeError(f"computing the cases of {folder.name} on {package_root} failed:\n{done.stderr[-5000:]}")
     if done.returncode != 0:
-        raise RuntimeError(f"computing the cases of {folder.name} on {package_root} failed:\n{done.stderr[-3000:]}")
+        return {CRASHED: np.asarray(done.returncode)}
     values = load(out)
     out.unlink()
     return values
@@ -127,11 +147,19 @@ def run_cases(package_root: Path, folder: Path, scratch: Path, timeout_s: float)
 def compute_main(folder: str, package_root: str, out: str, strict: bool) -> int:
     """The subprocess: `package_root` first on sys.path, so its tinytorch is the one imported."""
     sys.path[:0] = [package_root, str(HERE)]
+    if not strict:
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (MISTAKE_MEMORY_BYTES, MISTAKE_MEMORY_BYTES))
+        except (ImportError, ValueError, OSError):  # not Linux, or a lower limit already set: keep it
+            pass
     import tinytorch
 
     where = Path(tinytorch.__file__).resolve()
     if not where.is_relative_to(Path(package_root).resolve()):
-        raise RuntimeError(f"imported tinytorch from {where}, not from {package_root}")
+        print(f"imported tinytorch from {where}, not from {package_root}", file=sys.stderr)
+        return WRONG_PACKAGE
     values = compute_all(Path(folder), strict)
     Path(out).write_bytes(npz_bytes(values))
     return 0
@@ -200,7 +228,7 @@ def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
             except NotebookError:
                 values[f"{mistake.name}/(import)/{RAISED}"] = np.asarray("NotebookError")
                 continue
-            produced = run_cases(course.root, folder, scratch, MISTAKE_TIMEOUT_S)
+            produced = run_cases(folder, course.root, scratch, strict=False)
             values.update({f"{mistake.name}/{k}": v for k, v in produced.items()})
     finally:
         export_modules(course, [copied], texts={copied.key: original})  # the next module sees the reference
@@ -219,27 +247,16 @@ def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
     """The reference's values, computed twice in fresh processes with different string hashing:
     a case must give the same values each time (no timing, no unseeded randomness, no set order)."""
     start = time.perf_counter()
-    first = _strict_run(folder, scratch, hash_seed=1)
+    first = run_cases(folder, ROOT, scratch, strict=True, hash_seed=1)
     print(f"{folder.name}: the cases ran in {time.perf_counter() - start:.1f} s (a fresh Python, imports included)")
-    second = _strict_run(folder, scratch, hash_seed=2)
-    if set(first) != set(second) or any(not np.array_equal(first[k], second[k], equal_nan=first[k].dtype.kind in "fc")
-                                        for k in first):
-        changed = sorted(k for k in first if k not in second or not np.array_equal(first[k], second[k]))
+    second = run_cases(folder, ROOT, scratch, strict=True, hash_seed=2)
+    changed = sorted(k for k in first.keys() | second.keys()
+                     if k not in first or k not in second
+                     or not np.array_equal(first[k], second[k], equal_nan=first[k].dtype.kind in "fc"))
+    if changed:
         raise RuntimeError(f"{folder.name}: the cases are not deterministic; these values changed between two "
                            f"runs: {changed[:10]}")
     return first
-
-
-def _strict_run(folder: Path, scratch: Path, hash_seed: int) -> dict[str, np.ndarray]:
-    out = scratch / f"reference-{folder.name}.npz"
-    command = [sys.executable, str(Path(__file__)), "--compute-strict", str(folder), str(ROOT), str(out)]
-    done = subprocess.run(command, cwd=scratch, capture_output=True, text=True, timeout=600,
-                          env=fresh_python_env(hash_seed))
-    if done.returncode != 0:
-        raise RuntimeError(f"a case of {folder.name} fails on the reference:\n{done.stderr[-5000:]}")
-    values = load(out)
-    out.unlink()
-    return values
 
 
 def record_hidden_tests(files: list[Path]) -> None:
@@ -256,6 +273,12 @@ def record_hidden_tests(files: list[Path]) -> None:
 
 def main(selected: list[str]) -> int:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
+    graded = sorted(f.name for f in HERE.glob("[0-9][0-9]_*") if f.is_dir())
+    unknown = [s for s in selected if not any(name.startswith(s) for name in graded)]
+    if unknown:
+        print(f"record_expected.py: no graded module starts with {', '.join(map(repr, unknown))}; "
+              f"give module numbers or names from: {', '.join(graded)}", file=sys.stderr)
+        return 2
 
     def chosen(folder: Path) -> bool:
         return not selected or any(folder.name.startswith(s) for s in selected)

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Dropout, Linear, Sequential
@@ -18,15 +19,6 @@ from tinytorch.core.optimizers import SGD, Adam
 from tinytorch.core.tensor import Tensor
 from tinytorch.core.training import (CosineWarmupLR, StepLR, Trainer, accuracy, clip_grad_norm, load_checkpoint,
                                      save_checkpoint)
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 def with_grads(rng, *shapes, dtype=np.float64, scale=1.0):

@@ -4,18 +4,10 @@ A shuffled order is np.random.default_rng([seed, epoch]).permutation(n) by contr
 the orders of seeded loaders are exact values. Format: grading/reference_values.py.
 """
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.tensor import Tensor
 from tinytorch.data.loader import DataLoader, Dataset, TensorDataset, collate
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 def numbered(n, rng):

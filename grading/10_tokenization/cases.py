@@ -9,19 +9,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from reference_values import raised
 
 from tinytorch.text.tokenization import BPETokenizer, CharTokenizer, count_pairs, merge_pair, merge_positions
 
 WORDS = ["aaaa", "zzz", "the", "then", "über", "café", "日本", "aa", "ab", "ba", "naïve", "zz", "a"]
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 def seeded_text(rng, words):

@@ -11,6 +11,7 @@ import tracemalloc
 from contextlib import contextmanager
 
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.activations import relu
 from tinytorch.core.autograd import no_grad
@@ -21,15 +22,6 @@ from tinytorch.perf.profiling import (FakeClock, Profiler, Timing, count_flops, 
                                       measure_latency, peak_memory, record_function)
 
 MIB = 2**20
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 @contextmanager

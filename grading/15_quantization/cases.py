@@ -6,6 +6,7 @@ points, values past the clamp and many random float64 values (the float32 roundi
 rules change a few integers there). Format: grading/reference_values.py.
 """
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.layers import Linear, Module, Sequential
 from tinytorch.core.tensor import Tensor
@@ -13,15 +14,6 @@ from tinytorch.perf.quantization import (MinMaxObserver, PercentileObserver, Per
                                          QuantizedLinear, calculate_qparams, dequantize, integer_matmul, pack_int4,
                                          quantize_model, quantize_per_channel, quantize_per_tensor, unpack_int4)
 from tinytorch.text.embeddings import Embedding
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 def _ties_and_clamps(rng):

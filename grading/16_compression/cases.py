@@ -5,6 +5,7 @@ Weights hold ties, negatives and layers of different scales; counts like 3.78 we
 the rounding; gradients are float64. Format: grading/reference_values.py.
 """
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.optimizers import SGD
@@ -14,15 +15,6 @@ from tinytorch.perf.compression import (choose_rank, cubic_sparsity, distillatio
                                         magnitude_mask, mlp_unit_importance, prune_global, prune_gradually,
                                         prune_magnitude, prune_mlp_units, prune_mlps, remove_pruning, sparsity,
                                         storage_bytes, to_csr)
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 def _magnitude_mask(rng):

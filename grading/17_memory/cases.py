@@ -6,6 +6,7 @@ the reference gives equal values, a mistake does not. Gradients in float64.
 Format: grading/reference_values.py.
 """
 import numpy as np
+from reference_values import raised
 
 from tinytorch.core.activations import tanh
 from tinytorch.core.autograd import no_grad
@@ -15,15 +16,6 @@ from tinytorch.core.tensor import Autocast, Tensor
 from tinytorch.models.transformer import LayerKVCache, TransformerBlock
 from tinytorch.perf.memory import (CheckpointedBlock, GradScaler, autocast, checkpoint, kv_cache_bytes,
                                    training_memory)
-
-
-def raised(function, *args, **kwargs) -> str:
-    """The type name of what function(*args) raises, or "nothing"."""
-    try:
-        function(*args, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
-        return type(err).__name__
-    return "nothing"
 
 
 class Noisy(Module):

@@ -115,3 +115,11 @@ def test_a_raising_case_is_recorded_by_its_type_unless_strict(tmp_path):
     assert np.array_equal(values["ok/v"], record_expected.compute_all(folder, strict=False)["ok/v"]), "seeded by name"
     with pytest.raises(KeyError):
         record_expected.compute_all(folder, strict=True)
+
+
+def test_raised_reports_the_type_of_the_error_or_nothing():
+    from reference_values import raised
+
+    assert raised(int, "seven") == "ValueError"
+    assert raised({}.__getitem__, "k") == "KeyError"
+    assert raised(int, "7") == "nothing"

@@ -9,7 +9,9 @@ Run it from the reference edition after changing a module's cases or its referen
   `modules/NN_name/mistakes.toml` is made in one scratch copy of the course (tito/mistakes.py
   applies it, tito/export.py exports that module there), the cases are computed on that
   package in a subprocess (PYTHONHASHSEED=0, 4 GiB of address space, MISTAKE_TIMEOUT_S), and
-  the values go to `grading/NN_name/mistakes.npz` (keys "mistake/case/label"). A case that
+  the values go to `grading/NN_name/mistakes.npz` (keys "mistake/case/label"); the values of
+  the student edition of the module (every solution block a stub) go to `student_edition.npz`
+  (keys "case/label"), and a case it passes is an error (it gives points for no work). A case that
   raises records "case/(raised)" = the exception's type name; a run that does not finish
   records "(run)/(timed out)", one that dies "(run)/(crashed)". The tool prints, per module,
   which cases tell each mistake apart from the reference, and exits 1 if a mistake equals the
@@ -40,6 +42,7 @@ ROOT = HERE.parent
 CASES_FILE = "cases.py"
 EXPECTED_FILE = "expected.npz"
 MISTAKES_FILE = "mistakes.npz"
+STUDENT_EDITION_FILE = "student_edition.npz"  # the cases' values on the module with every solution block a stub
 RAISED = "(raised)"  # label recorded when a case raises: the exception's type name
 TIMED_OUT = "(run)/(timed out)"  # key recorded when the cases of a mistake do not finish in time
 CRASHED = "(run)/(crashed)"  # key recorded when the Python running them dies (its exit status)
@@ -203,8 +206,12 @@ def telling_cases(cases: dict, expected: dict[str, np.ndarray], mistakes: dict[s
     return found
 
 
-def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
-    """expected.npz and mistakes.npz for one module; returns the mistakes the cases do not tell apart."""
+def record_module(folder: Path, scratch: Path, course, settings) -> tuple[list[str], list[str]]:
+    """expected.npz and mistakes.npz for one module.
+
+    Returns (the mistakes no case tells apart, the cases the student edition passes): both
+    must be empty. The student edition (every solution block of the module a stub) is
+    computed like a mistake; a case it passes gives points for no work."""
     from tito.course import list_modules
     from tito.export import export_modules
     from tito.mistakes import load_catalogue
@@ -217,8 +224,6 @@ def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
     [module] = [m for m in list_modules(settings) if m.key == folder.name]
     [copied] = [m for m in list_modules(course) if m.key == folder.name]
     catalogue = load_catalogue(module)
-    if not catalogue:
-        return []
     original = read_text(module.notebook)
     values: dict[str, np.ndarray] = {}
     try:
@@ -230,17 +235,32 @@ def record_module(folder: Path, scratch: Path, course, settings) -> list[str]:
                 continue
             produced = run_cases(folder, course.root, scratch, strict=False)
             values.update({f"{mistake.name}/{k}": v for k, v in produced.items()})
+        export_modules(course, [copied], texts={copied.key: stubbed_text(settings, module, original)})
+        stubbed = run_cases(folder, course.root, scratch, strict=False)
     finally:
         export_modules(course, [copied], texts={copied.key: original})  # the next module sees the reference
     save(folder / MISTAKES_FILE, values)
+    save(folder / STUDENT_EDITION_FILE, stubbed)
     cases = load_cases(folder)
+    free = [name for name, case in cases.items()
+            if not differs(case, {k: v for k, v in expected.items() if k.startswith(name + "/")},
+                           {k: v for k, v in stubbed.items() if k.startswith(name + "/")})]
     telling = telling_cases(cases, expected, values, [m.name for m in catalogue])
     untold = [name for name, by in telling.items() if not by]
     print(f"{(folder / MISTAKES_FILE).relative_to(ROOT)}: {len(catalogue)} mistake(s), "
           f"{len(catalogue) - len(untold)} told apart")
     for name, by in telling.items():
         print(f"  {name}: " + (", ".join(by) if by else "NOT TOLD APART (add a case that catches it)"))
-    return untold
+    print(f"  the student edition (every solution block a stub) passes {len(free)} case(s)"
+          + (f": {', '.join(free)} (a case must need the student's code)" if free else ""))
+    return untold, free
+
+
+def stubbed_text(settings, module, text: str) -> str:
+    """The module's notebook as the student edition has it: every solution block a stub."""
+    from tito.notebook import stub_text
+
+    return stub_text(text, module.notebook, module.notebook.relative_to(settings.root).as_posix(), module.key)
 
 
 def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
@@ -292,19 +312,24 @@ def main(selected: list[str]) -> int:
 
     settings = load_settings(ROOT)
     untold: dict[str, list[str]] = {}
+    free: dict[str, list[str]] = {}
     scratch = Path(tempfile.mkdtemp(prefix="record-expected-"))
     try:
         copy_course(settings, scratch / "course", {}, with_package=True)
         course = load_settings(scratch / "course")
         for folder in folders:
-            missed = record_module(folder, scratch, course, settings)
+            missed, passed_by_stubs = record_module(folder, scratch, course, settings)
             if missed:
                 untold[folder.name] = missed
+            if passed_by_stubs:
+                free[folder.name] = passed_by_stubs
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for module, names in untold.items():
         print(f"{module}: {len(names)} mistake(s) the cases do not tell apart: {', '.join(names)}")
-    return 1 if untold else 0
+    for module, names in free.items():
+        print(f"{module}: {len(names)} case(s) the student edition passes: {', '.join(names)}")
+    return 1 if untold or free else 0
 
 
 if __name__ == "__main__":

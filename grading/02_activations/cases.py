@@ -102,7 +102,9 @@ def _log_softmax(rng):
 def _errors(rng):
     ints = Tensor(rng.integers(0, 5, (2, 3)))
     floats = Tensor(rng.standard_normal((2, 3)))
-    return {"softmax_int": raised(softmax, ints), "log_softmax_int": raised(log_softmax, ints),
+    # the checks are given code: the case also needs the student's values, so a stub cannot pass it
+    return {"softmax_dim0": softmax(floats, dim=0), "log_softmax_dim0": log_softmax(floats, dim=0),
+            "softmax_int": raised(softmax, ints), "log_softmax_int": raised(log_softmax, ints),
             "softmax_dim": raised(softmax, floats, dim=2), "log_softmax_dim": raised(log_softmax, floats, dim=-3),
             "softmax_0d": raised(softmax, Tensor(1.5))}
 
@@ -119,5 +121,5 @@ CASES = {
     "softmax-float16": (_softmax_float16, "float16 softmax over 70,001 classes sums to 1 and stays float16",
                         {"rtol": 2e-3, "atol": 1e-6}),
     "log-softmax": (_log_softmax, "log_softmax finite where a probability underflows; record saves its own out"),
-    "errors": (_errors, "integer input raises TypeError, a bad dim or a 0-d input ValueError"),
+    "errors": (_errors, "softmax along dim 0; integer input raises TypeError, a bad dim or a 0-d input ValueError"),
 }

@@ -100,7 +100,9 @@ def _bce_logits(rng):
 
 def _errors(rng):
     logits = Tensor(rng.standard_normal((3, 4)))
-    return {"target_shape": raised(cross_entropy, logits, [0, 1]),
+    # the checks are given code: the case also needs the student's values, so a stub cannot pass it
+    return {"float_targets": cross_entropy(logits, [2.0, 0.0, 3.0]), "list_targets": cross_entropy(logits, [1, 3, 0]),
+            "target_shape": raised(cross_entropy, logits, [0, 1]),
             "target_range": raised(cross_entropy, logits, [0, 4, 1]),
             "fractional": raised(cross_entropy, logits, [0.5, 1.0, 2.0]),
             "int_logits": raised(cross_entropy, Tensor(rng.integers(0, 3, (3, 4))), [0, 1, 2]),
@@ -116,5 +118,5 @@ CASES = {
                 {"rtol": 2e-3, "atol": 2e-3}),
     "bce": (_bce, "binary_cross_entropy with p = 0 and 1 (clipped), float16, a custom eps"),
     "bce-logits": (_bce_logits, "BCE with logits of ±1000 without overflow; saved targets"),
-    "errors": (_errors, "bad targets and logits raise before any work"),
+    "errors": (_errors, "whole-number float and list targets; bad targets and logits raise before any work"),
 }

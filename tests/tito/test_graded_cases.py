@@ -3,7 +3,8 @@
 Fast: nothing is recorded here; the committed expected.npz and mistakes.npz are read. For
 every module with cases: expected.npz holds values for exactly its cases, and mistakes.npz
 holds, for every mistake of the module's catalogue, values that differ from the reference's
-on at least one case (the cases tell the mistake apart). The comparison itself
+on at least one case (the cases tell the mistake apart), and the module's student edition
+passes no case (student_edition.npz). The comparison itself
 (record_expected.differs / telling_cases) is tested on made-up values.
 """
 from __future__ import annotations
@@ -77,6 +78,17 @@ def test_every_catalogued_mistake_is_recorded_and_told_apart(folder):
                                             mistakes, catalogue)
     untold = [name for name, by in telling.items() if not by]
     assert not untold, f"{folder.name}: no case tells these mistakes apart from the reference: {untold}"
+
+
+@pytest.mark.parametrize("folder", CASE_FOLDERS, ids=lambda f: f.name)
+def test_the_student_edition_passes_no_case(folder):
+    cases = cases_of(folder)
+    expected = stored(folder / record_expected.EXPECTED_FILE)
+    stubbed = stored(folder / record_expected.STUDENT_EDITION_FILE)
+    free = [name for name, case in cases.items()
+            if not record_expected.differs(case, {k: v for k, v in expected.items() if k.startswith(name + "/")},
+                                           {k: v for k, v in stubbed.items() if k.startswith(name + "/")})]
+    assert not free, f"{folder.name}: the student edition (every solution block a stub) passes {free}: points for no work"
 
 
 # ---- the comparison on made-up values -------------------------------------------------------------------

@@ -86,3 +86,13 @@ def record(cases: dict[str, Case], test_file: str | Path) -> Path:
 
 
 Function = Callable[[np.random.Generator], dict[str, Any]]
+
+
+def raised(function: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """The type name of what function(*args, **kwargs) raises, or "nothing": how a graded case
+    reports an error it checks (the type only: messages change from version to version)."""
+    try:
+        function(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - the type is the value the case reports
+        return type(err).__name__
+    return "nothing"

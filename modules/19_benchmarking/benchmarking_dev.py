@@ -586,6 +586,19 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
+def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
+    """The arg-max class of each row of logits (B, classes) -> (B,), for examples first … first + B − 1.
+    ValueError naming those examples when a row holds NaN: a diverged model predicts nothing (NumPy's
+    arg-max would call the first NaN the largest, and all-NaN rows would all predict class 0)."""
+    broken = np.isnan(logits).any(axis=-1)
+    if broken.any():
+        bad = first + int(np.flatnonzero(broken.ravel())[0])
+        raise ValueError(f"accuracy: the model's logits hold NaN for {int(broken.sum())} of examples {first}…"
+                         f"{first + len(logits) - 1} (the first: example {bad}): a diverged model has no "
+                         "prediction; check its weights (or the input) for NaN.")
+    return logits.argmax(axis=-1)
+
+
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
     over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
@@ -684,7 +697,8 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
 
     model(x) returns logits (B, classes) (or (logits, loss)); x is a Tensor slice of X (X is
     made a Tensor first when it is an array; a Tensor stays on its device). Runs under `_evaluating(model)`
-    (eval mode, no graph, mode restored), `batch_size` examples per call; returns
+    (eval mode, no graph, mode restored), `batch_size` examples per call; each batch's predictions are
+    `_predicted_classes(logits, first)` (given: the arg-max per row; ValueError for NaN logits); returns
     (number correct) / N as a float — count correct answers per batch, divide once at the end.
     """
     x_all = X if isinstance(X, Tensor) else Tensor(np.asarray(X))  # a Tensor stays on its device
@@ -697,7 +711,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
     with _evaluating(model):
         for first in range(0, labels.size, batch_size):
             logits = _logits_of(model(x_all[first:first + batch_size]))
-            correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
+            correct += int(np.sum(_predicted_classes(logits, first) == labels[first:first + batch_size]))
     return correct / labels.size
     ### END SOLUTION
 
@@ -856,6 +870,12 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
     missing = [key for key in [quality, *costs] if any(key not in row for row in rows)]
     if missing:
         raise ValueError(f"pareto_front: some rows lack {missing}; every row needs {[quality, *costs]}.")
+    for row in rows:  # NaN compares False with everything: such a row would be dominated by none
+        for key in [quality, *costs]:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or np.isnan(value):
+                raise ValueError(f"pareto_front: row {row.get('name', rows.index(row))!r} has {key} = {value!r}; "
+                                 "every quality and cost must be a number, not NaN (drop a diverged variant first).")
     ### BEGIN SOLUTION
     values = np.array([[row[quality], *(row[c] for c in costs)] for row in rows], dtype=np.float64)
     if higher_quality_is_better:

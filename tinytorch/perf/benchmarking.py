@@ -291,12 +291,25 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #885c0a24
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #8aba92c1
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
         output = output[0]
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
+
+
+def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
+    """The arg-max class of each row of logits (B, classes) -> (B,), for examples first … first + B − 1.
+    ValueError naming those examples when a row holds NaN: a diverged model predicts nothing (NumPy's
+    arg-max would call the first NaN the largest, and all-NaN rows would all predict class 0)."""
+    broken = np.isnan(logits).any(axis=-1)
+    if broken.any():
+        bad = first + int(np.flatnonzero(broken.ravel())[0])
+        raise ValueError(f"accuracy: the model's logits hold NaN for {int(broken.sum())} of examples {first}…"
+                         f"{first + len(logits) - 1} (the first: example {bad}): a diverged model has no "
+                         "prediction; check its weights (or the input) for NaN.")
+    return logits.argmax(axis=-1)
 
 
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -395,7 +408,8 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
 
     model(x) returns logits (B, classes) (or (logits, loss)); x is a Tensor slice of X (X is
     made a Tensor first when it is an array; a Tensor stays on its device). Runs under `_evaluating(model)`
-    (eval mode, no graph, mode restored), `batch_size` examples per call; returns
+    (eval mode, no graph, mode restored), `batch_size` examples per call; each batch's predictions are
+    `_predicted_classes(logits, first)` (given: the arg-max per row; ValueError for NaN logits); returns
     (number correct) / N as a float — count correct answers per batch, divide once at the end.
     """
     x_all = X if isinstance(X, Tensor) else Tensor(np.asarray(X))  # a Tensor stays on its device
@@ -407,7 +421,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
     with _evaluating(model):
         for first in range(0, labels.size, batch_size):
             logits = _logits_of(model(x_all[first:first + batch_size]))
-            correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
+            correct += int(np.sum(_predicted_classes(logits, first) == labels[first:first + batch_size]))
     return correct / labels.size
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #39a1a94e
@@ -463,7 +477,7 @@ def checkpoint_bytes(path_or_model: Any) -> int:
     with tempfile.TemporaryDirectory() as folder:
         return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #0b11bdc1
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #70e58792
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
     """The rows no other row dominates, in their original order.
 
@@ -480,6 +494,12 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
     missing = [key for key in [quality, *costs] if any(key not in row for row in rows)]
     if missing:
         raise ValueError(f"pareto_front: some rows lack {missing}; every row needs {[quality, *costs]}.")
+    for row in rows:  # NaN compares False with everything: such a row would be dominated by none
+        for key in [quality, *costs]:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or np.isnan(value):
+                raise ValueError(f"pareto_front: row {row.get('name', rows.index(row))!r} has {key} = {value!r}; "
+                                 "every quality and cost must be a number, not NaN (drop a diverged variant first).")
     values = np.array([[row[quality], *(row[c] for c in costs)] for row in rows], dtype=np.float64)
     if higher_quality_is_better:
         values[:, 0] = -values[:, 0]

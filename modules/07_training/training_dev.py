@@ -445,7 +445,11 @@ def accuracy(outputs: Any, targets: Any) -> float:
     outputs -- logits (N, C) with C >= 2: prediction = arg-max over the last axis;
                or one score per example, (N,) or (N, 1): prediction = 1 where the score > 0
     targets -- (N,) integer class labels (Tensor, array or list)
+    NaN outputs (a diverged model) raise ValueError (given): NaN has no arg-max and is not > 0.
     """
+    if np.isnan(to_host(outputs)).any():  # given
+        raise ValueError("accuracy: the outputs hold NaN (a diverged model?): there is no prediction to count; "
+                         "check the model's weights and inputs for NaN.")
     ### BEGIN SOLUTION
     out, tgt = to_host(outputs), np.asarray(to_host(targets))
     if out.ndim == 1 or out.shape[-1] == 1:
@@ -948,11 +952,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
     renamed over `path` when the `with` block ends. An exception inside the block (a full
     disk, an error half-way through serialising) removes the new file and leaves `path` as
     it was. The file keeps the permissions of the one it replaces (a new one gets the usual
-    ones, after the umask). mode: "wb" (bytes) or "w" (text, with `encoding`).
+    ones, after the umask). A symbolic link is written through, as open() would: the file it
+    points to is replaced (in its own folder) and the link stays a link.
+    mode: "wb" (bytes) or "w" (text, with `encoding`).
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', got {mode!r}.")
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link's target: renaming over the link would replace the link itself
     scratch = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
@@ -1008,7 +1014,7 @@ def _pack(value: Any, key: str, arrays: dict) -> Any:
         if getattr(value.dtype, "hasobject", False):
             raise TypeError(f"save_checkpoint: {key!r} is an array of Python objects (dtype object); a checkpoint "
                             "stores numbers, booleans and strings only (loading it would need pickle).")
-        if getattr(value, "ndim", 0) > 0:
+        if not isinstance(value, np.generic):  # 0-d arrays too: as JSON numbers they came back as float32, not arrays
             if key in arrays:
                 raise ValueError(f"save_checkpoint: two entries are both stored as {key!r} (a key containing '/' "
                                  "collides with a nested one); rename one of them.")

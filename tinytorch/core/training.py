@@ -145,14 +145,18 @@ class CosineWarmupLR(LRScheduler):
         progress = (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)
         return self.min_lr + (self.base_lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
-# %% ../../modules/07_training/training_dev.py #8b504257
+# %% ../../modules/07_training/training_dev.py #f92121b7
 def accuracy(outputs: Any, targets: Any) -> float:
     """Fraction of examples whose prediction equals the target, as a Python float.
 
     outputs -- logits (N, C) with C >= 2: prediction = arg-max over the last axis;
                or one score per example, (N,) or (N, 1): prediction = 1 where the score > 0
     targets -- (N,) integer class labels (Tensor, array or list)
+    NaN outputs (a diverged model) raise ValueError (given): NaN has no arg-max and is not > 0.
     """
+    if np.isnan(to_host(outputs)).any():  # given
+        raise ValueError("accuracy: the outputs hold NaN (a diverged model?): there is no prediction to count; "
+                         "check the model's weights and inputs for NaN.")
     out, tgt = to_host(outputs), np.asarray(to_host(targets))
     if out.ndim == 1 or out.shape[-1] == 1:
         predicted = (out.reshape(tgt.shape) > 0).astype(tgt.dtype)
@@ -344,7 +348,7 @@ class Trainer:
         self.history = {k: list(v) for k, v in extra.get("history", self.history).items()}
         return info
 
-# %% ../../modules/07_training/training_dev.py #e5a08023
+# %% ../../modules/07_training/training_dev.py #e4138c8f
 CHECKPOINT_FORMAT = "tinytorch-checkpoint-v1"
 
 
@@ -361,7 +365,7 @@ def _pack(value: Any, key: str, arrays: dict) -> Any:
         if getattr(value.dtype, "hasobject", False):
             raise TypeError(f"save_checkpoint: {key!r} is an array of Python objects (dtype object); a checkpoint "
                             "stores numbers, booleans and strings only (loading it would need pickle).")
-        if getattr(value, "ndim", 0) > 0:
+        if not isinstance(value, np.generic):  # 0-d arrays too: as JSON numbers they came back as float32, not arrays
             if key in arrays:
                 raise ValueError(f"save_checkpoint: two entries are both stored as {key!r} (a key containing '/' "
                                  "collides with a nested one); rename one of them.")

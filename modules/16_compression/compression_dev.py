@@ -220,6 +220,15 @@ def _check_amount(amount: Any, where: str) -> float:
     return float(amount)
 
 
+def _check_finite(values: np.ndarray, where: str, what: str) -> None:
+    """ValueError naming `what` when `values` (a NumPy array) hold NaN or ±inf: |NaN| ranks after every
+    magnitude (a NaN weight would never be pruned), and an SVD of inf never returns or returns NaN."""
+    bad = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise ValueError(f"{where}: {what} holds {bad} NaN or infinite value(s) (a diverged model?); "
+                         "compress a model whose weights are finite.")
+
+
 def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None = None) -> np.ndarray:
     """Keep-mask of magnitude pruning: False for the round(amount · size) entries of smallest |value|.
 
@@ -234,6 +243,7 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
     np.argsort(..., kind="stable")).
     """
     amount = _check_amount(amount, "magnitude_mask")
+    _check_finite(weights, "magnitude_mask", "weights")
     ### BEGIN SOLUTION
     scores = np.abs(weights).astype(np.float64).ravel()
     if keep is not None:
@@ -444,6 +454,7 @@ def _prunable(module: Any, name: str, where: str) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"{where}: {type(module).__name__} has no parameter named {name!r}.")
     with no_grad():
         weights = to_host(getattr(module, name))
+    _check_finite(weights, where, f"{type(module).__name__}.{name}")
     keep = to_host(getattr(module, name + "_mask")) != 0 if name in pruned_names(module) else None
     return weights, keep
 
@@ -1049,10 +1060,12 @@ def prune_mlp_units(mlp: MLP, amount: float) -> MLP:
     dropped = round(amount * hidden)
     if dropped >= hidden:
         raise ValueError(f"prune_mlp_units: amount {amount} would remove all {hidden} hidden units; keep at least one.")
-    importance = mlp_unit_importance(mlp)
     with no_grad():
         fc_weight = mlp.fc.weight  # the weight the forward uses (masked, if fc was pruned)
         w_in, w_out = to_host(fc_weight), to_host(mlp.proj.weight)
+    _check_finite(w_in, "prune_mlp_units", "mlp.fc.weight")
+    _check_finite(w_out, "prune_mlp_units", "mlp.proj.weight")
+    importance = mlp_unit_importance(mlp)
     ### BEGIN SOLUTION
     kept = np.sort(np.argsort(importance, kind="stable")[dropped:])
     small = MLP(mlp.fc.in_features, hidden - dropped, dropout=mlp.dropout.p, bias=mlp.fc.bias is not None,
@@ -1210,6 +1223,7 @@ def low_rank(linear: Linear, rank: int) -> Sequential:
     """
     with no_grad():
         weight = to_host(linear.weight).astype(np.float64)
+    _check_finite(weight, "low_rank", "the Linear's weight")  # LAPACK on inf never returns, and Ctrl-C cannot stop it
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= min(weight.shape):
         raise ValueError(f"low_rank: rank must be an int from 1 to min(in, out) = {min(weight.shape)}, got {rank!r}.")
     dtype, device = linear.weight.dtype, linear.weight.device
@@ -1387,8 +1401,9 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
     log_target=True) + (1 − alpha)·F.cross_entropy(s, y) on logits flattened to (N, C).
     Returns a 0-d Tensor in s's dtype, built from recorded ops (no new backward rule).
     """
-    if not temperature > 0:
-        raise ValueError(f"distillation_loss: temperature must be > 0, got {temperature!r}.")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)) \
+            or not 0 < temperature < np.inf:
+        raise ValueError(f"distillation_loss: temperature must be a finite number > 0, got {temperature!r}.")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"distillation_loss: alpha weighs the two terms and must be in [0, 1], got {alpha!r}.")
     student = as_tensor(student_logits)
@@ -1396,6 +1411,10 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
     if tuple(teacher_shape) != student.shape:
         raise ValueError(f"distillation_loss: student logits {student.shape} and teacher logits "
                          f"{tuple(teacher_shape)} must have the same shape.")
+    teacher_values = to_host(teacher_logits) if hasattr(teacher_logits, "shape") else np.asarray(teacher_logits)
+    if np.isnan(teacher_values).any():  # a student trained towards NaN learns NaN, with no error anywhere
+        raise ValueError(f"distillation_loss: the teacher's logits hold {int(np.isnan(teacher_values).sum())} NaN "
+                         "value(s) (a diverged teacher?); distil from a teacher whose outputs are numbers.")
     T = float(temperature)
     ### BEGIN SOLUTION
     teacher = Tensor(to_array(teacher_logits, dtype=student.dtype, device=student.device))

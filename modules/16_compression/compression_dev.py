@@ -93,7 +93,7 @@ from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import Linear, Module, Sequential
 from tinytorch.core.losses import cross_entropy
 from tinytorch.core.spatial import Conv2d
-from tinytorch.core.tensor import Tensor, as_tensor, to_array, to_host
+from tinytorch.core.tensor import Tensor, as_int, as_tensor, to_array, to_host
 from tinytorch.models.transformer import MLP
 
 # %% [markdown]
@@ -699,10 +699,15 @@ def cubic_sparsity(step: int, total_steps: int, final_sparsity: float, initial_s
 
     s = s_f + (s_i − s_f) · (1 − t / n)³ with t = step clamped to [0, n], n = total_steps,
     s_i = initial_sparsity (at step 0), s_f = final_sparsity (at step n and after).
-    Returns a Python float.
+    Returns a Python float. Both sparsities are fractions in [0, 1] (nan, inf and -1 gave a
+    "sparsity" prune_global refused only later, or nan).
     """
+    step = as_int(step, "cubic_sparsity: step")
+    total_steps = as_int(total_steps, "cubic_sparsity: total_steps")
     if total_steps < 1:
         raise ValueError(f"cubic_sparsity: total_steps must be at least 1, got {total_steps}.")
+    _check_amount(final_sparsity, "cubic_sparsity (final_sparsity)")
+    _check_amount(initial_sparsity, "cubic_sparsity (initial_sparsity)")
     ### BEGIN SOLUTION
     progress = min(max(step, 0), total_steps) / total_steps
     return final_sparsity + (initial_sparsity - final_sparsity) * (1.0 - progress) ** 3
@@ -715,6 +720,8 @@ def prune_gradually(modules: Iterable[Module], final_sparsity: float, steps: int
     steps, final_sparsity, initial_sparsity))`, then `fine_tune(step)` (e.g. an epoch of
     training), so the network recovers before the next cut. Returns each step's target."""
     modules = list(modules)
+    steps = as_int(steps, "prune_gradually: steps", minimum=1)
+    cubic_sparsity(steps, steps, final_sparsity, initial_sparsity)  # checks both sparsities before any pruning
     targets = []
     for step in range(1, steps + 1):
         target = cubic_sparsity(step, steps, final_sparsity, initial_sparsity)
@@ -1252,6 +1259,9 @@ def choose_rank(singular_values: Any, energy: float) -> int:
     energy 1.0 give len(σ) when the last cumulative fraction rounds to just below 1.
     """
     sigma = np.asarray(to_host(singular_values), dtype=np.float64)
+    if sigma.size == 0 or not np.isfinite(sigma).all():  # a NaN in the cumulative sum gave rank 1 in silence
+        raise ValueError(f"choose_rank: singular values must be finite numbers (at least one), got {sigma.size} "
+                         f"with {int(np.sum(~np.isfinite(sigma)))} not finite.")
     if not 0.0 < energy <= 1.0:
         raise ValueError(f"choose_rank: energy is a fraction in (0, 1], got {energy!r}.")
     ### BEGIN SOLUTION

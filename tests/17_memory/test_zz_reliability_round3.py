@@ -142,3 +142,11 @@ def test_a_closure_records_the_weights_as_inputs_and_accumulates_like_torch():
     checkpoint(lambda z: mlp(z), x).sum().backward()
     assert all(np.allclose(p.grad.numpy(), 2 * g) for p, g in zip(mlp.parameters(), first)), \
         "a second backward accumulates into .grad, as any other op's"
+
+
+# ---- kv_cache_bytes counts ------------------------------------------------------------------
+@pytest.mark.parametrize("value", [2.5, float("inf"), float("nan")])
+def test_kv_cache_bytes_counts_are_whole_numbers(value):
+    from tinytorch.perf.memory import kv_cache_bytes
+    with pytest.raises(ValueError, match="kv_cache_bytes: num_layers must be a whole number"):
+        kv_cache_bytes(value, 1, 4, 8, np.float32)

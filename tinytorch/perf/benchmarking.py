@@ -10,7 +10,7 @@ __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measu
            'throughput', 'generation_rate', 'parameter_count', 'checkpoint_bytes', 'pareto_front', 'pareto_table',
            'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #11e8feb5
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #ded69980
 import importlib.util
 import os
 import platform
@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core.autograd import no_grad
 from ..core.layers import count_parameters
-from ..core.tensor import Tensor, to_host
+from ..core.tensor import Tensor, as_int, to_host
 from .profiling import measure_latency
 from .quantization import checkpoint_bytes as saved_bytes
 
@@ -94,7 +94,7 @@ def environment() -> dict[str, str]:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #e6a9d6ab
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #fab251b2
 def bootstrap_ci(samples: Any, confidence: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """(low, high): the percentile-bootstrap confidence interval of the median of `samples`.
 
@@ -117,7 +117,8 @@ def bootstrap_ci(samples: Any, confidence: float = 0.95, resamples: int = 2000, 
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError(f"bootstrap_ci: samples must be at least one finite number, got {x.size} values "
                          f"({int(np.sum(~np.isfinite(x)))} not finite).")
-    if not 0.0 < float(confidence) < 1.0 or int(resamples) < 1:
+    resamples = as_int(resamples, "bootstrap_ci: resamples", minimum=1)  # 2.5 was taken as 2, inf crashed
+    if not 0.0 < float(confidence) < 1.0:
         raise ValueError(f"bootstrap_ci: confidence must be in (0, 1) and resamples >= 1, "
                          f"got {confidence} and {resamples}.")
     n = x.size
@@ -171,7 +172,7 @@ class Measurement:
         return (f"{self.name}: {self._format(self.median)} [{self._format(self.low)}, {self._format(self.high)}] "
                 f"({len(self.samples)} readings, {self.confidence:.0%} interval of the median)")
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #e6d4d0ed
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #92a5441b
 def _synchronizer() -> Callable[[], None]:
     """A function that waits for queued GPU work: CuPy's, when CuPy is imported and sees a GPU; else nothing."""
     cupy = sys.modules.get("cupy")
@@ -205,6 +206,8 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
     of `variants`. Warm-up calls are never readings.
     """
     names = list(variants)
+    repeats = as_int(repeats, "measure: repeats", minimum=1)
+    warmup = as_int(warmup, "measure: warmup", minimum=0)
     if not names or int(repeats) < 1 or int(warmup) < 0:
         raise ValueError(f"measure: needs at least one variant, repeats >= 1 and warmup >= 0; "
                          f"got {len(names)} variants, repeats={repeats}, warmup={warmup}.")
@@ -291,7 +294,7 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #8aba92c1
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #44547632
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -364,6 +367,9 @@ def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
+    batch_size = as_int(batch_size, "lm_window_losses: batch_size", minimum=1)
+    if max_batches is not None:
+        max_batches = as_int(max_batches, "lm_window_losses: max_batches", minimum=1)
     if context < 1 or ids.size < context + 1:
         raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
@@ -396,7 +402,15 @@ def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int =
     the pairs (one index array (resamples, n)) keeps what is common to both models out of the
     interval: the windows that are hard for every model. The interval excluding 0 means the two
     models' quality measurably differs on this data."""
-    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.size != b.size or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError(f"paired_difference: a and b must be paired scores, as many finite numbers each; got "
+                         f"{a.size} and {b.size} values, {int(np.sum(~np.isfinite(a)) + np.sum(~np.isfinite(b)))} "
+                         "not finite (a diverged model's NaN loss has no difference to measure).")
+    resamples = as_int(resamples, "paired_difference: resamples", minimum=1)
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"paired_difference: confidence must be in (0, 1), got {confidence}.")
+    diff = a - b
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
     low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
@@ -414,6 +428,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
     """
     x_all = X if isinstance(X, Tensor) else Tensor(np.asarray(X))  # a Tensor stays on its device
     labels = np.asarray(to_host(y.data if isinstance(y, Tensor) else y)).ravel()
+    batch_size = as_int(batch_size, "accuracy: batch_size", minimum=1)  # -1 scored 0.0 without a call
     if len(x_all) != labels.size or labels.size == 0:
         raise ValueError(f"accuracy: X has {len(x_all)} examples and y {labels.size} labels; "
                          "give one label per example (and at least one).")

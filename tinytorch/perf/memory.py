@@ -125,7 +125,7 @@ def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str,
     parts["total"] = sum(parts.values())
     return parts
 
-# %% ../../modules/17_memory/memory_dev.py #a6fb4e75
+# %% ../../modules/17_memory/memory_dev.py #99e69e88
 def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dtype: Any = np.float32) -> int:
     """Bytes of a KV cache: 2 · num_layers · batch · seq_len · embed_dim · itemsize.
 
@@ -134,7 +134,7 @@ def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dt
     itemsize: float32 4, float16 2). Returns a Python int. ValueError for a size below 1.
     """
     for name, value in (("num_layers", num_layers), ("batch", batch), ("seq_len", seq_len), ("embed_dim", embed_dim)):
-        if int(value) < 1:
+        if as_int(value, f"kv_cache_bytes: {name}") < 1:  # a count: 2.5 and inf are refused too
             raise ValueError(f"kv_cache_bytes: {name} must be >= 1, got {value}.")
     itemsize = np.dtype(dtype).itemsize
     return 2 * int(num_layers) * int(batch) * int(seq_len) * int(embed_dim) * itemsize

@@ -207,7 +207,10 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Set the learning rate of every group to `value` (a float)."""
+        """Set the learning rate of every group to `value` (a float). ValueError (given) unless it is a
+        finite number >= 0 (a scheduler computing NaN would make every weight NaN at the next step)."""
+        if not _finite_at_least_zero(value):
+            raise ValueError(f"Invalid learning rate: {value!r} (must be a finite number >= 0).")
         ### BEGIN SOLUTION
         for group in self.param_groups:
             group["lr"] = float(value)

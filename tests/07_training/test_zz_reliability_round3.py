@@ -115,3 +115,52 @@ def test_a_failed_write_through_a_link_leaves_the_target(tmp_path):
             raise RuntimeError("disk full")
     assert link.is_symlink() and target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+# ---- schedules, clipping and the learning-rate setter (neighbours of GradScaler(init_scale=inf)) ----
+from tinytorch.core.training import CosineWarmupLR, StepLR, clip_grad_norm  # noqa: E402
+
+NAN, INF = float("nan"), float("inf")
+
+
+def sgd():
+    return SGD([Tensor(np.ones(2), requires_grad=True)], lr=0.1)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda: StepLR(sgd(), step_size=2.5), "StepLR: step_size must be a whole number"),
+    (lambda: StepLR(sgd(), step_size=INF), "StepLR: step_size must be a whole number"),
+    (lambda: StepLR(sgd(), step_size=2, gamma=NAN), "StepLR: gamma must be a finite number >= 0"),
+    (lambda: StepLR(sgd(), step_size=2, gamma=-0.5), "StepLR: gamma must be a finite number >= 0"),
+    (lambda: CosineWarmupLR(sgd(), warmup_steps=2.5, total_steps=10), "warmup_steps must be a whole number"),
+    (lambda: CosineWarmupLR(sgd(), warmup_steps=2, total_steps=INF), "total_steps must be a whole number"),
+    (lambda: CosineWarmupLR(sgd(), warmup_steps=2, total_steps=10, min_lr=NAN), "min_lr must be a finite number"),
+])
+def test_schedules_refuse_numbers_that_are_not_counts_or_rates(make, says):
+    """min_lr=nan and gamma=nan gave a NaN learning rate; warmup_steps=2.5 was taken as 2; inf crashed."""
+    with pytest.raises(ValueError, match=says):
+        make()
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -0.1, "0.1"])
+def test_the_learning_rate_setter_refuses_what_is_not_a_finite_rate(value):
+    optimizer = sgd()
+    with pytest.raises(ValueError, match=r"Invalid learning rate: .* \(must be a finite number >= 0\)"):
+        optimizer.lr = value
+    assert optimizer.lr == 0.1
+
+
+@pytest.mark.parametrize("max_norm", [NAN, -1.0, "1"])
+def test_clip_grad_norm_refuses_a_max_norm_that_is_not_a_number_at_least_zero(max_norm):
+    """nan and -1 scaled every gradient to 0 (or NaN) without a word."""
+    p = Tensor(np.ones(2), requires_grad=True)
+    p.grad = Tensor(np.full(2, 3.0))
+    with pytest.raises(ValueError, match="clip_grad_norm: max_norm must be a number >= 0"):
+        clip_grad_norm([p], max_norm)
+    assert np.array_equal(p.grad.numpy(), [3.0, 3.0])
+
+
+def test_clip_grad_norm_with_an_infinite_max_norm_only_measures():
+    p = Tensor(np.ones(2), requires_grad=True)
+    p.grad = Tensor(np.array([3.0, 4.0]))
+    assert clip_grad_norm([p], INF) == 5.0 and np.array_equal(p.grad.numpy(), [3.0, 4.0])

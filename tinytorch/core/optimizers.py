@@ -16,7 +16,7 @@ from .tensor import Tensor, array_module, to_host
 # %% auto #0
 __all__ = ['Optimizer', 'SGD', 'Adam', 'AdamW', 'weight_decay_groups']
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #94a5aaa3
+# %% ../../modules/06_optimizers/optimizers_dev.py #e9d168c4
 def _finite_at_least_zero(value: Any) -> bool:
     """True for a real number (not a bool) that is finite and >= 0: NaN and inf fail every comparison we need."""
     return (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
@@ -107,7 +107,10 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Set the learning rate of every group to `value` (a float)."""
+        """Set the learning rate of every group to `value` (a float). ValueError (given) unless it is a
+        finite number >= 0 (a scheduler computing NaN would make every weight NaN at the next step)."""
+        if not _finite_at_least_zero(value):
+            raise ValueError(f"Invalid learning rate: {value!r} (must be a finite number >= 0).")
         for group in self.param_groups:
             group["lr"] = float(value)
 

@@ -674,10 +674,11 @@ def check_recomputed_leaves(out: Tensor, known: list, summary: tuple | None = No
         if not np.allclose(again, summary, rtol=1e-6, atol=1e-12, equal_nan=True):
             raise RuntimeError(
                 "checkpoint: recomputing fn gave other values than the forward (sum and sum of squares "
-                f"{summary} then, {again} now), so its gradients would belong to other numbers. fn draws from a "
-                "random generator checkpoint does not know (it restores NumPy's global one, the Module's own, "
-                "and those of Modules or Generators fn names itself): pass params=<the Module that holds it>, "
-                "or name the generator in fn."
+                f"{summary} then, {again} now), so its gradients would belong to other numbers. Either the rule "
+                "does not restore the saved generator states before recomputing (dropout draws another mask), "
+                "or fn draws from a random generator checkpoint does not know (it restores NumPy's global one, "
+                "the Module's own, and those of Modules or Generators fn names itself): pass params=<the Module "
+                "that holds it>, or name the generator in fn."
             )
 
 

@@ -139,7 +139,7 @@ def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dt
     itemsize = np.dtype(dtype).itemsize
     return 2 * int(num_layers) * int(batch) * int(seq_len) * int(embed_dim) * itemsize
 
-# %% ../../modules/17_memory/memory_dev.py #436cf7ed
+# %% ../../modules/17_memory/memory_dev.py #b3dd8593
 @contextlib.contextmanager
 def enable_grad() -> Iterator[None]:
     """Record the graph inside, whatever the mode outside; the previous mode comes back on exit."""
@@ -286,10 +286,11 @@ def check_recomputed_leaves(out: Tensor, known: list, summary: tuple | None = No
         if not np.allclose(again, summary, rtol=1e-6, atol=1e-12, equal_nan=True):
             raise RuntimeError(
                 "checkpoint: recomputing fn gave other values than the forward (sum and sum of squares "
-                f"{summary} then, {again} now), so its gradients would belong to other numbers. fn draws from a "
-                "random generator checkpoint does not know (it restores NumPy's global one, the Module's own, "
-                "and those of Modules or Generators fn names itself): pass params=<the Module that holds it>, "
-                "or name the generator in fn."
+                f"{summary} then, {again} now), so its gradients would belong to other numbers. Either the rule "
+                "does not restore the saved generator states before recomputing (dropout draws another mask), "
+                "or fn draws from a random generator checkpoint does not know (it restores NumPy's global one, "
+                "the Module's own, and those of Modules or Generators fn names itself): pass params=<the Module "
+                "that holds it>, or name the generator in fn."
             )
 
 

@@ -916,7 +916,8 @@ def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"blocked_matmul: need a (m, k) and b (k, n), got {a.shape} and {b.shape}.")
-    if int(tile) != tile or tile < 1:
+    if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, float, np.integer, np.floating)) \
+            or not 1 <= tile < np.inf or int(tile) != tile:  # inf crashed in int(), nan compares False
         raise ValueError(f"blocked_matmul: tile must be a positive int, got {tile!r}.")
     tile = int(tile)
     ### BEGIN SOLUTION

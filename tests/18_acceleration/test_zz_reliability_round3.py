@@ -25,3 +25,11 @@ def test_bias_gelu_refuses_an_integer_input_with_a_clear_error():
         bias_gelu(Tensor(np.array([[1, 2]])), Tensor(np.ones(2, np.float32)))
     with pytest.raises(TypeError, match="bias_gelu needs a floating-point input"):
         bias_gelu(Tensor(np.array([[1, 2]])))
+
+
+@pytest.mark.parametrize("tile", [float("inf"), float("nan"), 2.5, 0, True, "4"])
+def test_blocked_matmul_tile_must_be_a_positive_whole_number(tile):
+    """tile=inf crashed with a raw OverflowError inside int()."""
+    from tinytorch.perf.acceleration import blocked_matmul
+    with pytest.raises(ValueError, match="blocked_matmul: tile must be a positive int"):
+        blocked_matmul(np.ones((4, 4)), np.ones((4, 4)), tile)

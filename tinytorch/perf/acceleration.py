@@ -354,7 +354,7 @@ def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
             out[:, :, i, j] = np.tensordot(x[:, :, i:i + kh, j:j + kw], w, axes=([1, 2, 3], [1, 2, 3]))
     return out
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #8bff5ab6
+# %% ../../modules/18_acceleration/acceleration_dev.py #c8ee2bb1
 def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """A @ B for 2-D arrays a (m, k), b (k, n), computed tile by tile.
 
@@ -366,7 +366,8 @@ def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"blocked_matmul: need a (m, k) and b (k, n), got {a.shape} and {b.shape}.")
-    if int(tile) != tile or tile < 1:
+    if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, float, np.integer, np.floating)) \
+            or not 1 <= tile < np.inf or int(tile) != tile:  # inf crashed in int(), nan compares False
         raise ValueError(f"blocked_matmul: tile must be a positive int, got {tile!r}.")
     tile = int(tile)
     m, k = a.shape

@@ -366,3 +366,21 @@ def test_a_checkpoint_with_one_nan_weight_stops_the_milestone_with_one_line(tmp_
     assert_one_line_error(result, f"{path}: parameter {name!r} holds 1 NaN or infinite value(s)")
     out = tmp_path / "out"  # quantize's argument check makes --out (it must take files) but writes nothing in it
     assert path.read_bytes() == before and (not out.exists() or not any(out.iterdir())), "nothing written"
+
+
+def test_non_finite_weights_passes_a_finite_checkpoint_and_names_an_unreadable_one(tmp_path):
+    """milestones/_args.py's check: None for a healthy file (the milestones then run as before)."""
+    spec = importlib.util.spec_from_file_location("milestone_args", MILESTONES / "_args.py")
+    args = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(args)
+    from tinytorch.core.layers import Linear
+    from tinytorch.core.training import save_checkpoint
+
+    layer = Linear(3, 2, seed=0)
+    assert args.non_finite_weights(save_checkpoint(tmp_path / "ok.npz", layer)) is None
+    layer.weight.data[1, 1] = float("-inf")
+    said = args.non_finite_weights(save_checkpoint(tmp_path / "bad.npz", layer))
+    assert said == f"{tmp_path / 'bad.npz'}: parameter 'weight' holds 1 NaN or infinite value(s) of 6 " \
+                   "(the training that saved it diverged)"
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    assert "cannot be read as a checkpoint" in args.non_finite_weights(tmp_path / "junk.npz")

@@ -517,7 +517,9 @@ for name, layers, d, T, dtype in (("the milestone's GPT", 4, 128, 64, np.float32
 #   (`np.random.rand`, `np.random.normal`): `GLOBAL_NUMPY_RANDOM` stands for that generator
 #   with the same `.bit_generator.state` as a Generator, and every checkpoint saves and
 #   restores it, as `preserve_rng_state` does. Generators a closure holds (a `Dropout` in
-#   `mlp`) are found by `checkpoint_parts` too.
+#   `mlp`) are found by `checkpoint_parts` too. So is mixed precision's switch (section 5's
+#   `autocast`): `AUTOCAST_SETTING` is replayed like a generator, so a forward under `autocast`
+#   is recomputed in float16 even when `backward()` runs outside the `with` block.
 #
 # `checkpoint_parts(fn, params)` (given) finds the parameters and generators;
 # `check_recomputed_leaves(out, known, summary)` (given) refuses a recomputed graph that
@@ -566,6 +568,31 @@ class _GlobalNumpyRandom:
 GLOBAL_NUMPY_RANDOM = _GlobalNumpyRandom()
 
 
+class _AutocastSetting:
+    """Mixed precision's switch (Autocast.dtype, set by `autocast()` below) with the same interface for
+    its state: checkpoint replays it like a generator, so the recomputation runs in the forward's
+    precision even when backward() runs outside `with autocast():` (torch.utils.checkpoint re-enters
+    the forward's autocast too); float32 recomputed products would differ from the float16 ones."""
+
+    @property
+    def bit_generator(self) -> "_AutocastSetting":
+        return self
+
+    @property
+    def state(self) -> Any:
+        return Autocast.dtype
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        Autocast.dtype = value
+
+    def __repr__(self) -> str:
+        return "AUTOCAST_SETTING"
+
+
+AUTOCAST_SETTING = _AutocastSetting()
+
+
 def _closure_values(fn: Callable) -> list:
     """What fn reads from outside by name: its closure's cells and the globals its code names
     (`lambda z: mlp(z)` finds mlp either way)."""
@@ -590,7 +617,8 @@ def checkpoint_parts(fn: Callable, params: Any = None) -> tuple[list, list]:
     params Module -- its parameters() and random_generators(params)
     params list   -- those Tensors
     Each parameter once (by identity), in order. Generators: the Module's, then those of Modules
-    (and bare Generators) that a function reads from outside, then GLOBAL_NUMPY_RANDOM.
+    (and bare Generators) that a function reads from outside, then GLOBAL_NUMPY_RANDOM, then
+    AUTOCAST_SETTING (mixed precision on or off: replayed the same way).
     """
     owner = params if params is not None else (fn if isinstance(fn, Module) else getattr(fn, "__self__", None))
     outside = [v for v in _closure_values(fn) if isinstance(v, (Module, np.random.Generator))]
@@ -599,7 +627,7 @@ def checkpoint_parts(fn: Callable, params: Any = None) -> tuple[list, list]:
         for g in [holder] if isinstance(holder, np.random.Generator) else random_generators(holder):
             if all(g is not known for known in generators):
                 generators.append(g)
-    generators.append(GLOBAL_NUMPY_RANDOM)
+    generators += [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING]
     if isinstance(owner, Module):
         return owner.parameters(), generators
     if params is None:
@@ -807,7 +835,7 @@ def gradients(piece: TinyPiece, x: np.ndarray, use_checkpoint: bool) -> list:
 
 def test_unit_checkpoint():
     piece = TinyPiece()
-    generators = random_generators(piece) + [GLOBAL_NUMPY_RANDOM]  # checkpoint also keeps np.random's state
+    generators = random_generators(piece) + [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING]  # np.random, mixed precision
     x = np.random.default_rng(1).standard_normal((3, 5, 8)).astype(np.float32)
     with generators_kept(generators):
         plain = piece(Tensor(x))

@@ -13,7 +13,7 @@ from tinytorch.core.layers import Dropout, Linear, Module
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import GPT, TransformerBlock
-from tinytorch.perf.memory import (GLOBAL_NUMPY_RANDOM, CheckpointedBlock, checkpoint, checkpoint_blocks,
+from tinytorch.perf.memory import (AUTOCAST_SETTING, GLOBAL_NUMPY_RANDOM, CheckpointedBlock, checkpoint, checkpoint_blocks,
                                    generators_kept, random_generators)
 
 
@@ -73,8 +73,8 @@ def test_parameters_are_inputs_of_the_op():
         "gradients): the weights of a checkpointed Module are inputs of the op")
     saved = out._node.saved
     assert saved["num_args"] == 1 and saved["fn"] is piece and len(saved["args"]) == 1
-    assert [g for g, _ in saved["rng_states"]] == random_generators(piece) + [GLOBAL_NUMPY_RANDOM], \
-        "rng_states: one (generator, state) pair per generator fn uses, then NumPy's global generator"
+    assert [g for g, _ in saved["rng_states"]] == random_generators(piece) + [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING], \
+        "rng_states: one (generator, state) pair per generator fn uses, then NumPy's global one and autocast's switch"
 
 
 def test_rng_state_saved_before_fn_runs():

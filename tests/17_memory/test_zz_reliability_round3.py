@@ -150,3 +150,22 @@ def test_kv_cache_bytes_counts_are_whole_numbers(value):
     from tinytorch.perf.memory import kv_cache_bytes
     with pytest.raises(ValueError, match="kv_cache_bytes: num_layers must be a whole number"):
         kv_cache_bytes(value, 1, 4, 8, np.float32)
+
+
+# ---- checkpoint under autocast, backward outside it -----------------------------------------
+def test_a_forward_under_autocast_is_recomputed_in_float16_when_backward_runs_outside():
+    """Found while adding the recomputation check: the backward recomputed in float32 what the
+    forward had computed in float16 (gradients of other numbers); autocast's switch is now replayed."""
+    from tinytorch.perf.memory import autocast
+
+    def grads(use_checkpoint):
+        layer = Linear(6, 4, seed=0)
+        x = Tensor(np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32), requires_grad=True)
+        with autocast():
+            out = checkpoint(layer, x) if use_checkpoint else layer(x)
+        out.sum().backward()  # outside autocast
+        return [x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy()]
+    for a, b in zip(grads(False), grads(True)):
+        assert np.array_equal(a, b)
+    from tinytorch.core.tensor import Autocast
+    assert Autocast.dtype is None, "backward leaves mixed precision as it found it (off)"

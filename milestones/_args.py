@@ -3,6 +3,7 @@
     parser.add_argument("--iters", type=positive_int, ...)   # 0, -3 and 2.5 are refused by argparse
     check_output_folder(parser, args.out)                    # right after parse_args
     check_output_file(parser, args.heatmap)
+    problem = non_finite_weights(path)                       # a checkpoint given to load, before using it
 
 A mistake in an argument must cost a second, not the minutes of training that come before
 the first file is written: a folder that cannot be written, or a number of iterations the
@@ -63,3 +64,24 @@ def check_output_file(parser: argparse.ArgumentParser, path: Path, option: str) 
     problem = _writable(path.parent)
     if problem:
         parser.error(f"{option} {path}: cannot write in {path.parent} ({problem}); choose another path")
+
+
+def non_finite_weights(path: Path) -> str | None:
+    """None when the module-07 checkpoint at `path` reads and every float parameter is finite;
+    otherwise one line naming the file and the first parameter holding NaN or ±inf (a diverged
+    run): quantizing or compressing it fails much later, with a traceback of numbers or inside LAPACK."""
+    import numpy as np
+
+    from tinytorch.core.training import read_checkpoint
+
+    try:
+        weights = read_checkpoint(path)["model"]
+    except (OSError, ValueError) as err:
+        return " ".join(str(err).split())
+    for name, value in weights.items():
+        values = np.asarray(value)
+        if values.dtype.kind == "f" and not np.isfinite(values).all():
+            bad = values.size - int(np.count_nonzero(np.isfinite(values)))
+            return (f"{path}: parameter {name!r} holds {bad} NaN or infinite value(s) of {values.size} "
+                    "(the training that saved it diverged)")
+    return None

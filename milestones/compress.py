@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.table import Table
 from threadpoolctl import threadpool_limits
 
-from _args import check_output_file  # milestones/_args.py
+from _args import check_output_file, non_finite_weights  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import Check, verdict_checks  # milestones/_verdict.py
 from shakespeare import CHECKPOINT, DEFAULT_OUT, RECIPE, estimate_loss, get_batch, load_text, saved_model_problem  # milestones/shakespeare.py
@@ -189,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         args.baseline = saved  # the shakespeare milestone's model, trained by the same recipe: no need to train it again
     baseline = new_gpt().to(args.device)
     loaded = args.baseline is not None and args.baseline.exists()
+    diverged = non_finite_weights(args.baseline) if loaded else None
+    if diverged is not None:  # found now, not after minutes of fine-tuning or inside LAPACK
+        print(f"error: --baseline {diverged}; train the baseline again (or pass a new path to train one there).",
+              file=sys.stderr)
+        return 2
     if loaded:
         try:  # module 07 checks names, shapes and the model's config before it changes anything
             load_checkpoint(args.baseline, baseline)

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from _args import check_output_folder  # milestones/_args.py
+from _args import check_output_folder, non_finite_weights  # milestones/_args.py
 from _device import add_device_argument, device_label, device_ready  # milestones/_device.py
 from _verdict import Check, verdict_checks  # milestones/_verdict.py
 import shakespeare  # milestones/shakespeare.py: the recipe, the data and the evaluation
@@ -70,6 +70,9 @@ def trained_model(path: Path, vocab_size: int, fast: bool, device: str, console:
                       f"({'--fast' if fast else 'the full recipe'}), saving its model in {path.parent}")
         shakespeare.main([*(["--fast"] if fast else []), "--out", str(path.parent), "--device", device])
         path = path.parent / shakespeare.CHECKPOINT
+    diverged = non_finite_weights(path)
+    if diverged is not None:
+        return f"{diverged}. Train the model again with `tito milestone run shakespeare` (or --fast)."
     recipe = shakespeare.RECIPE
     model = GPT(vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"], recipe["context"],
                 dropout=0.0, tie_weights=True, bias=False)

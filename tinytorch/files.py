@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['atomic_write']
 
-# %% ../modules/07_training/training_dev.py #95951a4a
+# %% ../modules/07_training/training_dev.py #aa3c9957
 # Writing a file so that it is always whole: the one place TinyTorch and tito replace a file.
 # Given code, not a student exercise.
 import os
@@ -24,11 +24,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
     renamed over `path` when the `with` block ends. An exception inside the block (a full
     disk, an error half-way through serialising) removes the new file and leaves `path` as
     it was. The file keeps the permissions of the one it replaces (a new one gets the usual
-    ones, after the umask). mode: "wb" (bytes) or "w" (text, with `encoding`).
+    ones, after the umask). A symbolic link is written through, as open() would: the file it
+    points to is replaced (in its own folder) and the link stays a link.
+    mode: "wb" (bytes) or "w" (text, with `encoding`).
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', got {mode!r}.")
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link's target: renaming over the link would replace the link itself
     scratch = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:

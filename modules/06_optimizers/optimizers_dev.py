@@ -115,6 +115,12 @@ from tinytorch.core.tensor import Tensor, array_module, to_host
 
 # %%
 #| export
+def _finite_at_least_zero(value: Any) -> bool:
+    """True for a real number (not a bool) that is finite and >= 0: NaN and inf fail every comparison we need."""
+    return (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+            and 0 <= value < math.inf)
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, and the step loop.
 
@@ -149,12 +155,13 @@ class Optimizer:
         """`settings` checked and normalised (floats, tuples); ValueError names the bad value.
         `where` says which group (" in parameter group 1"), or "" for the constructor's."""
         if "lr" in settings:
-            if settings["lr"] < 0:
-                raise ValueError(f"Invalid learning rate: {settings['lr']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["lr"]):  # NaN or inf: every weight becomes NaN at the first step
+                raise ValueError(f"Invalid learning rate: {settings['lr']!r} (must be a finite number >= 0){where}.")
             settings["lr"] = float(settings["lr"])
         if "weight_decay" in settings:
-            if settings["weight_decay"] < 0:
-                raise ValueError(f"Invalid weight_decay: {settings['weight_decay']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["weight_decay"]):
+                raise ValueError(f"Invalid weight_decay: {settings['weight_decay']!r} (must be a finite number >= 0)"
+                                 f"{where}.")
             settings["weight_decay"] = float(settings["weight_decay"])
         return settings
 
@@ -200,7 +207,10 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Set the learning rate of every group to `value` (a float)."""
+        """Set the learning rate of every group to `value` (a float). ValueError (given) unless it is a
+        finite number >= 0 (a scheduler computing NaN would make every weight NaN at the next step)."""
+        if not _finite_at_least_zero(value):
+            raise ValueError(f"Invalid learning rate: {value!r} (must be a finite number >= 0).")
         ### BEGIN SOLUTION
         for group in self.param_groups:
             group["lr"] = float(value)
@@ -442,8 +452,8 @@ class SGD(Optimizer):
 
     def _check_settings(self, settings: dict[str, Any], where: str) -> dict[str, Any]:
         settings = super()._check_settings(settings, where)
-        if settings.get("momentum", 0.0) < 0:
-            raise ValueError(f"Invalid momentum: {settings['momentum']} (must be >= 0){where}.")
+        if not _finite_at_least_zero(settings.get("momentum", 0.0)):
+            raise ValueError(f"Invalid momentum: {settings['momentum']!r} (must be a finite number >= 0){where}.")
         if settings.get("nesterov") and settings.get("momentum", 0.0) <= 0:
             raise ValueError(f"Nesterov momentum needs momentum > 0{where}.")
         if "momentum" in settings:
@@ -606,12 +616,12 @@ class Adam(Optimizer):
         settings = super()._check_settings(settings, where)
         if "betas" in settings:
             beta1, beta2 = settings["betas"]
-            if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            if not all(_finite_at_least_zero(b) and b < 1.0 for b in (beta1, beta2)):
                 raise ValueError(f"Invalid betas: {tuple(settings['betas'])} (each must be in [0, 1)){where}.")
             settings["betas"] = (float(beta1), float(beta2))
         if "eps" in settings:
-            if settings["eps"] < 0:
-                raise ValueError(f"Invalid eps: {settings['eps']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["eps"]):
+                raise ValueError(f"Invalid eps: {settings['eps']!r} (must be a finite number >= 0){where}.")
             settings["eps"] = float(settings["eps"])
         return settings
 

@@ -146,6 +146,9 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type
     """
     if norm_type not in (2.0, math.inf):
         raise ValueError(f"clip_grad_norm: norm_type must be 2.0 or float('inf'), got {norm_type!r}.")
+    if isinstance(max_norm, (bool, np.bool_)) or not isinstance(max_norm, (int, float, np.integer, np.floating)) \
+            or not max_norm >= 0:  # nan or -1 zeroed every gradient in silence; inf (only measure the norm) is fine
+        raise ValueError(f"clip_grad_norm: max_norm must be a number >= 0 (inf: no clipping), got {max_norm!r}.")
     params = [params] if isinstance(params, Tensor) else list(params)
     ### BEGIN SOLUTION
     grads = [p.grad for p in params if p.grad is not None]
@@ -283,6 +286,14 @@ for _clip in (False, True):
 
 # %%
 #| export
+def _rate(value: Any, name: str) -> float:
+    """`value` as a float when it is a finite number >= 0 (a rate or a factor); ValueError naming it otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
 class LRScheduler:
     """A learning-rate schedule attached to an optimizer.
 
@@ -293,7 +304,7 @@ class LRScheduler:
 
     def __init__(self, optimizer: Optimizer, base_lr: float | None = None):
         self.optimizer = optimizer
-        self.base_lr = float(optimizer.lr if base_lr is None else base_lr)
+        self.base_lr = _rate(optimizer.lr if base_lr is None else base_lr, f"{type(self).__name__}: base_lr")
         self.last_step = 0
         self.optimizer.lr = self.lr_at(0)
 
@@ -328,10 +339,8 @@ class StepLR(LRScheduler):
     """Step decay: the rate is multiplied by `gamma` every `step_size` steps."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
-        if step_size < 1:
-            raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}.")
-        self.step_size = int(step_size)
-        self.gamma = float(gamma)
+        self.step_size = as_int(step_size, "StepLR: step_size", minimum=1)  # 2.5 was taken as 2
+        self.gamma = _rate(gamma, "StepLR: gamma")  # nan made every rate nan
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:
@@ -345,6 +354,9 @@ class CosineWarmupLR(LRScheduler):
     """Linear warm-up over `warmup_steps`, then cosine decay to `min_lr` at `total_steps`."""
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0):
+        warmup_steps = as_int(warmup_steps, "CosineWarmupLR: warmup_steps", minimum=0)
+        total_steps = as_int(total_steps, "CosineWarmupLR: total_steps", minimum=1)
+        min_lr = _rate(min_lr, "CosineWarmupLR: min_lr")
         if warmup_steps < 0 or total_steps <= warmup_steps:
             raise ValueError(
                 f"CosineWarmupLR: need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}, "
@@ -445,7 +457,11 @@ def accuracy(outputs: Any, targets: Any) -> float:
     outputs -- logits (N, C) with C >= 2: prediction = arg-max over the last axis;
                or one score per example, (N,) or (N, 1): prediction = 1 where the score > 0
     targets -- (N,) integer class labels (Tensor, array or list)
+    NaN outputs (a diverged model) raise ValueError (given): NaN has no arg-max and is not > 0.
     """
+    if np.isnan(to_host(outputs)).any():  # given
+        raise ValueError("accuracy: the outputs hold NaN (a diverged model?): there is no prediction to count; "
+                         "check the model's weights and inputs for NaN.")
     ### BEGIN SOLUTION
     out, tgt = to_host(outputs), np.asarray(to_host(targets))
     if out.ndim == 1 or out.shape[-1] == 1:
@@ -948,11 +964,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
     renamed over `path` when the `with` block ends. An exception inside the block (a full
     disk, an error half-way through serialising) removes the new file and leaves `path` as
     it was. The file keeps the permissions of the one it replaces (a new one gets the usual
-    ones, after the umask). mode: "wb" (bytes) or "w" (text, with `encoding`).
+    ones, after the umask). A symbolic link is written through, as open() would: the file it
+    points to is replaced (in its own folder) and the link stays a link.
+    mode: "wb" (bytes) or "w" (text, with `encoding`).
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: mode must be 'wb' or 'w', got {mode!r}.")
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link's target: renaming over the link would replace the link itself
     scratch = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     handle = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
@@ -1008,7 +1026,7 @@ def _pack(value: Any, key: str, arrays: dict) -> Any:
         if getattr(value.dtype, "hasobject", False):
             raise TypeError(f"save_checkpoint: {key!r} is an array of Python objects (dtype object); a checkpoint "
                             "stores numbers, booleans and strings only (loading it would need pickle).")
-        if getattr(value, "ndim", 0) > 0:
+        if not isinstance(value, np.generic):  # 0-d arrays too: as JSON numbers they came back as float32, not arrays
             if key in arrays:
                 raise ValueError(f"save_checkpoint: two entries are both stored as {key!r} (a key containing '/' "
                                  "collides with a nested one); rename one of them.")

@@ -58,7 +58,9 @@ from tinytorch.core.tensor import as_int, to_host
 from tinytorch.files import atomic_write
 
 # %% [markdown]
-# Two given helpers keep the tokenizers honest with what they are handed. `whole_ids`
+# Three given helpers keep the tokenizers honest with what they are handed. `check_text`
+# refuses anything but a `str` where text is expected (bytes from a file opened in binary
+# mode, say, with a `TypeError` that says to decode them); `whole_ids`
 # turns what `decode` receives into a list of Python ints and refuses a fraction or a
 # boolean (`int(2.7)` would quietly decode token 2); `read_tokenizer_json` reads a saved
 # tokenizer and refuses, naming the file, anything that is not one: a hand-edited or
@@ -88,6 +90,16 @@ def whole_ids(ids: Any, owner: str) -> list[int]:
     elif values.dtype.kind not in "iu":
         raise TypeError(f"{owner}: token ids must be integers, got {values.dtype} values ({values[0].item()!r}).")
     return values.astype(np.int64).tolist()
+
+
+def check_text(text: Any, owner: str) -> str:
+    """`text` itself when it is a str; TypeError naming `owner` and saying what to pass otherwise
+    (bytes iterate as ints and have no .encode: they would fail deep inside, or be read as ids)."""
+    if isinstance(text, str):
+        return text
+    hint = (": decode them first, e.g. data.decode('utf-8')" if isinstance(text, (bytes, bytearray, memoryview))
+            else "")
+    raise TypeError(f"{owner}: text must be a str, got {type(text).__name__}{hint}.")
 
 
 def read_tokenizer_json(path: Any, kind: str) -> dict:
@@ -163,6 +175,9 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Sequence[str]):
+        if isinstance(chars, (bytes, bytearray)) or not hasattr(chars, "__iter__"):
+            raise TypeError(f"CharTokenizer: the vocabulary must be a sequence of single characters, "
+                            f"got {type(chars).__name__}.")
         chars = list(chars)
         if any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("CharTokenizer: the vocabulary must be a sequence of single characters.")
@@ -174,6 +189,7 @@ class CharTokenizer:
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
         """A tokenizer whose vocabulary is the distinct characters of `text`, sorted."""
+        text = check_text(text, "CharTokenizer.from_text")  # given: TypeError unless a str
         ### BEGIN SOLUTION
         return cls(sorted(set(text)))
         ### END SOLUTION
@@ -184,6 +200,7 @@ class CharTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The id of every character of `text`; ValueError naming a character outside the vocabulary."""
+        text = check_text(text, "CharTokenizer.encode")  # given: TypeError unless a str
         ### BEGIN SOLUTION
         try:
             return [self.index[c] for c in text]
@@ -565,7 +582,11 @@ class BPETokenizer:
     """
 
     def __init__(self, merges: Iterable[tuple[int, int]] = ()):
-        self._set_merges([tuple(pair) for pair in merges])
+        try:
+            merges = [tuple(pair) for pair in merges]
+        except TypeError:  # not iterable, or a merge that is not a pair
+            raise TypeError(f"BPETokenizer: merges must be a sequence of (a, b) id pairs, got {merges!r:.60}.") from None
+        self._set_merges(merges)
 
     def _set_merges(self, merges: list[tuple[int, int]]) -> None:
         """Check the merges and rebuild self.vocab (the bytes of every id).
@@ -598,7 +619,7 @@ class BPETokenizer:
         vocab_size = as_int(vocab_size, "BPETokenizer.train: vocab_size")
         if vocab_size < 256:
             raise ValueError(f"BPETokenizer.train: vocab_size must be at least 256 (the bytes), got {vocab_size}.")
-        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        ids = np.frombuffer(check_text(text, "BPETokenizer.train").encode("utf-8"), dtype=np.uint8).astype(np.int64)
         ### BEGIN SOLUTION
         merges: list[tuple[int, int]] = []
         counter = PairCounter()
@@ -628,6 +649,7 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """UTF-8 bytes of `text`, then every merge in the order it was learned."""
+        text = check_text(text, "BPETokenizer.encode")  # given: TypeError unless a str
         ### BEGIN SOLUTION
         ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         for k, pair in enumerate(self.merges):

@@ -96,6 +96,10 @@ from tinytorch.text.embeddings import Embedding, token_ids
 #   token with σ = 10⁻³ it divides by 1.01·10⁻³ instead of `√(10⁻⁶ + 10⁻⁵) = 3.3·10⁻³`.
 #   And ε must be positive: with ε = 0 a token whose features are all equal divides 0 by 0
 #   (the given checks refuse `eps <= 0`).
+# * **Floats only.** A mean and a variance of integers are fractions: cast back to an
+#   integer input's dtype, `rstd` would be 0 and every output 0. As PyTorch's `layer_norm`,
+#   the given checks refuse an integer (or boolean) input with a `TypeError` that says to
+#   convert it first, as module 02's softmax does.
 # * **Square in float64.** The largest float32 is about 3.4·10³⁸, so squaring a float32
 #   above about 1.8·10¹⁹ overflows to infinity: the variance becomes `inf`, `1/√inf = 0`,
 #   and a row of values near ±10²⁰ comes out as zeros instead of ±1. Squaring in float64
@@ -153,6 +157,13 @@ def _check_eps(owner: str, eps: Any) -> None:
                          "are all equal divides 0 by 0).")
 
 
+def check_floating_input(owner: str, x: Tensor) -> None:
+    """TypeError unless x holds floats: normalising integers cast rstd (a fraction) to 0, as torch refuses too."""
+    if x.dtype.kind != "f":
+        raise TypeError(f"{owner} needs a floating-point input, got dtype {x.dtype} (its results are fractions, "
+                        f"which {x.dtype} would round away): convert it first, e.g. Tensor(values, dtype=np.float32).")
+
+
 def _normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
     """(-len(S), ..., -1) for S = normalized_shape, after checking that x ends with S."""
     n = len(normalized_shape)
@@ -176,10 +187,12 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
         rstd -- 1/sqrt(var + eps) in x's dtype, x's shape with the normalised axes kept as size 1
         axes -- the normalised axes, negative ints: (-1,) for a weight of shape (D,)
     The centred values are squared in float64 (a float32 square overflows above about
-    1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
+    1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given); an integer
+    x is refused (TypeError, given).
     """
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("layer_norm", x)
     axes = _normalized_axes(weight.shape, x.shape)
     _check_eps("layer_norm", eps)
     ### BEGIN SOLUTION

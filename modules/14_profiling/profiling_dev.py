@@ -68,7 +68,7 @@ import numpy as np
 
 from tinytorch.core.autograd import (BACKWARD_RULES, FLOP_RULES, op_flops, register_backward, register_flops,
                                      topological_order)
-from tinytorch.core.tensor import OP_LISTENERS, Node, Tensor, cuda_module, device_of, record_op
+from tinytorch.core.tensor import OP_LISTENERS, Node, Tensor, as_int, cuda_module, device_of, record_op
 
 # %% [markdown]
 # ## 1. Listening to the engine
@@ -753,8 +753,8 @@ def measure_latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats
     interquartile range (np.percentile 75 minus 25), and the list of the `repeats` samples
     in call order (warm-up excluded).
     """
-    if int(warmup) < 0 or int(repeats) < 1:
-        raise ValueError(f"measure_latency: warmup must be >= 0 and repeats >= 1, got {warmup} and {repeats}.")
+    warmup = as_int(warmup, "measure_latency: warmup", minimum=0)  # 2.5 was taken as 2, inf crashed in int()
+    repeats = as_int(repeats, "measure_latency: repeats", minimum=1)
     device = device_of_args(args) if device is None else device
     ### BEGIN SOLUTION
     for _ in range(int(warmup)):

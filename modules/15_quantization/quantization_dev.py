@@ -94,7 +94,7 @@ from typing import Any
 import numpy as np
 
 from tinytorch.core.layers import Linear, Module
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, is_floating, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_int, as_tensor, is_floating, to_host
 from tinytorch.core.training import save_checkpoint
 
 # %% [markdown]
@@ -199,6 +199,42 @@ def _float_input(x: Any, where: str) -> Tensor:
     return x
 
 
+def _count_nan(data: Any) -> int:
+    """How many NaN values the array `data` (NumPy or CuPy) holds."""
+    return int(to_host(array_module(data).isnan(data).sum()))
+
+
+def _check_no_nan(data: Any, where: str) -> None:
+    """ValueError when `data` holds NaN: it has no integer (rint(NaN) cast to int8 is an arbitrary value).
+    ±inf is fine here: it saturates at qmin or qmax, as PyTorch's kernels clamp."""
+    nans = _count_nan(data)
+    if nans:
+        raise ValueError(f"{where}: x holds {nans} NaN value(s), which no integer can stand for (a diverged "
+                         "model or a bad input?); remove them before quantizing.")
+
+
+def _check_observable(data: Any, where: str, batch: int) -> None:
+    """ValueError naming the batch (the `batch`-th call of observe) when it holds NaN or ±inf: min and max
+    skip a NaN in silence (so the batch's other values would be dropped) and ±inf has no finite range.
+    Called before anything is observed, so the running range stays as it was."""
+    xp = array_module(data)
+    bad = int(to_host((~xp.isfinite(data)).sum()))
+    if bad:
+        raise ValueError(f"{where}: batch {batch} (observe call number {batch}) holds {_count_nan(data)} NaN and "
+                         f"{bad - _count_nan(data)} infinite value(s); nothing of it was observed (the range so far "
+                         "is unchanged). A range must be finite: find where they come from (a diverged layer?) "
+                         "or leave that batch out.")
+
+
+def _check_finite_weight(weight: Any, where: str, what: str = "the weight") -> None:
+    """ValueError when a layer's weight holds NaN or ±inf: there is no range to quantize it to."""
+    xp = array_module(weight)
+    bad = int(to_host((~xp.isfinite(weight)).sum()))
+    if bad:
+        raise ValueError(f"{where}: {what} holds {bad} NaN or infinite value(s) (a diverged model?); "
+                         "only a model with finite weights can be quantized.")
+
+
 def _check_scale(scale: Any, where: str) -> np.ndarray:
     """scale as a float32 array (shape kept); ValueError unless every value is finite and > 0."""
     s = np.asarray(to_host(scale), dtype=np.float64)  # a Tensor, a NumPy or CuPy array, or numbers
@@ -249,6 +285,7 @@ def quantize_per_tensor(x: Any, scale: float, zero_point: int, dtype: str = "int
     [qmin, qmax] (xp.clip). Work with xp = array_module(x.data) (NumPy or CuPy).
     """
     x = _float_input(x, "quantize_per_tensor")
+    _check_no_nan(x.data, "quantize_per_tensor")
     qmin, qmax = qrange(dtype)
     scale = float(_check_scale(scale, "quantize_per_tensor").reshape(-1)[0])
     zero_point = int(_check_zero_point(zero_point, qmin, qmax, "quantize_per_tensor").reshape(-1)[0])
@@ -438,9 +475,12 @@ class MinMaxObserver:
         qrange(dtype)
         self.dtype, self.symmetric = dtype, bool(symmetric)
         self.min_val, self.max_val = np.float32(np.inf), np.float32(-np.inf)
+        self.batches = 0  # observe calls so far: an error names the batch by its number
 
     def observe(self, x: Any) -> Any:
         data = _float_input(x, "MinMaxObserver.observe").data
+        self.batches += 1
+        _check_observable(data, "MinMaxObserver.observe", self.batches)
         if data.size == 0:
             return x
         ### BEGIN SOLUTION
@@ -560,6 +600,7 @@ def quantize_per_channel(x: Any, scales: Any, zero_points: Any, axis: int, dtype
     multiply-add); then round half to even (xp.rint) and clamp to [qmin, qmax].
     """
     x = _float_input(x, "quantize_per_channel")
+    _check_no_nan(x.data, "quantize_per_channel")
     if x.ndim == 0:
         raise ValueError("quantize_per_channel: x needs at least one dimension (the channel axis).")
     axis = _channel_axis(axis, x.ndim, "quantize_per_channel")
@@ -593,13 +634,16 @@ class PerChannelMinMaxObserver:
         qrange(dtype)
         self.axis, self.dtype, self.symmetric = axis, dtype, bool(symmetric)
         self.min_val = self.max_val = None
+        self.batches = 0  # observe calls so far: an error names the batch by its number
 
     def observe(self, x: Any) -> Any:
         data = _float_input(x, "PerChannelMinMaxObserver.observe").data
+        self.batches += 1
         axis = _channel_axis(self.axis, data.ndim, "PerChannelMinMaxObserver.observe")
         if self.min_val is not None and data.shape[axis] != self.min_val.shape[0]:
             raise ValueError(f"PerChannelMinMaxObserver: this x has {data.shape[axis]} channels along axis "
                              f"{self.axis}, the earlier ones had {self.min_val.shape[0]}.")
+        _check_observable(data, "PerChannelMinMaxObserver.observe", self.batches)
         if data.size == 0:
             return x
         ### BEGIN SOLUTION
@@ -739,6 +783,8 @@ class PercentileObserver(MinMaxObserver):
 
     def observe(self, x: Any) -> Any:
         data = _float_input(x, "PercentileObserver.observe").data
+        self.batches += 1
+        _check_observable(data, "PercentileObserver.observe", self.batches)
         if data.size == 0:
             return x
         ### BEGIN SOLUTION
@@ -1046,6 +1092,10 @@ class QuantizedLinear(Module):
             raise ValueError(f"QuantizedLinear: mode must be one of {_MODES}, got {mode!r}.")
         if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 8:
             raise ValueError(f"QuantizedLinear: bits must be an int in 2..8, got {bits!r}.")
+        in_features = as_int(in_features, "QuantizedLinear: in_features", minimum=1)
+        out_features = as_int(out_features, "QuantizedLinear: out_features", minimum=1)
+        if group_size is not None:  # 2.5 was taken as 2
+            group_size = as_int(group_size, "QuantizedLinear: group_size", minimum=1)
         if group_size is not None and (not per_channel or int(group_size) < 1 or in_features % int(group_size)):
             raise ValueError(f"QuantizedLinear: group_size={group_size} needs per_channel=True and must divide "
                              f"in_features={in_features}.")
@@ -1112,6 +1162,7 @@ class QuantizedLinear(Module):
         if linear.bias is not None:
             layer.bias.data = linear.bias.data.astype(np.float32)
         w = linear.weight.data
+        _check_finite_weight(w, "QuantizedLinear.from_float")
         ### BEGIN SOLUTION
         dtype = layer.weight_dtype
         if per_channel:
@@ -1149,7 +1200,18 @@ class QuantizedLinear(Module):
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"QuantizedLinear({self.in_features} -> {self.out_features}) expects inputs of shape "
                              f"(..., {self.in_features}), got {x.shape}.")
-        return self._forward_weight_only(x) if self.mode == "weight_only" else self._forward_dynamic(x)
+        if self.mode == "weight_only":
+            return self._forward_weight_only(x)
+        where = f"QuantizedLinear({self.in_features} -> {self.out_features}, dynamic int8)"
+        x = _float_input(x, where)
+        if x.data.size == 0:  # an empty batch has no range to measure: its output is empty too, as PyTorch's
+            return Tensor(array_module(x.data).zeros((*x.shape[:-1], self.out_features), np.float32))
+        bad = int(to_host((~array_module(x.data).isfinite(x.data)).sum()))
+        if bad:
+            raise ValueError(f"{where}: the input x holds {bad} NaN or infinite value(s); dynamic quantization "
+                             "measures x's range per call and int8 has no NaN or inf (a diverged layer before "
+                             "this one?).")
+        return self._forward_dynamic(x)
 
     def _forward_weight_only(self, x: Tensor) -> Tensor:
         """x @ dequantized_weight() (+ self.bias): float arithmetic with Tensor operations, as module 03's
@@ -1329,7 +1391,8 @@ class QuantizedEmbedding(Module):
         super().__init__()
         if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 8:
             raise ValueError(f"QuantizedEmbedding: bits must be an int in 2..8, got {bits!r}.")
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.num_embeddings = as_int(num_embeddings, "QuantizedEmbedding: num_embeddings", minimum=1)
+        self.embedding_dim = as_int(embedding_dim, "QuantizedEmbedding: embedding_dim", minimum=1)
         self.padding_idx, self.bits = padding_idx, int(bits)
         width = (self.embedding_dim + 1) // 2 if self.bits <= 4 else self.embedding_dim
         self.register_buffer("qweight", Tensor(np.zeros((self.num_embeddings, width),
@@ -1339,6 +1402,7 @@ class QuantizedEmbedding(Module):
 
     @classmethod
     def from_float(cls, table: Embedding, bits: int = 8) -> "QuantizedEmbedding":
+        _check_finite_weight(table.weight.data, "QuantizedEmbedding.from_float")
         layer = cls(table.num_embeddings, table.embedding_dim, table.padding_idx, bits=bits)
         layer.to(table.weight.device)
         observer = PerChannelMinMaxObserver(axis=0, dtype=f"int{bits}", symmetric=True)
@@ -1397,6 +1461,9 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     named_children()) and _replace_submodule(root, name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
+    for name, param in [*model.named_parameters(), *model.named_buffers()]:  # before any copy: name the tensor
+        if param.dtype.kind == "f":
+            _check_finite_weight(param.data, "quantize_model", what=f"the model's {name!r}")
     ### BEGIN SOLUTION
     quantized = copy.deepcopy(model)
     if isinstance(quantized, Linear):

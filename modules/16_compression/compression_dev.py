@@ -93,7 +93,7 @@ from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import Linear, Module, Sequential
 from tinytorch.core.losses import cross_entropy
 from tinytorch.core.spatial import Conv2d
-from tinytorch.core.tensor import Tensor, as_tensor, to_array, to_host
+from tinytorch.core.tensor import Tensor, as_int, as_tensor, to_array, to_host
 from tinytorch.models.transformer import MLP
 
 # %% [markdown]
@@ -220,6 +220,15 @@ def _check_amount(amount: Any, where: str) -> float:
     return float(amount)
 
 
+def _check_finite(values: np.ndarray, where: str, what: str) -> None:
+    """ValueError naming `what` when `values` (a NumPy array) hold NaN or ±inf: |NaN| ranks after every
+    magnitude (a NaN weight would never be pruned), and an SVD of inf never returns or returns NaN."""
+    bad = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise ValueError(f"{where}: {what} holds {bad} NaN or infinite value(s) (a diverged model?); "
+                         "compress a model whose weights are finite.")
+
+
 def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None = None) -> np.ndarray:
     """Keep-mask of magnitude pruning: False for the round(amount · size) entries of smallest |value|.
 
@@ -234,6 +243,7 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
     np.argsort(..., kind="stable")).
     """
     amount = _check_amount(amount, "magnitude_mask")
+    _check_finite(weights, "magnitude_mask", "weights")
     ### BEGIN SOLUTION
     scores = np.abs(weights).astype(np.float64).ravel()
     if keep is not None:
@@ -444,6 +454,7 @@ def _prunable(module: Any, name: str, where: str) -> tuple[np.ndarray, np.ndarra
         raise ValueError(f"{where}: {type(module).__name__} has no parameter named {name!r}.")
     with no_grad():
         weights = to_host(getattr(module, name))
+    _check_finite(weights, where, f"{type(module).__name__}.{name}")
     keep = to_host(getattr(module, name + "_mask")) != 0 if name in pruned_names(module) else None
     return weights, keep
 
@@ -688,10 +699,15 @@ def cubic_sparsity(step: int, total_steps: int, final_sparsity: float, initial_s
 
     s = s_f + (s_i − s_f) · (1 − t / n)³ with t = step clamped to [0, n], n = total_steps,
     s_i = initial_sparsity (at step 0), s_f = final_sparsity (at step n and after).
-    Returns a Python float.
+    Returns a Python float. Both sparsities are fractions in [0, 1] (nan, inf and -1 gave a
+    "sparsity" prune_global refused only later, or nan).
     """
+    step = as_int(step, "cubic_sparsity: step")
+    total_steps = as_int(total_steps, "cubic_sparsity: total_steps")
     if total_steps < 1:
         raise ValueError(f"cubic_sparsity: total_steps must be at least 1, got {total_steps}.")
+    _check_amount(final_sparsity, "cubic_sparsity (final_sparsity)")
+    _check_amount(initial_sparsity, "cubic_sparsity (initial_sparsity)")
     ### BEGIN SOLUTION
     progress = min(max(step, 0), total_steps) / total_steps
     return final_sparsity + (initial_sparsity - final_sparsity) * (1.0 - progress) ** 3
@@ -704,6 +720,8 @@ def prune_gradually(modules: Iterable[Module], final_sparsity: float, steps: int
     steps, final_sparsity, initial_sparsity))`, then `fine_tune(step)` (e.g. an epoch of
     training), so the network recovers before the next cut. Returns each step's target."""
     modules = list(modules)
+    steps = as_int(steps, "prune_gradually: steps", minimum=1)
+    cubic_sparsity(steps, steps, final_sparsity, initial_sparsity)  # checks both sparsities before any pruning
     targets = []
     for step in range(1, steps + 1):
         target = cubic_sparsity(step, steps, final_sparsity, initial_sparsity)
@@ -1049,10 +1067,12 @@ def prune_mlp_units(mlp: MLP, amount: float) -> MLP:
     dropped = round(amount * hidden)
     if dropped >= hidden:
         raise ValueError(f"prune_mlp_units: amount {amount} would remove all {hidden} hidden units; keep at least one.")
-    importance = mlp_unit_importance(mlp)
     with no_grad():
         fc_weight = mlp.fc.weight  # the weight the forward uses (masked, if fc was pruned)
         w_in, w_out = to_host(fc_weight), to_host(mlp.proj.weight)
+    _check_finite(w_in, "prune_mlp_units", "mlp.fc.weight")
+    _check_finite(w_out, "prune_mlp_units", "mlp.proj.weight")
+    importance = mlp_unit_importance(mlp)
     ### BEGIN SOLUTION
     kept = np.sort(np.argsort(importance, kind="stable")[dropped:])
     small = MLP(mlp.fc.in_features, hidden - dropped, dropout=mlp.dropout.p, bias=mlp.fc.bias is not None,
@@ -1210,6 +1230,7 @@ def low_rank(linear: Linear, rank: int) -> Sequential:
     """
     with no_grad():
         weight = to_host(linear.weight).astype(np.float64)
+    _check_finite(weight, "low_rank", "the Linear's weight")  # LAPACK on inf never returns, and Ctrl-C cannot stop it
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= min(weight.shape):
         raise ValueError(f"low_rank: rank must be an int from 1 to min(in, out) = {min(weight.shape)}, got {rank!r}.")
     dtype, device = linear.weight.dtype, linear.weight.device
@@ -1238,6 +1259,9 @@ def choose_rank(singular_values: Any, energy: float) -> int:
     energy 1.0 give len(σ) when the last cumulative fraction rounds to just below 1.
     """
     sigma = np.asarray(to_host(singular_values), dtype=np.float64)
+    if sigma.size == 0 or not np.isfinite(sigma).all():  # a NaN in the cumulative sum gave rank 1 in silence
+        raise ValueError(f"choose_rank: singular values must be finite numbers (at least one), got {sigma.size} "
+                         f"with {int(np.sum(~np.isfinite(sigma)))} not finite.")
     if not 0.0 < energy <= 1.0:
         raise ValueError(f"choose_rank: energy is a fraction in (0, 1], got {energy!r}.")
     ### BEGIN SOLUTION
@@ -1387,8 +1411,9 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
     log_target=True) + (1 − alpha)·F.cross_entropy(s, y) on logits flattened to (N, C).
     Returns a 0-d Tensor in s's dtype, built from recorded ops (no new backward rule).
     """
-    if not temperature > 0:
-        raise ValueError(f"distillation_loss: temperature must be > 0, got {temperature!r}.")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)) \
+            or not 0 < temperature < np.inf:
+        raise ValueError(f"distillation_loss: temperature must be a finite number > 0, got {temperature!r}.")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"distillation_loss: alpha weighs the two terms and must be in [0, 1], got {alpha!r}.")
     student = as_tensor(student_logits)
@@ -1396,6 +1421,10 @@ def distillation_loss(student_logits: Tensor, teacher_logits: Any, targets: Any,
     if tuple(teacher_shape) != student.shape:
         raise ValueError(f"distillation_loss: student logits {student.shape} and teacher logits "
                          f"{tuple(teacher_shape)} must have the same shape.")
+    teacher_values = to_host(teacher_logits) if hasattr(teacher_logits, "shape") else np.asarray(teacher_logits)
+    if np.isnan(teacher_values).any():  # a student trained towards NaN learns NaN, with no error anywhere
+        raise ValueError(f"distillation_loss: the teacher's logits hold {int(np.isnan(teacher_values).sum())} NaN "
+                         "value(s) (a diverged teacher?); distil from a teacher whose outputs are numbers.")
     T = float(temperature)
     ### BEGIN SOLUTION
     teacher = Tensor(to_array(teacher_logits, dtype=student.dtype, device=student.device))

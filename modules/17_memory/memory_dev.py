@@ -77,7 +77,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 # %%
 #| export
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -85,7 +85,7 @@ from tinytorch.core.attention import _cast
 from tinytorch.core.autograd import backward, no_grad, register_backward, topological_order
 from tinytorch.core.layers import Module, ModuleList
 from tinytorch.core.optimizers import SGD, Adam
-from tinytorch.core.tensor import Autocast, GradMode, Tensor, array_module, record_op
+from tinytorch.core.tensor import OP_LISTENERS, Autocast, GradMode, Tensor, array_module, as_int, record_op
 from tinytorch.models.transformer import TransformerBlock
 from tinytorch.perf.profiling import graph_saved_bytes
 
@@ -404,7 +404,7 @@ def kv_cache_bytes(num_layers: int, batch: int, seq_len: int, embed_dim: int, dt
     itemsize: float32 4, float16 2). Returns a Python int. ValueError for a size below 1.
     """
     for name, value in (("num_layers", num_layers), ("batch", batch), ("seq_len", seq_len), ("embed_dim", embed_dim)):
-        if int(value) < 1:
+        if as_int(value, f"kv_cache_bytes: {name}") < 1:  # a count: 2.5 and inf are refused too
             raise ValueError(f"kv_cache_bytes: {name} must be >= 1, got {value}.")
     itemsize = np.dtype(dtype).itemsize
     ### BEGIN SOLUTION
@@ -505,10 +505,28 @@ for name, layers, d, T, dtype in (("the milestone's GPT", 4, 128, 64, np.float32
 #   ran*, so the rest of training draws exactly what it would have drawn without
 #   checkpointing (PyTorch's `preserve_rng_state=True`).
 #
+# Two more things a PyTorch user expects, both given:
+#
+# * **Closures.** `checkpoint(lambda z: mlp(z), x)` names no parameters: `mlp`'s weights are
+#   read from the closure. PyTorch's autograd finds them in the recomputed graph; our rule
+#   must list them as inputs *before* the backward. So the forward runs `fn` inside
+#   `tensors_read(known)`, which listens to the engine (`OP_LISTENERS`, module 01) and
+#   collects every leaf tensor requiring a gradient that an op reads and that is not already
+#   known: those are parameters too.
+# * **NumPy's global generator.** A function may draw from `np.random` itself
+#   (`np.random.rand`, `np.random.normal`): `GLOBAL_NUMPY_RANDOM` stands for that generator
+#   with the same `.bit_generator.state` as a Generator, and every checkpoint saves and
+#   restores it, as `preserve_rng_state` does. Generators a closure holds (a `Dropout` in
+#   `mlp`) are found by `checkpoint_parts` too. So is mixed precision's switch (section 5's
+#   `autocast`): `AUTOCAST_SETTING` is replayed like a generator, so a forward under `autocast`
+#   is recomputed in float16 even when `backward()` runs outside the `with` block.
+#
 # `checkpoint_parts(fn, params)` (given) finds the parameters and generators;
-# `check_recomputed_leaves(out, known)` (given) refuses a recomputed graph that reaches a tensor
-# requiring a gradient that is neither a copy nor a parameter (a weight read from a closure
-# that nobody passed in `params`: its gradient would be lost).
+# `check_recomputed_leaves(out, known, summary)` (given) refuses a recomputed graph that
+# reaches a tensor requiring a gradient that is neither a copy nor a parameter (its gradient
+# would be lost), and a recomputed output whose `output_summary` (sum and sum of squares, saved
+# by the forward) differs from the forward's: `fn` drew random numbers from a generator
+# nobody restored, and its gradients would belong to other numbers.
 
 # %%
 #| export
@@ -523,31 +541,149 @@ def enable_grad() -> Iterator[None]:
         GradMode.enabled = previous
 
 
+class _GlobalNumpyRandom:
+    """NumPy's global generator (np.random.rand, np.random.normal, ...) with a Generator's interface
+    for its state: `.bit_generator.state` reads np.random.get_state() and assigning it calls
+    np.random.set_state() (the whole legacy state, its cached Gaussian included)."""
+
+    @property
+    def bit_generator(self) -> "_GlobalNumpyRandom":
+        return self
+
+    @property
+    def state(self) -> tuple:
+        """np.random.get_state() with its key array as a tuple, so that two states compare with ==."""
+        name, key, pos, has_gauss, gauss = np.random.get_state()
+        return name, tuple(key.tolist()), pos, has_gauss, gauss
+
+    @state.setter
+    def state(self, value: tuple) -> None:
+        name, key, pos, has_gauss, gauss = value
+        np.random.set_state((name, np.array(key, dtype=np.uint32), pos, has_gauss, gauss))
+
+    def __repr__(self) -> str:
+        return "GLOBAL_NUMPY_RANDOM"
+
+
+GLOBAL_NUMPY_RANDOM = _GlobalNumpyRandom()
+
+
+class _AutocastSetting:
+    """Mixed precision's switch (Autocast.dtype, set by `autocast()` below) with the same interface for
+    its state: checkpoint replays it like a generator, so the recomputation runs in the forward's
+    precision even when backward() runs outside `with autocast():` (torch.utils.checkpoint re-enters
+    the forward's autocast too); float32 recomputed products would differ from the float16 ones."""
+
+    @property
+    def bit_generator(self) -> "_AutocastSetting":
+        return self
+
+    @property
+    def state(self) -> Any:
+        return Autocast.dtype
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        Autocast.dtype = value
+
+    def __repr__(self) -> str:
+        return "AUTOCAST_SETTING"
+
+
+AUTOCAST_SETTING = _AutocastSetting()
+
+
+def _closure_values(fn: Callable) -> list:
+    """What fn reads from outside by name: its closure's cells and the globals its code names
+    (`lambda z: mlp(z)` finds mlp either way)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    values = []
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # a closure variable not assigned yet
+            pass
+    names = getattr(fn, "__globals__", {})
+    return values + [names[n] for n in code.co_names if n in names]
+
+
 def checkpoint_parts(fn: Callable, params: Any = None) -> tuple[list, list]:
     """(parameters, generators) that checkpoint(fn, ..., params=params) must know about.
 
     params None   -- fn's own when fn is a Module or a bound method of one (`block.forward`),
-                     else none
+                     else none (a closure's weights are found while fn runs: tensors_read)
     params Module -- its parameters() and random_generators(params)
-    params list   -- those Tensors (no generators)
-    Each parameter once (by identity), in order.
+    params list   -- those Tensors
+    Each parameter once (by identity), in order. Generators: the Module's, then those of Modules
+    (and bare Generators) that a function reads from outside, then GLOBAL_NUMPY_RANDOM, then
+    AUTOCAST_SETTING (mixed precision on or off: replayed the same way).
     """
     owner = params if params is not None else (fn if isinstance(fn, Module) else getattr(fn, "__self__", None))
+    outside = [v for v in _closure_values(fn) if isinstance(v, (Module, np.random.Generator))]
+    generators = []
+    for holder in ([owner] if isinstance(owner, Module) else []) + outside:
+        for g in [holder] if isinstance(holder, np.random.Generator) else random_generators(holder):
+            if all(g is not known for known in generators):
+                generators.append(g)
+    generators += [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING]
     if isinstance(owner, Module):
-        return owner.parameters(), random_generators(owner)
+        return owner.parameters(), generators
     if params is None:
-        return [], []
+        return [], generators
     if isinstance(params, Tensor) or not all(isinstance(p, Tensor) for p in params):
         raise TypeError("checkpoint: params must be a Module or a list of Tensors (the tensors fn reads "
                         "besides its inputs).")
     unique = {id(p): p for p in params}
-    return list(unique.values()), []
+    return list(unique.values()), generators
 
 
-def check_recomputed_leaves(out: Tensor, known: list) -> None:
-    """RuntimeError when `out` records no graph (fn was recomputed with recording off), or when
+class _LeafReader:
+    """An engine listener (OP_LISTENERS) collecting the leaf tensors requiring a gradient that ops read."""
+
+    def __init__(self, known: Iterable[Tensor]):
+        self.seen = {id(t) for t in known}
+        self.found: list = []
+
+    def op_recorded(self, op: str, out: Tensor, inputs: tuple, saved: dict) -> None:
+        for t in inputs:
+            if t.requires_grad and t._node is None and id(t) not in self.seen:
+                self.seen.add(id(t))
+                self.found.append(t)
+
+    def rule_started(self, node: Any, grad: Any) -> None:
+        pass
+
+    def rule_finished(self, node: Any, grad: Any, grads: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def tensors_read(known: Iterable[Tensor]) -> Iterator[list]:
+    """`with tensors_read(known) as read:` -- afterwards `read` lists, in the order first read, every
+    leaf tensor requiring a gradient that an op inside read and that is not in `known`: the weights a
+    closure reads (also with recording off)."""
+    reader = _LeafReader(known)
+    OP_LISTENERS.append(reader)
+    try:
+        yield reader.found
+    finally:
+        OP_LISTENERS.remove(reader)
+
+
+def output_summary(array: Any) -> tuple[float, float]:
+    """(sum, sum of squares) of an output array, in float64: what the forward keeps to recognise its output."""
+    xp = array_module(array)
+    wide = array.astype(np.float64)
+    return float(xp.sum(wide)), float(xp.sum(wide * wide))
+
+
+def check_recomputed_leaves(out: Tensor, known: list, summary: tuple | None = None) -> None:
+    """RuntimeError when `out` records no graph (fn was recomputed with recording off), when
     the graph behind it reaches a tensor that requires a gradient, was made by no op, and is not
-    in `known` (the detached copies and the parameters)."""
+    in `known` (the detached copies and the parameters), or when `summary` (the forward's
+    output_summary) differs from the recomputed output's: fn drew other random numbers."""
     if not out.requires_grad:
         raise RuntimeError("checkpoint: the recomputed output records no graph, so nothing can be back-propagated "
                            "through it: run fn inside enable_grad() in the backward rule (recording may be off, "
@@ -561,6 +697,17 @@ def check_recomputed_leaves(out: Tensor, known: list) -> None:
             f"inputs nor its params (shapes {shapes}); their gradients would be lost. Pass them: "
             "checkpoint(fn, *inputs, params=[...]) or params=<the Module that holds them>."
         )
+    if summary is not None:
+        again = output_summary(out.data)
+        if not np.allclose(again, summary, rtol=1e-6, atol=1e-12, equal_nan=True):
+            raise RuntimeError(
+                "checkpoint: recomputing fn gave other values than the forward (sum and sum of squares "
+                f"{summary} then, {again} now), so its gradients would belong to other numbers. Either the rule "
+                "does not restore the saved generator states before recomputing (dropout draws another mask), "
+                "or fn draws from a random generator checkpoint does not know (it restores NumPy's global one, "
+                "the Module's own, and those of Modules or Generators fn names itself): pass params=<the Module "
+                "that holds it>, or name the generator in fn."
+            )
 
 
 def _one_tensor(result: Any) -> Tensor:
@@ -580,7 +727,9 @@ def checkpoint(fn: Callable, *inputs: Any, params: Any = None) -> Tensor:
     Returns a Tensor with the values of fn(*inputs). When recording is on and an input or a
     parameter requires a gradient (else: fn(*inputs) itself, given):
       * save [(generator, generator.bit_generator.state)] for every generator, BEFORE fn runs;
-      * run fn(*inputs) under no_grad(), so it records nothing; check its result with
+      * run fn(*inputs) under no_grad(), so it records nothing, and inside
+        `tensors_read(tensors + tuple(parameters)) as read` (given): the weights fn reads from a
+        closure are parameters too, `parameters = [*parameters, *read]`; check its result with
         _one_tensor (TypeError unless it is one Tensor);
       * record op "checkpoint" with data = the result's array, inputs = the Tensor arguments
         in order followed by the parameters, and saved:
@@ -588,6 +737,7 @@ def checkpoint(fn: Callable, *inputs: Any, params: Any = None) -> Tensor:
             args       -- the inputs tuple as given (non-Tensors included)
             num_args   -- how many Tensor arguments come first in node.inputs
             rng_states -- the list of (generator, state) pairs
+            summary    -- output_summary(the result's array) (given), which the rule checks
     """
     parameters, generators = checkpoint_parts(fn, params)
     tensors = tuple(x for x in inputs if isinstance(x, Tensor))
@@ -595,10 +745,11 @@ def checkpoint(fn: Callable, *inputs: Any, params: Any = None) -> Tensor:
         return fn(*inputs)
     ### BEGIN SOLUTION
     rng_states = [(generator, generator.bit_generator.state) for generator in generators]
-    with no_grad():
+    with no_grad(), tensors_read(tensors + tuple(parameters)) as read:
         out = _one_tensor(fn(*inputs))
+    parameters = [*parameters, *read]
     return record_op("checkpoint", out.data, tensors + tuple(parameters), fn=fn, args=inputs,
-                     num_args=len(tensors), rng_states=rng_states)
+                     num_args=len(tensors), rng_states=rng_states, summary=output_summary(out.data))
     ### END SOLUTION
 
 
@@ -610,7 +761,7 @@ def checkpoint_backward(grad: Any, node) -> tuple:
        same dropout masks as the forward).
     2. A detached copy of each Tensor argument, Tensor(x.data, requires_grad=x.requires_grad),
        in the argument list (non-Tensors as they were); out = fn(*arguments) inside enable_grad().
-    3. check_recomputed_leaves(out, copies + parameters).
+    3. check_recomputed_leaves(out, copies + parameters, node.saved["summary"]).
     4. Set each parameter's .grad aside (.grad = None), backward(out, grad), read the copies'
        and the parameters' .grad (.data, or None when none arrived).
     5. Always (try/finally): put the parameters' .grad back and each generator back to the
@@ -633,7 +784,7 @@ def checkpoint_backward(grad: Any, node) -> tuple:
             generator.bit_generator.state = state
         with enable_grad():
             out = _one_tensor(fn(*arguments))
-        check_recomputed_leaves(out, copies + list(parameters))
+        check_recomputed_leaves(out, copies + list(parameters), node.saved["summary"])
         for p in parameters:
             p.grad = None
         backward(out, grad)
@@ -684,7 +835,7 @@ def gradients(piece: TinyPiece, x: np.ndarray, use_checkpoint: bool) -> list:
 
 def test_unit_checkpoint():
     piece = TinyPiece()
-    generators = random_generators(piece)
+    generators = random_generators(piece) + [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING]  # np.random, mixed precision
     x = np.random.default_rng(1).standard_normal((3, 5, 8)).astype(np.float32)
     with generators_kept(generators):
         plain = piece(Tensor(x))
@@ -1141,19 +1292,36 @@ class GradScaler:
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000, enabled: bool = True):
-        if not init_scale > 0:
-            raise ValueError(f"GradScaler: init_scale must be > 0, got {init_scale}.")
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"GradScaler: enabled must be True or False, got {enabled!r}.")
+        self._scale, self.growth_factor, self.backoff_factor, self.growth_interval = self._checked(
+            init_scale, growth_factor, backoff_factor, growth_interval, "init_scale")
+        self.enabled = bool(enabled)
+        self._growth_tracker = 0
+        self._per_optimizer: dict[int, dict] = {}
+
+    @staticmethod
+    def _checked(scale: Any, growth_factor: Any, backoff_factor: Any, growth_interval: Any,
+                 scale_name: str) -> tuple[np.float32, float, float, int]:
+        """The settings as (np.float32 scale, float, float, int); ValueError naming the first one that is not
+        a finite number in its range. The scale must be finite and > 0 IN FLOAT32, the dtype it is kept in:
+        1e39 is inf there (loss·inf is inf, every step is skipped and inf·0.5 stays inf: training never
+        steps), 1e-50 is 0."""
+        for name, value in ((scale_name, scale), ("growth_factor", growth_factor), ("backoff_factor", backoff_factor)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value):
+                raise ValueError(f"GradScaler: {name} must be a finite number, got {value!r}.")
+        with np.errstate(over="ignore"):
+            scale32 = np.float32(scale)
+        if not (np.isfinite(scale32) and scale32 > 0):
+            raise ValueError(f"GradScaler: {scale_name} must be > 0 and finite in float32 (at most "
+                             f"{float(np.finfo(np.float32).max):.4g}), got {scale!r}, which is {scale32} there.")
         if not growth_factor > 1.0:
             raise ValueError(f"GradScaler: growth_factor must be > 1, got {growth_factor}.")
         if not 0.0 < backoff_factor < 1.0:
             raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}.")
-        if int(growth_interval) != growth_interval or growth_interval < 1:
-            raise ValueError(f"GradScaler: growth_interval must be a positive int, got {growth_interval}.")
-        self.growth_factor, self.backoff_factor = float(growth_factor), float(backoff_factor)
-        self.growth_interval, self.enabled = int(growth_interval), bool(enabled)
-        self._scale = np.float32(init_scale)
-        self._growth_tracker = 0
-        self._per_optimizer: dict[int, dict] = {}
+        interval = as_int(growth_interval, "GradScaler: growth_interval", minimum=1)
+        return scale32, float(growth_factor), float(backoff_factor), interval
 
     def get_scale(self) -> float:
         """The current scale, a Python float (1.0 when disabled)."""
@@ -1260,9 +1428,16 @@ class GradScaler:
                 "growth_interval": self.growth_interval, "_growth_tracker": self._growth_tracker}
 
     def load_state_dict(self, state: dict) -> None:
-        self._scale = np.float32(state["scale"])
-        self.growth_factor, self.backoff_factor = float(state["growth_factor"]), float(state["backoff_factor"])
-        self.growth_interval, self._growth_tracker = int(state["growth_interval"]), int(state["_growth_tracker"])
+        """What state_dict() returned; ValueError naming a missing or bad value, before anything changes."""
+        missing = [k for k in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+                   if k not in state]
+        if missing:
+            raise ValueError(f"GradScaler.load_state_dict: the state lacks {missing}.")
+        checked = self._checked(state["scale"], state["growth_factor"], state["backoff_factor"],
+                                state["growth_interval"], "scale")
+        tracker = as_int(state["_growth_tracker"], "GradScaler.load_state_dict: _growth_tracker", minimum=0)
+        self._scale, self.growth_factor, self.backoff_factor, self.growth_interval = checked
+        self._growth_tracker = tracker
 
 
 # %% [markdown]

@@ -87,7 +87,7 @@ from tinytorch.core.autograd import register_backward
 from tinytorch.core.layers import Module
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor, array_module, as_tensor, record_op
-from tinytorch.models.transformer import MLP
+from tinytorch.models.transformer import MLP, check_floating_input
 
 # %% [markdown]
 # ## 1. Where the time goes
@@ -156,10 +156,11 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
     Records op "bias_gelu" with inputs (x, bias), or (x,) when bias is None, and saves:
         u    -- the pre-activation x + bias (x's array itself when there is no bias)
         tanh -- the array t, the same shape and dtype as x
-    ValueError (given) when the bias is not of shape (x.shape[-1],).
+    ValueError (given) when the bias is not of shape (x.shape[-1],); TypeError (given) for an integer x.
     """
     x = as_tensor(x)
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("bias_gelu", x)  # given: t is saved in x's dtype, which must hold fractions
     if bias is not None and bias.shape != (x.shape[-1],):  # given
         raise ValueError(f"bias_gelu: the bias must have shape ({x.shape[-1]},) for x of shape {x.shape}, "
                          f"got {bias.shape}.")
@@ -525,6 +526,7 @@ def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) ->
     """
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("blas_layer_norm", x)  # TypeError for integers, as module 13's layer_norm
     _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
     _check_eps("blas_layer_norm", eps)
     xp = array_module(x.data)
@@ -914,7 +916,8 @@ def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"blocked_matmul: need a (m, k) and b (k, n), got {a.shape} and {b.shape}.")
-    if int(tile) != tile or tile < 1:
+    if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, float, np.integer, np.floating)) \
+            or not 1 <= tile < np.inf or int(tile) != tile:  # inf crashed in int(), nan compares False
         raise ValueError(f"blocked_matmul: tile must be a positive int, got {tile!r}.")
     tile = int(tile)
     ### BEGIN SOLUTION

@@ -87,7 +87,7 @@ import numpy as np
 
 from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
-from tinytorch.core.tensor import Tensor, to_host
+from tinytorch.core.tensor import Tensor, as_int, to_host
 from tinytorch.perf.profiling import measure_latency
 from tinytorch.perf.quantization import checkpoint_bytes as saved_bytes
 
@@ -211,7 +211,8 @@ def bootstrap_ci(samples: Any, confidence: float = 0.95, resamples: int = 2000, 
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError(f"bootstrap_ci: samples must be at least one finite number, got {x.size} values "
                          f"({int(np.sum(~np.isfinite(x)))} not finite).")
-    if not 0.0 < float(confidence) < 1.0 or int(resamples) < 1:
+    resamples = as_int(resamples, "bootstrap_ci: resamples", minimum=1)  # 2.5 was taken as 2, inf crashed
+    if not 0.0 < float(confidence) < 1.0:
         raise ValueError(f"bootstrap_ci: confidence must be in (0, 1) and resamples >= 1, "
                          f"got {confidence} and {resamples}.")
     ### BEGIN SOLUTION
@@ -367,6 +368,8 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
     of `variants`. Warm-up calls are never readings.
     """
     names = list(variants)
+    repeats = as_int(repeats, "measure: repeats", minimum=1)
+    warmup = as_int(warmup, "measure: warmup", minimum=0)
     if not names or int(repeats) < 1 or int(warmup) < 0:
         raise ValueError(f"measure: needs at least one variant, repeats >= 1 and warmup >= 0; "
                          f"got {len(names)} variants, repeats={repeats}, warmup={warmup}.")
@@ -586,6 +589,19 @@ def _logits_of(output: Any) -> np.ndarray:
     return np.asarray(to_host(output.data if isinstance(output, Tensor) else output))
 
 
+def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
+    """The arg-max class of each row of logits (B, classes) -> (B,), for examples first … first + B − 1.
+    ValueError naming those examples when a row holds NaN: a diverged model predicts nothing (NumPy's
+    arg-max would call the first NaN the largest, and all-NaN rows would all predict class 0)."""
+    broken = np.isnan(logits).any(axis=-1)
+    if broken.any():
+        bad = first + int(np.flatnonzero(broken.ravel())[0])
+        raise ValueError(f"accuracy: the model's logits hold NaN for {int(broken.sum())} of examples {first}…"
+                         f"{first + len(logits) - 1} (the first: example {bad}): a diverged model has no "
+                         "prediction; check its weights (or the input) for NaN.")
+    return logits.argmax(axis=-1)
+
+
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
     over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
@@ -638,6 +654,9 @@ def lm_window_losses(model: Any, tokens: Any, context: int, batch_size: int = 32
     """
     ids = np.asarray(to_host(tokens.data if isinstance(tokens, Tensor) else tokens), dtype=np.int64).ravel()
     context = int(context)
+    batch_size = as_int(batch_size, "lm_window_losses: batch_size", minimum=1)
+    if max_batches is not None:
+        max_batches = as_int(max_batches, "lm_window_losses: max_batches", minimum=1)
     if context < 1 or ids.size < context + 1:
         raise ValueError(f"lm_window_losses: needs context >= 1 and at least context + 1 = {context + 1} "
                          f"tokens, got context={context} and {ids.size} tokens.")
@@ -672,7 +691,15 @@ def paired_difference(a: Any, b: Any, confidence: float = 0.95, resamples: int =
     the pairs (one index array (resamples, n)) keeps what is common to both models out of the
     interval: the windows that are hard for every model. The interval excluding 0 means the two
     models' quality measurably differs on this data."""
-    diff = np.asarray(a, dtype=np.float64).ravel() - np.asarray(b, dtype=np.float64).ravel()
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.size != b.size or a.size == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError(f"paired_difference: a and b must be paired scores, as many finite numbers each; got "
+                         f"{a.size} and {b.size} values, {int(np.sum(~np.isfinite(a)) + np.sum(~np.isfinite(b)))} "
+                         "not finite (a diverged model's NaN loss has no difference to measure).")
+    resamples = as_int(resamples, "paired_difference: resamples", minimum=1)
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"paired_difference: confidence must be in (0, 1), got {confidence}.")
+    diff = a - b
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, diff.size, size=(int(resamples), diff.size))].mean(axis=1)
     low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
@@ -684,11 +711,13 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
 
     model(x) returns logits (B, classes) (or (logits, loss)); x is a Tensor slice of X (X is
     made a Tensor first when it is an array; a Tensor stays on its device). Runs under `_evaluating(model)`
-    (eval mode, no graph, mode restored), `batch_size` examples per call; returns
+    (eval mode, no graph, mode restored), `batch_size` examples per call; each batch's predictions are
+    `_predicted_classes(logits, first)` (given: the arg-max per row; ValueError for NaN logits); returns
     (number correct) / N as a float — count correct answers per batch, divide once at the end.
     """
     x_all = X if isinstance(X, Tensor) else Tensor(np.asarray(X))  # a Tensor stays on its device
     labels = np.asarray(to_host(y.data if isinstance(y, Tensor) else y)).ravel()
+    batch_size = as_int(batch_size, "accuracy: batch_size", minimum=1)  # -1 scored 0.0 without a call
     if len(x_all) != labels.size or labels.size == 0:
         raise ValueError(f"accuracy: X has {len(x_all)} examples and y {labels.size} labels; "
                          "give one label per example (and at least one).")
@@ -697,7 +726,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
     with _evaluating(model):
         for first in range(0, labels.size, batch_size):
             logits = _logits_of(model(x_all[first:first + batch_size]))
-            correct += int(np.sum(logits.argmax(axis=-1) == labels[first:first + batch_size]))
+            correct += int(np.sum(_predicted_classes(logits, first) == labels[first:first + batch_size]))
     return correct / labels.size
     ### END SOLUTION
 
@@ -856,6 +885,12 @@ def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_qualit
     missing = [key for key in [quality, *costs] if any(key not in row for row in rows)]
     if missing:
         raise ValueError(f"pareto_front: some rows lack {missing}; every row needs {[quality, *costs]}.")
+    for row in rows:  # NaN compares False with everything: such a row would be dominated by none
+        for key in [quality, *costs]:
+            value = row[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or np.isnan(value):
+                raise ValueError(f"pareto_front: row {row.get('name', rows.index(row))!r} has {key} = {value!r}; "
+                                 "every quality and cost must be a number, not NaN (drop a diverged variant first).")
     ### BEGIN SOLUTION
     values = np.array([[row[quality], *(row[c] for c in costs)] for row in rows], dtype=np.float64)
     if higher_quality_is_better:

@@ -99,7 +99,7 @@ import numpy as np
 
 # %%
 #| export
-from tinytorch.core.tensor import Tensor
+from tinytorch.core.tensor import Tensor, as_int
 
 # %%
 from tinytorch.core.autograd import no_grad
@@ -163,6 +163,8 @@ def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tup
     tokens = np.asarray(tokens)
     if tokens.ndim != 1:
         raise ValueError(f"heldout_windows: tokens must be a 1-D array of ids, got shape {tokens.shape}.")
+    context = as_int(context, "heldout_windows: context")  # 2.5 crashed as an index, count=2.5 inside NumPy
+    count = as_int(count, "heldout_windows: count")
     if int(context) < 1 or int(count) < 1:
         raise ValueError(f"heldout_windows: context and count must be >= 1, got {context} and {count}.")
     if len(tokens) < int(context) + 1:
@@ -297,7 +299,13 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_M
     A loss that is not finite is always above the bar.
 
     Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
-    line after it writes the reason from `bar`."""
+    line after it writes the reason from `bar`. ValueError (given) unless baseline_loss is finite and
+    margin a finite number >= 0: a NaN bar would disqualify every entry, with "bar nan" as the reason."""
+    for name, value in (("baseline_loss", baseline_loss), ("margin", margin)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value) or (name == "margin" and value < 0):
+            raise ValueError(f"quality_verdict: {name} must be a finite number{' >= 0' if name == 'margin' else ''}, "
+                             f"got {value!r}.")
     ### BEGIN SOLUTION
     bar = baseline_loss + margin
     if math.isfinite(loss) and loss <= bar:
@@ -349,6 +357,9 @@ def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarra
         raise ValueError(f"greedy_consistent: logits (N, V) and chosen (N,) expected, got {logits.shape} and {chosen.shape}.")
     if chosen.size and (chosen.min() < 0 or chosen.max() >= logits.shape[1]):
         raise ValueError(f"greedy_consistent: chosen ids must lie in [0, {logits.shape[1]}).")
+    if isinstance(atol, bool) or not isinstance(atol, (int, float, np.integer, np.floating)) \
+            or not 0 <= atol < math.inf:  # inf called every token greedy, NaN none
+        raise ValueError(f"greedy_consistent: atol must be a finite number >= 0, got {atol!r}.")
     ### BEGIN SOLUTION
     best = logits.max(axis=1)
     mine = logits[np.arange(len(chosen)), chosen.astype(np.int64)]

@@ -13,8 +13,8 @@ from tinytorch.core.layers import Dropout, Linear, Module
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import GPT, TransformerBlock
-from tinytorch.perf.memory import (CheckpointedBlock, checkpoint, checkpoint_blocks, generators_kept,
-                                   random_generators)
+from tinytorch.perf.memory import (AUTOCAST_SETTING, GLOBAL_NUMPY_RANDOM, CheckpointedBlock, checkpoint, checkpoint_blocks,
+                                   generators_kept, random_generators)
 
 
 class Piece(Module):
@@ -73,8 +73,8 @@ def test_parameters_are_inputs_of_the_op():
         "gradients): the weights of a checkpointed Module are inputs of the op")
     saved = out._node.saved
     assert saved["num_args"] == 1 and saved["fn"] is piece and len(saved["args"]) == 1
-    assert [g for g, _ in saved["rng_states"]] == random_generators(piece), \
-        "rng_states: one (generator, state) pair per generator fn uses"
+    assert [g for g, _ in saved["rng_states"]] == random_generators(piece) + [GLOBAL_NUMPY_RANDOM, AUTOCAST_SETTING], \
+        "rng_states: one (generator, state) pair per generator fn uses, then NumPy's global one and autocast's switch"
 
 
 def test_rng_state_saved_before_fn_runs():
@@ -196,11 +196,29 @@ def test_plain_function_with_params():
     assert np.array_equal(ours[0], x.grad.numpy()) and np.array_equal(ours[1], w.grad.numpy())
 
 
-def test_weight_from_a_closure_is_refused():
+def test_weight_from_a_closure_becomes_an_input():
+    """As torch.utils.checkpoint: a weight read from a closure gets its gradient (issue 31; it was refused)."""
     rng = np.random.default_rng(8)
     w = Tensor(rng.standard_normal((4, 4)), requires_grad=True)
     x = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
     out = checkpoint(lambda a: a @ w, x)  # w is read but not passed
+    assert out._node.inputs[1] is w and len(out._node.inputs) == 2
+    (out * out).sum().backward()
+    assert np.array_equal(w.grad.numpy(), x.data.T @ (2 * (x.data @ w.data)))
+
+
+def test_a_weight_read_only_when_recomputing_is_refused():
+    """The listener can only see what the forward read: a tensor read for the first time in the
+    recomputation would lose its gradient, and is still refused."""
+    rng = np.random.default_rng(8)
+    w = Tensor(rng.standard_normal((4, 4)), requires_grad=True)
+    x = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    calls = []
+
+    def fn(a):
+        calls.append(1)
+        return a @ w if len(calls) > 1 else a @ Tensor(w.data)
+    out = checkpoint(fn, x)
     with pytest.raises(RuntimeError, match="neither its inputs nor its params"):
         out.sum().backward()
 

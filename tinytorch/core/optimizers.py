@@ -16,7 +16,13 @@ from .tensor import Tensor, array_module, to_host
 # %% auto #0
 __all__ = ['Optimizer', 'SGD', 'Adam', 'AdamW', 'weight_decay_groups']
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #2b9fafb4
+# %% ../../modules/06_optimizers/optimizers_dev.py #e9d168c4
+def _finite_at_least_zero(value: Any) -> bool:
+    """True for a real number (not a bool) that is finite and >= 0: NaN and inf fail every comparison we need."""
+    return (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+            and 0 <= value < math.inf)
+
+
 class Optimizer:
     """Base class: parameter groups, per-parameter state, and the step loop.
 
@@ -51,12 +57,13 @@ class Optimizer:
         """`settings` checked and normalised (floats, tuples); ValueError names the bad value.
         `where` says which group (" in parameter group 1"), or "" for the constructor's."""
         if "lr" in settings:
-            if settings["lr"] < 0:
-                raise ValueError(f"Invalid learning rate: {settings['lr']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["lr"]):  # NaN or inf: every weight becomes NaN at the first step
+                raise ValueError(f"Invalid learning rate: {settings['lr']!r} (must be a finite number >= 0){where}.")
             settings["lr"] = float(settings["lr"])
         if "weight_decay" in settings:
-            if settings["weight_decay"] < 0:
-                raise ValueError(f"Invalid weight_decay: {settings['weight_decay']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["weight_decay"]):
+                raise ValueError(f"Invalid weight_decay: {settings['weight_decay']!r} (must be a finite number >= 0)"
+                                 f"{where}.")
             settings["weight_decay"] = float(settings["weight_decay"])
         return settings
 
@@ -100,7 +107,10 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Set the learning rate of every group to `value` (a float)."""
+        """Set the learning rate of every group to `value` (a float). ValueError (given) unless it is a
+        finite number >= 0 (a scheduler computing NaN would make every weight NaN at the next step)."""
+        if not _finite_at_least_zero(value):
+            raise ValueError(f"Invalid learning rate: {value!r} (must be a finite number >= 0).")
         for group in self.param_groups:
             group["lr"] = float(value)
 
@@ -205,7 +215,7 @@ class Optimizer:
             lines.append(f"  group {number}: {len(group['params'])} parameters, {settings}")
         return "\n".join(lines) + "\n)"
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #56efc656
+# %% ../../modules/06_optimizers/optimizers_dev.py #a378fe9b
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum, weight decay and Nesterov momentum.
 
@@ -223,8 +233,8 @@ class SGD(Optimizer):
 
     def _check_settings(self, settings: dict[str, Any], where: str) -> dict[str, Any]:
         settings = super()._check_settings(settings, where)
-        if settings.get("momentum", 0.0) < 0:
-            raise ValueError(f"Invalid momentum: {settings['momentum']} (must be >= 0){where}.")
+        if not _finite_at_least_zero(settings.get("momentum", 0.0)):
+            raise ValueError(f"Invalid momentum: {settings['momentum']!r} (must be a finite number >= 0){where}.")
         if settings.get("nesterov") and settings.get("momentum", 0.0) <= 0:
             raise ValueError(f"Nesterov momentum needs momentum > 0{where}.")
         if "momentum" in settings:
@@ -251,7 +261,7 @@ class SGD(Optimizer):
             d = d + momentum * buf if nesterov else buf
         param.data = (param.data - lr * d).astype(param.data.dtype, copy=False)
 
-# %% ../../modules/06_optimizers/optimizers_dev.py #14aebbad
+# %% ../../modules/06_optimizers/optimizers_dev.py #87ca2b35
 class Adam(Optimizer):
     """Adam with L2 weight decay (added to the gradient), as `torch.optim.Adam`.
 
@@ -267,12 +277,12 @@ class Adam(Optimizer):
         settings = super()._check_settings(settings, where)
         if "betas" in settings:
             beta1, beta2 = settings["betas"]
-            if not (0.0 <= beta1 < 1.0 and 0.0 <= beta2 < 1.0):
+            if not all(_finite_at_least_zero(b) and b < 1.0 for b in (beta1, beta2)):
                 raise ValueError(f"Invalid betas: {tuple(settings['betas'])} (each must be in [0, 1)){where}.")
             settings["betas"] = (float(beta1), float(beta2))
         if "eps" in settings:
-            if settings["eps"] < 0:
-                raise ValueError(f"Invalid eps: {settings['eps']} (must be >= 0){where}.")
+            if not _finite_at_least_zero(settings["eps"]):
+                raise ValueError(f"Invalid eps: {settings['eps']!r} (must be a finite number >= 0){where}.")
             settings["eps"] = float(settings["eps"])
         return settings
 

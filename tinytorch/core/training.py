@@ -27,7 +27,7 @@ from ..files import atomic_write
 __all__ = ['CHECKPOINT_FORMAT', 'clip_grad_norm', 'LRScheduler', 'StepLR', 'CosineWarmupLR', 'accuracy', 'Trainer',
            'read_checkpoint', 'check_checkpoint', 'save_checkpoint', 'load_checkpoint']
 
-# %% ../../modules/07_training/training_dev.py #f2a6bfdf
+# %% ../../modules/07_training/training_dev.py #21db303c
 def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0) -> float:
     """Scale all gradients by one common factor so that their global norm is at most `max_norm`.
 
@@ -45,6 +45,9 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type
     """
     if norm_type not in (2.0, math.inf):
         raise ValueError(f"clip_grad_norm: norm_type must be 2.0 or float('inf'), got {norm_type!r}.")
+    if isinstance(max_norm, (bool, np.bool_)) or not isinstance(max_norm, (int, float, np.integer, np.floating)) \
+            or not max_norm >= 0:  # nan or -1 zeroed every gradient in silence; inf (only measure the norm) is fine
+        raise ValueError(f"clip_grad_norm: max_norm must be a number >= 0 (inf: no clipping), got {max_norm!r}.")
     params = [params] if isinstance(params, Tensor) else list(params)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
@@ -64,7 +67,15 @@ def clip_grad_norm(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type
             g.data = g.data * coef  # a Python float keeps the gradient's dtype
     return total
 
-# %% ../../modules/07_training/training_dev.py #c6872361
+# %% ../../modules/07_training/training_dev.py #76bfad98
+def _rate(value: Any, name: str) -> float:
+    """`value` as a float when it is a finite number >= 0 (a rate or a factor); ValueError naming it otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
 class LRScheduler:
     """A learning-rate schedule attached to an optimizer.
 
@@ -75,7 +86,7 @@ class LRScheduler:
 
     def __init__(self, optimizer: Optimizer, base_lr: float | None = None):
         self.optimizer = optimizer
-        self.base_lr = float(optimizer.lr if base_lr is None else base_lr)
+        self.base_lr = _rate(optimizer.lr if base_lr is None else base_lr, f"{type(self).__name__}: base_lr")
         self.last_step = 0
         self.optimizer.lr = self.lr_at(0)
 
@@ -108,10 +119,8 @@ class StepLR(LRScheduler):
     """Step decay: the rate is multiplied by `gamma` every `step_size` steps."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1):
-        if step_size < 1:
-            raise ValueError(f"StepLR: step_size must be >= 1, got {step_size}.")
-        self.step_size = int(step_size)
-        self.gamma = float(gamma)
+        self.step_size = as_int(step_size, "StepLR: step_size", minimum=1)  # 2.5 was taken as 2
+        self.gamma = _rate(gamma, "StepLR: gamma")  # nan made every rate nan
         super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:
@@ -123,6 +132,9 @@ class CosineWarmupLR(LRScheduler):
     """Linear warm-up over `warmup_steps`, then cosine decay to `min_lr` at `total_steps`."""
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float = 0.0):
+        warmup_steps = as_int(warmup_steps, "CosineWarmupLR: warmup_steps", minimum=0)
+        total_steps = as_int(total_steps, "CosineWarmupLR: total_steps", minimum=1)
+        min_lr = _rate(min_lr, "CosineWarmupLR: min_lr")
         if warmup_steps < 0 or total_steps <= warmup_steps:
             raise ValueError(
                 f"CosineWarmupLR: need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}, "
@@ -145,14 +157,18 @@ class CosineWarmupLR(LRScheduler):
         progress = (step - self.warmup_steps) / (self.total_steps - self.warmup_steps)
         return self.min_lr + (self.base_lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
-# %% ../../modules/07_training/training_dev.py #8b504257
+# %% ../../modules/07_training/training_dev.py #f92121b7
 def accuracy(outputs: Any, targets: Any) -> float:
     """Fraction of examples whose prediction equals the target, as a Python float.
 
     outputs -- logits (N, C) with C >= 2: prediction = arg-max over the last axis;
                or one score per example, (N,) or (N, 1): prediction = 1 where the score > 0
     targets -- (N,) integer class labels (Tensor, array or list)
+    NaN outputs (a diverged model) raise ValueError (given): NaN has no arg-max and is not > 0.
     """
+    if np.isnan(to_host(outputs)).any():  # given
+        raise ValueError("accuracy: the outputs hold NaN (a diverged model?): there is no prediction to count; "
+                         "check the model's weights and inputs for NaN.")
     out, tgt = to_host(outputs), np.asarray(to_host(targets))
     if out.ndim == 1 or out.shape[-1] == 1:
         predicted = (out.reshape(tgt.shape) > 0).astype(tgt.dtype)
@@ -344,7 +360,7 @@ class Trainer:
         self.history = {k: list(v) for k, v in extra.get("history", self.history).items()}
         return info
 
-# %% ../../modules/07_training/training_dev.py #e5a08023
+# %% ../../modules/07_training/training_dev.py #e4138c8f
 CHECKPOINT_FORMAT = "tinytorch-checkpoint-v1"
 
 
@@ -361,7 +377,7 @@ def _pack(value: Any, key: str, arrays: dict) -> Any:
         if getattr(value.dtype, "hasobject", False):
             raise TypeError(f"save_checkpoint: {key!r} is an array of Python objects (dtype object); a checkpoint "
                             "stores numbers, booleans and strings only (loading it would need pickle).")
-        if getattr(value, "ndim", 0) > 0:
+        if not isinstance(value, np.generic):  # 0-d arrays too: as JSON numbers they came back as float32, not arrays
             if key in arrays:
                 raise ValueError(f"save_checkpoint: two entries are both stored as {key!r} (a key containing '/' "
                                  "collides with a nested one); rename one of them.")

@@ -22,15 +22,23 @@ from ..core.tensor import (GradMode, Tensor, array_module, as_int, as_tensor, au
 from ..text.embeddings import Embedding, token_ids
 
 # %% auto #0
-__all__ = ['layer_norm', 'layer_norm_backward', 'LayerNorm', 'MLP', 'cached_causal_mask', 'CausalSelfAttention',
-           'TransformerBlock', 'GPT', 'next_token_probs', 'sample_next_token', 'LayerKVCache', 'KVCache']
+__all__ = ['check_floating_input', 'layer_norm', 'layer_norm_backward', 'LayerNorm', 'MLP', 'cached_causal_mask',
+           'CausalSelfAttention', 'TransformerBlock', 'GPT', 'next_token_probs', 'sample_next_token', 'LayerKVCache',
+           'KVCache']
 
-# %% ../../modules/13_transformers/transformers_dev.py #726ebb51
+# %% ../../modules/13_transformers/transformers_dev.py #f4bc3210
 def _check_eps(owner: str, eps: Any) -> None:
     """ValueError unless eps is a number > 0 (with eps = 0 a constant row is 0/0; NaN poisons every row)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
         raise ValueError(f"{owner}: eps must be a number > 0, got {eps!r} (with eps = 0 a token whose features "
                          "are all equal divides 0 by 0).")
+
+
+def check_floating_input(owner: str, x: Tensor) -> None:
+    """TypeError unless x holds floats: normalising integers cast rstd (a fraction) to 0, as torch refuses too."""
+    if x.dtype.kind != "f":
+        raise TypeError(f"{owner} needs a floating-point input, got dtype {x.dtype} (its results are fractions, "
+                        f"which {x.dtype} would round away): convert it first, e.g. Tensor(values, dtype=np.float32).")
 
 
 def _normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
@@ -56,10 +64,12 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
         rstd -- 1/sqrt(var + eps) in x's dtype, x's shape with the normalised axes kept as size 1
         axes -- the normalised axes, negative ints: (-1,) for a weight of shape (D,)
     The centred values are squared in float64 (a float32 square overflows above about
-    1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given).
+    1.8e19), then rstd is cast back to x's dtype. eps must be > 0 (ValueError, given); an integer
+    x is refused (TypeError, given).
     """
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("layer_norm", x)
     axes = _normalized_axes(weight.shape, x.shape)
     _check_eps("layer_norm", eps)
     xp = array_module(x.data)

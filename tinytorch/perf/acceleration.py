@@ -9,7 +9,7 @@ __all__ = ['GELU_C', 'FUSED_REPLACEMENTS', 'bias_gelu', 'bias_gelu_backward', 'F
            'blas_layer_norm_backward', 'BlasLayerNorm', 'FusedAdamW', 'conv2d_loops', 'blocked_matmul',
            'keep_freed_memory', 'blas_threads', 'ThreadedDataParallel']
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #c0eed7a2
+# %% ../../modules/18_acceleration/acceleration_dev.py #7eb851ab
 import copy
 import math
 from typing import Any, Iterable
@@ -21,9 +21,9 @@ from ..core.autograd import register_backward
 from ..core.layers import Module
 from ..core.optimizers import AdamW
 from ..core.tensor import Tensor, array_module, as_tensor, record_op
-from ..models.transformer import MLP
+from ..models.transformer import MLP, check_floating_input
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #c133f2db
+# %% ../../modules/18_acceleration/acceleration_dev.py #6873b60e
 GELU_C = SQRT_2_OVER_PI  # c in tanh(c·(u + GELU_COEFF·u³)): √(2/π), module 02's constant; GELU_COEFF = 0.044715
 
 
@@ -36,10 +36,11 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
     Records op "bias_gelu" with inputs (x, bias), or (x,) when bias is None, and saves:
         u    -- the pre-activation x + bias (x's array itself when there is no bias)
         tanh -- the array t, the same shape and dtype as x
-    ValueError (given) when the bias is not of shape (x.shape[-1],).
+    ValueError (given) when the bias is not of shape (x.shape[-1],); TypeError (given) for an integer x.
     """
     x = as_tensor(x)
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("bias_gelu", x)  # given: t is saved in x's dtype, which must hold fractions
     if bias is not None and bias.shape != (x.shape[-1],):  # given
         raise ValueError(f"bias_gelu: the bias must have shape ({x.shape[-1]},) for x of shape {x.shape}, "
                          f"got {bias.shape}.")
@@ -144,7 +145,7 @@ def fuse(model: Module) -> Module:
             _replace_submodule(fused, name, FUSED_REPLACEMENTS[type(module)](module))
     return fused
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #4082837d
+# %% ../../modules/18_acceleration/acceleration_dev.py #8f3b86da
 from ..core.tensor import autocast_float32
 from ..models.transformer import LayerNorm, _check_eps, _normalized_axes
 
@@ -162,6 +163,7 @@ def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) ->
     """
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
+    check_floating_input("blas_layer_norm", x)  # TypeError for integers, as module 13's layer_norm
     _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
     _check_eps("blas_layer_norm", eps)
     xp = array_module(x.data)
@@ -352,7 +354,7 @@ def conv2d_loops(x: np.ndarray, w: np.ndarray) -> np.ndarray:
             out[:, :, i, j] = np.tensordot(x[:, :, i:i + kh, j:j + kw], w, axes=([1, 2, 3], [1, 2, 3]))
     return out
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #8bff5ab6
+# %% ../../modules/18_acceleration/acceleration_dev.py #c8ee2bb1
 def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """A @ B for 2-D arrays a (m, k), b (k, n), computed tile by tile.
 
@@ -364,7 +366,8 @@ def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"blocked_matmul: need a (m, k) and b (k, n), got {a.shape} and {b.shape}.")
-    if int(tile) != tile or tile < 1:
+    if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, float, np.integer, np.floating)) \
+            or not 1 <= tile < np.inf or int(tile) != tile:  # inf crashed in int(), nan compares False
         raise ValueError(f"blocked_matmul: tile must be a positive int, got {tile!r}.")
     tile = int(tile)
     m, k = a.shape

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-# %% ../../modules/20_olympics/olympics_dev.py #9e13a081
-from ..core.tensor import Tensor
+# %% ../../modules/20_olympics/olympics_dev.py #1e13fbe5
+from ..core.tensor import Tensor, as_int
 
 # %% ../../modules/20_olympics/olympics_dev.py #b3fb605a
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ QUALITY_MARGIN = 0.05  # validation loss at most the baseline's + this
 SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss to reach from scratch
 WEIGHT_SUFFIXES = (".npz", ".npy", ".pt", ".pth", ".safetensors", ".bin", ".pkl", ".pickle", ".h5", ".ckpt", ".onnx")
 
-# %% ../../modules/20_olympics/olympics_dev.py #1b389ef6
+# %% ../../modules/20_olympics/olympics_dev.py #43a0f789
 def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """`count` windows of `context` tokens from `tokens` (1-D ids) and their targets.
 
@@ -56,6 +56,8 @@ def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tup
     tokens = np.asarray(tokens)
     if tokens.ndim != 1:
         raise ValueError(f"heldout_windows: tokens must be a 1-D array of ids, got shape {tokens.shape}.")
+    context = as_int(context, "heldout_windows: context")  # 2.5 crashed as an index, count=2.5 inside NumPy
+    count = as_int(count, "heldout_windows: count")
     if int(context) < 1 or int(count) < 1:
         raise ValueError(f"heldout_windows: context and count must be >= 1, got {context} and {count}.")
     if len(tokens) < int(context) + 1:
@@ -86,7 +88,7 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
     picked = np.take_along_axis(z, targets[..., None].astype(np.int64), axis=-1)[..., 0]
     return float((log_norm - picked).mean())
 
-# %% ../../modules/20_olympics/olympics_dev.py #6094692c
+# %% ../../modules/20_olympics/olympics_dev.py #3cb1e0ca
 def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_MARGIN) -> str:
     """"" when `loss` <= baseline_loss + margin (at the bar passes); otherwise the reason, which says
     the loss, the bar and by how much it was missed, e.g.
@@ -94,14 +96,20 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_M
     A loss that is not finite is always above the bar.
 
     Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
-    line after it writes the reason from `bar`."""
+    line after it writes the reason from `bar`. ValueError (given) unless baseline_loss is finite and
+    margin a finite number >= 0: a NaN bar would disqualify every entry, with "bar nan" as the reason."""
+    for name, value in (("baseline_loss", baseline_loss), ("margin", margin)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(value) or (name == "margin" and value < 0):
+            raise ValueError(f"quality_verdict: {name} must be a finite number{' >= 0' if name == 'margin' else ''}, "
+                             f"got {value!r}.")
     bar = baseline_loss + margin
     if math.isfinite(loss) and loss <= bar:
         return ""
     return (f"validation loss {loss:.4f} is above the quality bar {bar:.4f} "
             f"(baseline {baseline_loss:.4f} + {margin:g}) by {loss - bar:.4f}")
 
-# %% ../../modules/20_olympics/olympics_dev.py #fc27a7a1
+# %% ../../modules/20_olympics/olympics_dev.py #eb8365ae
 def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarray:
     """For each row of `logits` (N, V), whether token `chosen[i]` is a greedy choice: its logit is
     within `atol` (absolute, plus 1e-6 relative to the row's largest magnitude) of the row's maximum.
@@ -113,6 +121,9 @@ def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarra
         raise ValueError(f"greedy_consistent: logits (N, V) and chosen (N,) expected, got {logits.shape} and {chosen.shape}.")
     if chosen.size and (chosen.min() < 0 or chosen.max() >= logits.shape[1]):
         raise ValueError(f"greedy_consistent: chosen ids must lie in [0, {logits.shape[1]}).")
+    if isinstance(atol, bool) or not isinstance(atol, (int, float, np.integer, np.floating)) \
+            or not 0 <= atol < math.inf:  # inf called every token greedy, NaN none
+        raise ValueError(f"greedy_consistent: atol must be a finite number >= 0, got {atol!r}.")
     best = logits.max(axis=1)
     mine = logits[np.arange(len(chosen)), chosen.astype(np.int64)]
     slack = atol + 1e-6 * np.abs(logits).max(axis=1)

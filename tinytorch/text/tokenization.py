@@ -16,10 +16,10 @@ from ..core.tensor import as_int, to_host
 from ..files import atomic_write
 
 # %% auto #0
-__all__ = ['whole_ids', 'read_tokenizer_json', 'CharTokenizer', 'count_pairs', 'merge_positions', 'merge_pair', 'PairCounter',
-           'BPETokenizer', 'train_by_recounting']
+__all__ = ['whole_ids', 'check_text', 'read_tokenizer_json', 'CharTokenizer', 'count_pairs', 'merge_positions', 'merge_pair',
+           'PairCounter', 'BPETokenizer', 'train_by_recounting']
 
-# %% ../../modules/10_tokenization/tokenization_dev.py #5c86fd67
+# %% ../../modules/10_tokenization/tokenization_dev.py #e498ed46
 def whole_ids(ids: Any, owner: str) -> list[int]:
     """`ids` (a list, an array or a Tensor of token ids) as a list of Python ints, for decode.
 
@@ -44,6 +44,16 @@ def whole_ids(ids: Any, owner: str) -> list[int]:
     return values.astype(np.int64).tolist()
 
 
+def check_text(text: Any, owner: str) -> str:
+    """`text` itself when it is a str; TypeError naming `owner` and saying what to pass otherwise
+    (bytes iterate as ints and have no .encode: they would fail deep inside, or be read as ids)."""
+    if isinstance(text, str):
+        return text
+    hint = (": decode them first, e.g. data.decode('utf-8')" if isinstance(text, (bytes, bytearray, memoryview))
+            else "")
+    raise TypeError(f"{owner}: text must be a str, got {type(text).__name__}{hint}.")
+
+
 def read_tokenizer_json(path: Any, kind: str) -> dict:
     """The JSON object of a tokenizer file of type `kind` ("char" or "bpe"); ValueError naming the
     file (and the field) for anything else: bytes that are not UTF-8, text that is not JSON, JSON
@@ -60,7 +70,7 @@ def read_tokenizer_json(path: Any, kind: str) -> dict:
         raise ValueError(f"{path}: field 'type' is {data.get('type')!r}; this loader reads {kind!r} tokenizers.")
     return data
 
-# %% ../../modules/10_tokenization/tokenization_dev.py #e9c6a195
+# %% ../../modules/10_tokenization/tokenization_dev.py #f6f5c06f
 class CharTokenizer:
     """One id per character: id i is chars[i]. Build with CharTokenizer.from_text(text).
 
@@ -68,6 +78,9 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: Sequence[str]):
+        if isinstance(chars, (bytes, bytearray)) or not hasattr(chars, "__iter__"):
+            raise TypeError(f"CharTokenizer: the vocabulary must be a sequence of single characters, "
+                            f"got {type(chars).__name__}.")
         chars = list(chars)
         if any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("CharTokenizer: the vocabulary must be a sequence of single characters.")
@@ -79,6 +92,7 @@ class CharTokenizer:
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
         """A tokenizer whose vocabulary is the distinct characters of `text`, sorted."""
+        text = check_text(text, "CharTokenizer.from_text")  # given: TypeError unless a str
         return cls(sorted(set(text)))
 
     @property
@@ -87,6 +101,7 @@ class CharTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The id of every character of `text`; ValueError naming a character outside the vocabulary."""
+        text = check_text(text, "CharTokenizer.encode")  # given: TypeError unless a str
         try:
             return [self.index[c] for c in text]
         except KeyError as err:
@@ -203,7 +218,7 @@ class PairCounter:
     def __len__(self) -> int:
         return len(self.counts)
 
-# %% ../../modules/10_tokenization/tokenization_dev.py #706d4cbe
+# %% ../../modules/10_tokenization/tokenization_dev.py #b163a0ea
 class BPETokenizer:
     """Byte-level byte pair encoding: ids 0-255 are the bytes; merge k makes id 256 + k.
 
@@ -214,7 +229,11 @@ class BPETokenizer:
     """
 
     def __init__(self, merges: Iterable[tuple[int, int]] = ()):
-        self._set_merges([tuple(pair) for pair in merges])
+        try:
+            merges = [tuple(pair) for pair in merges]
+        except TypeError:  # not iterable, or a merge that is not a pair
+            raise TypeError(f"BPETokenizer: merges must be a sequence of (a, b) id pairs, got {merges!r:.60}.") from None
+        self._set_merges(merges)
 
     def _set_merges(self, merges: list[tuple[int, int]]) -> None:
         """Check the merges and rebuild self.vocab (the bytes of every id).
@@ -247,7 +266,7 @@ class BPETokenizer:
         vocab_size = as_int(vocab_size, "BPETokenizer.train: vocab_size")
         if vocab_size < 256:
             raise ValueError(f"BPETokenizer.train: vocab_size must be at least 256 (the bytes), got {vocab_size}.")
-        ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        ids = np.frombuffer(check_text(text, "BPETokenizer.train").encode("utf-8"), dtype=np.uint8).astype(np.int64)
         merges: list[tuple[int, int]] = []
         counter = PairCounter()
         counter.add(ids[:-1], ids[1:], +1)
@@ -275,6 +294,7 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """UTF-8 bytes of `text`, then every merge in the order it was learned."""
+        text = check_text(text, "BPETokenizer.encode")  # given: TypeError unless a str
         ids = np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
         for k, pair in enumerate(self.merges):
             if ids.size < 2:

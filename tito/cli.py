@@ -683,6 +683,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _list_or_run("benchmarks", "benchmark", args.name, args.args)
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .launch import run_ranks
+
+    result = run_ranks(_course().root, args.ranks, args.program, args.args, timeout=args.timeout,
+                       capture=False, cwd=Path.cwd())
+    if result.timed_out:
+        console.print(f"[bold red]Stopped:[/] {args.program} ran past --timeout {args.timeout:g} s; "
+                      f"all {args.ranks} ranks were killed.", highlight=False)
+    elif result.returncode != 0:
+        console.print(f"[bold red]Failed:[/] a rank of {args.program} exited with status {result.returncode} "
+                      "(its error is above).", highlight=False)
+    return result.returncode
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -788,6 +802,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", metavar="NAME", help="a file in benchmarks/, without .py")
     bench.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed on to the benchmark")
     bench.set_defaults(func=cmd_bench)
+
+    run_ranks = sub.add_parser("run", help="run a Python program on N MPI processes (module 21)")
+    run_ranks.add_argument("--ranks", type=int, required=True, metavar="N", help="how many processes (ranks)")
+    run_ranks.add_argument("--timeout", type=float, default=None, metavar="S",
+                           help="stop every rank after S seconds (exit status 124)")
+    run_ranks.add_argument("program", metavar="PROGRAM", help="the Python file every rank runs")
+    run_ranks.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed on to the program")
+    run_ranks.set_defaults(func=cmd_run)
     return parser
 
 

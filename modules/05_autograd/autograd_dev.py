@@ -535,7 +535,8 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
     with requires_grad and on tensors that called `retain_grad()`; runs every rule through
     `apply_rule(t, g)` (which raises RuntimeError for an op without a rule and for `.data`
     reassigned since the forward pass), and raises RuntimeError for a rule whose gradient
-    does not fit its input (`_check_input_gradient`; each message names the op).
+    does not fit its input (`_check_input_gradient`; each message names the op). Then (given)
+    tells each listener that has one `backward_finished(tensor)`: every `.grad` is written.
     """
     if not tensor.requires_grad:
         raise RuntimeError(
@@ -563,6 +564,11 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
             key = id(inp)
             grads[key] = grads[key] + ig if key in grads else ig
     ### END SOLUTION
+    if OP_LISTENERS:  # given: every .grad is written; module 21's data parallelism waits for its all-reduces here
+        for listener in OP_LISTENERS:
+            finished = getattr(listener, "backward_finished", None)  # an optional event: a profiler has none
+            if finished is not None:
+                finished(tensor)
 
 
 # %% [markdown]

@@ -210,7 +210,7 @@ def apply_rule(tensor: Tensor, grad: Any) -> Sequence[Any]:
             listener.rule_finished(node, grad, grads)
     return grads
 
-# %% ../../modules/05_autograd/autograd_dev.py #28f99ef8
+# %% ../../modules/05_autograd/autograd_dev.py #d409ab67
 def backward(tensor: Tensor, grad: Any = None) -> None:
     """Accumulate d(tensor)/d(t), contracted with `grad`, into `t.grad` for every leaf t it depends on.
 
@@ -220,7 +220,8 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
     with requires_grad and on tensors that called `retain_grad()`; runs every rule through
     `apply_rule(t, g)` (which raises RuntimeError for an op without a rule and for `.data`
     reassigned since the forward pass), and raises RuntimeError for a rule whose gradient
-    does not fit its input (`_check_input_gradient`; each message names the op).
+    does not fit its input (`_check_input_gradient`; each message names the op). Then (given)
+    tells each listener that has one `backward_finished(tensor)`: every `.grad` is written.
     """
     if not tensor.requires_grad:
         raise RuntimeError(
@@ -246,6 +247,11 @@ def backward(tensor: Tensor, grad: Any = None) -> None:
             _check_input_gradient(node, i, ig)
             key = id(inp)
             grads[key] = grads[key] + ig if key in grads else ig
+    if OP_LISTENERS:  # given: every .grad is written; module 21's data parallelism waits for its all-reduces here
+        for listener in OP_LISTENERS:
+            finished = getattr(listener, "backward_finished", None)  # an optional event: a profiler has none
+            if finished is not None:
+                finished(tensor)
 
 # %% ../../modules/05_autograd/autograd_dev.py #bd4eb5a2
 @register_backward("add")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Distributed benchmarks (module 21): ring all-reduce against MPI's Allreduce and a gather to rank 0, the α–β fit, the GPT's step on 1, 2 and 4 ranks, ZeRO-1's state, and a cluster MODEL.
+"""Distributed benchmarks (module 21): ring all-reduce against MPI's, the α–β fit, the GPT's step on 1, 2, 4 ranks, ZeRO-1, a cluster MODEL.
 
     python benchmarks/distributed.py                  # everything below (a few minutes)
     python benchmarks/distributed.py --quick          # smoke run: two small sizes, few repeats
@@ -7,9 +7,9 @@
                                                       # section of benchmarks/RESULTS.md
 
 How it runs: this script (the driver, one process) launches itself on N MPI ranks for each part
-(`mpiexec -n N python -m mpi4py benchmarks/distributed.py --part PART --json FILE`, MPICH from the
-`mpich` wheel); every rank measures, rank 0 collects the ranks' numbers (mpi4py's `gather`) and
-writes them as JSON, and the driver prints the tables. Every rank runs NumPy on ONE BLAS thread.
+(tito's launcher, as `tito run --ranks N benchmarks/distributed.py --part PART --json FILE` would:
+MPICH's `mpiexec` from the `mpich` wheel); every rank measures, rank 0 collects the ranks' numbers
+(mpi4py's `gather`) and writes them as JSON, and the driver prints the tables. Every rank runs NumPy on ONE BLAS thread.
 The clock is wall time (`time.perf_counter`): a collective's cost is mostly waiting, which CPU time
 would not see (MPICH's ranks poll while they wait, so they keep their core busy either way). Every
 timed repeat starts after a barrier and ends when the slowest rank ends (the maximum over ranks);
@@ -51,9 +51,7 @@ _common.one_thread()  # before NumPy is imported: every rank (they inherit the v
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -67,6 +65,8 @@ from tinytorch.core.optimizers import AdamW  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.files import atomic_write  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
+from tito.course import CourseError  # noqa: E402
+from tito.launch import run_ranks  # noqa: E402
 from tinytorch.perf.distributed import (DistributedDataParallel, ShardedOptimizer, fit_alpha_beta,  # noqa: E402
                                         init_world, predict_ring_all_reduce_s, ring_all_reduce)
 
@@ -274,31 +274,20 @@ def run_part(name: str, json_path: Path, quick: bool) -> None:
 
 
 # =============================================================================== the driver
-def mpiexec() -> str:
-    """The launcher: the `mpiexec` beside this Python (the mpich wheel installs it into the
-    environment's bin), else the one on PATH (a cluster's own MPI)."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    found = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if found is None:
-        raise SystemExit("error: no mpiexec: install the course's dependencies (pip install -e .: mpi4py and "
-                         "mpich) or put your MPI's mpiexec on PATH")
-    return found
-
-
 def on_ranks(ranks: int, part: str, quick: bool, scratch: Path) -> dict:
-    """Run `part` on `ranks` MPI processes and return what rank 0 wrote. A rank that fails, or a run
+    """Run `part` on `ranks` MPI processes through tito's launcher (the one `tito run --ranks N`
+    uses: one failing rank aborts all) and return what rank 0 wrote. A rank that fails, or a run
     past LAUNCH_TIMEOUT_S, ends the benchmark with what the ranks printed."""
     json_path = scratch / f"{part}-{ranks}.json"
-    command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", str(Path(__file__).resolve()),
-               "--part", part, "--json", str(json_path)] + (["--quick"] if quick else [])
+    args = ["--part", part, "--json", str(json_path)] + (["--quick"] if quick else [])
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S,
-                              start_new_session=True)
-    except subprocess.TimeoutExpired as err:
-        raise SystemExit(f"error: {part} on {ranks} ranks ran past {LAUNCH_TIMEOUT_S} s and was stopped:\n"
-                         f"{err.stdout or ''}{err.stderr or ''}") from None
+        done = run_ranks(ROOT, ranks, str(Path(__file__).resolve()), args, timeout=LAUNCH_TIMEOUT_S, cwd=ROOT)
+    except CourseError as err:  # no MPI installed: what to install
+        raise SystemExit(f"error: {err}") from None
+    if done.timed_out:
+        raise SystemExit(f"error: {part} on {ranks} ranks ran past {LAUNCH_TIMEOUT_S} s and was stopped:\n{done.output}")
     if done.returncode != 0 or not json_path.is_file():
-        raise SystemExit(f"error: {part} on {ranks} ranks failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+        raise SystemExit(f"error: {part} on {ranks} ranks failed (exit {done.returncode}):\n{done.output}")
     return json.loads(json_path.read_text(encoding="utf-8"))
 
 

@@ -224,7 +224,10 @@ def part_step(world, comm, quick: bool) -> dict:
                 offset += p.size
         comm_seconds[sync].append(time.perf_counter() - start)
 
+    compute_cpu_seconds: list[float] = []  # the compute-only step's CPU time: other programs do not inflate it
+
     def step(sync: str | None) -> None:
+        cpu_start = time.process_time()
         x, y = share_of_batch(*get_batch(train, recipe["batch"], recipe["context"], batches), world)
         net, opt = (ddp, ddp_optimizer) if sync == "ddp" else (model, optimizer)
         opt.zero_grad()
@@ -233,12 +236,15 @@ def part_step(world, comm, quick: bool) -> dict:
         if sync in comm_seconds:
             average_each(sync)
         opt.step()
+        if sync is None:
+            compute_cpu_seconds.append(time.process_time() - cpu_start)
 
     variants = {"compute only": lambda: step(None), "per parameter": lambda: step("per parameter"),
                 "one buffer": lambda: step("one buffer"), "ddp": lambda: step("ddp")}
     for fn in variants.values():  # warm-up: the first step allocates the optimizer's state
         fn()
     comm_seconds = {name: [] for name in comm_seconds}
+    compute_cpu_seconds.clear()
     times: dict[str, list[float]] = {name: [] for name in variants}
     for rep in range(3 if quick else 15):
         names = list(variants)
@@ -255,6 +261,7 @@ def part_step(world, comm, quick: bool) -> dict:
     sharded.step()
     return {"ranks": world.size, "grad_bytes": grad_bytes, "params": sum(p.size for p in params),
             "seconds": {name: statistics.median(t) for name, t in times.items()}, "comm_seconds": slowest_comm,
+            "compute_cpu_s": statistics.median(compute_cpu_seconds),
             "repeats": len(times["ddp"]), "plain_state": comm.gather(plain.state_nbytes()),
             "sharded_state": comm.gather(sharded.state_bytes())}
 
@@ -302,6 +309,8 @@ def ms(seconds: float) -> str:
     """A duration with its unit: µs below a millisecond, ms above."""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} µs"
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
     return f"{seconds * 1e3:.2f} ms" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
 
 
@@ -481,12 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     print_lines("4. optimizer state per rank", lines["memory"])
 
     flops = step_flops()
-    cases = cluster_rows(steps[0]["seconds"]["compute only"], flops, steps[0]["grad_bytes"])
+    cases = cluster_rows(steps[0]["compute_cpu_s"], flops, steps[0]["grad_bytes"])
     lines["cluster_inputs"] = [
         "Inputs (published figures and assumptions, not measured here): network "
         f"{CLUSTER['network']}: bandwidth {CLUSTER['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s per rank (β = "
         f"{1e12 / CLUSTER['bandwidth_bytes_per_s']:.0f} ps per byte), latency α = {CLUSTER['alpha_s'] * 1e6:.0f} µs per message; "
-        f"compute: the step measured on one core here ({ms(steps[0]['seconds']['compute only'])} for batch 12), or "
+        f"compute: the step measured on one core here ({ms(steps[0]['compute_cpu_s'])} of CPU time for batch 12, "
+        "forward, backward and AdamW: CPU time, which other programs on the machine do not inflate), or "
         f"{CLUSTER['accelerator']} doing the step's {flops / 1e9:.2f} GFLOP (module 14's `count_flops`, forward + "
         f"backward, batch 12). The larger model: {LARGER}× the parameters, so {LARGER}× the gradient bytes and "
         f"{LARGER}× the FLOPs per step. Weak scaling: every rank keeps a batch of 12, the global batch is 12·N.",

@@ -338,6 +338,22 @@ def collectives_lines(results: list[dict], fit: dict) -> list[str]:
     return lines
 
 
+def check_ring_bytes(results: list[dict]) -> list[str]:
+    """One line per number of ranks: what every rank of the ring sent, as a multiple of the array,
+    against 2(N−1)/N. The sizes here split evenly over 2 and 4 ranks, so it must be exactly that:
+    otherwise the benchmark stops (the ring is not the algorithm it claims to time)."""
+    lines = []
+    for result in results:
+        n = result["ranks"]
+        ratios = {sent / row["bytes"] for row in result["rows"] for sent in row["sent"]["ring"]}
+        if ratios != {2 * (n - 1) / n}:
+            raise SystemExit(f"error: on {n} ranks the ring sent {sorted(ratios)} × the array per rank; "
+                             f"a ring all-reduce sends exactly 2(N−1)/N = {2 * (n - 1) / n} of it")
+        lines.append(f"ring all-reduce on {n} ranks: every rank sent {ratios.pop():.3f} × the array "
+                     f"at every size (2(N−1)/N = {2 * (n - 1) / n:.3f})")
+    return lines
+
+
 def print_lines(title: str, lines: list[str]) -> None:
     """A Markdown table printed as a rich table (the same cells RESULTS.md gets)."""
     header, _, *rows = lines
@@ -483,11 +499,18 @@ def main(argv: list[str] | None = None) -> int:
         f"| {size_label(r['bytes'])} | {ms(r['seconds'])} | {ms(fit['alpha_s'] + fit['beta_s_per_byte'] * r['bytes'])} |"
         for r in fit["rows"]]
     print_lines("1. all-reduce (median; slowest rank)", lines["collectives"])
+    for line in check_ring_bytes(collectives):
+        console.print(line, soft_wrap=True)
     console.print(f"2. α–β fit: α = {fit['alpha_s'] * 1e6:.2f} µs, β = {fit['beta_s_per_byte'] * 1e9:.4f} ns/byte "
                   f"({1 / fit['beta_s_per_byte'] / 1e9:.2f} GB/s)")
     print_lines("2. one message between two ranks", lines["ping"])
     print_lines(f"3. training step of the milestone's GPT (gradients {lines['grad_bytes']})", lines["step"])
     print_lines("4. optimizer state per rank", lines["memory"])
+    for result in steps:
+        plain, sharded = result["plain_state"][0], result["sharded_state"]
+        console.print(f"ZeRO-1 on {result['ranks']} ranks: the ranks hold {sum(sharded) / plain:.3f} × AdamW's state "
+                      f"together, the largest share {max(sharded) / plain:.3f} of it (1/N = {1 / result['ranks']:.3f})",
+                      soft_wrap=True)
 
     flops = step_flops()
     cases = cluster_rows(steps[0]["compute_cpu_s"], flops, steps[0]["grad_bytes"])

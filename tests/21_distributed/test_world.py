@@ -157,7 +157,7 @@ def test_sharded_optimizer_on_one_rank_is_adamw():
 
 
 def test_all_reduce_mistake_names_the_classic_mistakes():
-    mine = np.arange(7.0)
+    mine = np.arange(1.0, 8.0)  # no zeros: a zero is its own sum
     want = 3 * mine  # three ranks; chunks of 7 over 3: [0, 2), [2, 4), [4, 7); rank 0 completes chunk 1
     assert "nothing was summed" in all_reduce_mistake(mine, want, mine, 3, 0)
     dropped = want.copy()

@@ -24,7 +24,7 @@ from ..core.autograd import unbroadcast
 from ..core.layers import Module
 from ..core.tensor import OP_LISTENERS, GradMode, Tensor, as_int
 
-# %% ../../modules/21_distributed/distributed_dev.py #823dbe92
+# %% ../../modules/21_distributed/distributed_dev.py #9fa3ce0c
 _LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 _TAG = 21  # every message of this module carries this tag
 
@@ -32,9 +32,22 @@ _TAG = 21  # every message of this module carries this tag
 def _contiguous(array: Any) -> np.ndarray:
     """`array` as a C-contiguous NumPy array (MPI sends raw memory)."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"the world sends NumPy arrays, got {type(array).__name__}; "
-                        "pass a Tensor's .data (and .get() a CuPy array first).")
+        kind = f"{type(array).__module__.split('.')[0]}.{type(array).__name__}"
+        raise TypeError(f"the world sends NumPy arrays, got a {kind}: pass a Tensor's .data; this module runs on "
+                        "the CPU (a CuPy array would have to be copied to the host with .get() first).")
     return array if array.flags["C_CONTIGUOUS"] else np.ascontiguousarray(array)  # (which makes a 0-d array 1-d)
+
+
+def _named(err: Exception, expected: np.ndarray, source: int) -> Exception:
+    """MPI's "message truncated" said in the student's terms; any other error unchanged."""
+    from mpi4py import MPI
+
+    if isinstance(err, MPI.Exception) and err.Get_error_class() == MPI.ERR_TRUNCATE:
+        return RuntimeError(
+            f"rank {source} sent a longer message than the {expected.nbytes} bytes ({expected.shape} {expected.dtype}) "
+            f"this rank expected from it: the two ranks disagree on what this step moves; check which chunk each "
+            f"step sends and receives (both ranks must compute the same chunk boundaries).")
+    return err
 
 
 class World:
@@ -86,7 +99,10 @@ class World:
                 raise RuntimeError("World.recv: nothing was sent; in a one-process world, send before you receive.")
             return self._mailbox.pop(0).reshape(like.shape).astype(like.dtype, copy=False)
         out = np.empty_like(like)
-        self.comm.Recv(out, source=source, tag=_TAG)
+        try:
+            self.comm.Recv(out, source=source, tag=_TAG)
+        except Exception as err:
+            raise _named(err, out, source) from err
         return out
 
     def sendrecv(self, array: Any, dest: int, like: Any, source: int) -> np.ndarray:
@@ -97,7 +113,10 @@ class World:
         if self.comm is None:
             return array.reshape(like.shape).astype(like.dtype, copy=True)
         out = np.empty_like(like)
-        self.comm.Sendrecv(array, dest=dest, sendtag=_TAG, recvbuf=out, source=source, recvtag=_TAG)
+        try:
+            self.comm.Sendrecv(array, dest=dest, sendtag=_TAG, recvbuf=out, source=source, recvtag=_TAG)
+        except Exception as err:
+            raise _named(err, out, source) from err
         return out
 
     def barrier(self) -> None:
@@ -184,7 +203,7 @@ def ring_all_reduce(array: Any, world: World) -> np.ndarray:
         flat[receive] = world.sendrecv(flat[send], right, like=flat[receive], source=left)
     return flat.reshape(np.shape(array))
 
-# %% ../../modules/21_distributed/distributed_dev.py #7639fbcd
+# %% ../../modules/21_distributed/distributed_dev.py #7258fee0
 def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size: int, rank: int) -> str:
     """What a wrong all-reduce most likely did, from the places where `got` differs from `want`.
 
@@ -193,21 +212,21 @@ def all_reduce_mistake(got: np.ndarray, want: np.ndarray, mine: np.ndarray, size
     """
     got, want, mine = (np.asarray(a).reshape(-1) for a in (got, want, mine))
     n = want.size
-    bounds = [i * n // size for i in range(size + 1)]
+    edges = [i * n // size for i in range(size + 1)]
     wrong = np.flatnonzero(got != want)
     tail = n - n % size
     completed = (rank + 1) % size  # the chunk this rank completes in the reduce-scatter
+    if n % size and np.array_equal(wrong, np.arange(tail, n)):
+        return (f"the last {n - tail} of {n} elements are wrong: chunk off by one, chunks of n // N elements drop "
+                f"the remainder; use bounds[i] = i·n // N (the last one n)")
     if np.array_equal(got, mine):
         return "nothing was summed: the result is this rank's own array"
-    if n % size and np.array_equal(wrong, np.arange(tail, n)):
-        return (f"the last {n - tail} elements are wrong: chunk off by one, chunks of n // N elements drop the "
-                f"remainder; use bounds[i] = i·n // N (the last one n)")
-    own = slice(bounds[completed], bounds[completed + 1])
+    own = slice(edges[completed], edges[completed + 1])
     if np.array_equal(got[own], want[own]) and wrong.size == n - (own.stop - own.start):
         return (f"only chunk {completed}, the one this rank completes in the reduce-scatter, holds the sum: the "
                 "all-gather is missing or stores into the wrong chunk")
     first = int(wrong[0])
-    chunk = next(i for i in range(size) if bounds[i] <= first < bounds[i + 1])
+    chunk = next(i for i in range(size) if edges[i] <= first < edges[i + 1])
     return (f"wrong at {wrong.size} of {n} places, first at {first} (chunk {chunk}): got {got[first]}, want "
             f"{want[first]}; check which chunk each step sends and receives")
 

@@ -24,7 +24,7 @@ What is measured:
    Allreduce sends inside MPI, where the counter cannot see). The ring's result is checked against
    MPI's before anything is timed.
 2. the α–β model: one message of m bytes between two ranks (ping-pong, half the round trip) for m
-   from 8 B to 64 MB, fitted by module 21's `fit_alpha_beta` (least squares: t = α + β·m); then
+   from 8 B to 32 MB, fitted by module 21's `fit_alpha_beta` (least squares: t = α + β·m); then
    `predict_ring_all_reduce_s` next to the measured ring times.
 3. the training step of the shakespeare milestone's GPT (4 layers, 4 heads, width 128, context 64,
    global batch 12: each rank its share) on 1, 2 and 4 ranks: forward, backward, gradient averaging,
@@ -80,7 +80,7 @@ console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 KB, MB = 1024, 1024 * 1024
 SIZES = [KB * 4 ** i for i in range(9)]  # 1 KB, 4 KB, ... 64 MB
 QUICK_SIZES = [KB, 64 * KB]
-PING_SIZES = [8 * 4 ** i for i in range(13)]  # 8 B ... 128 MB: cut at 64 MB below
+PING_SIZES = [8 * 4 ** i for i in range(12)]  # 8 B, 32 B, ... 32 MB (up to 32 KB with --quick)
 RANKS_COLLECTIVES = (2, 4)
 RANKS_STEP = (1, 2, 4)
 CORES = os.cpu_count() or 1
@@ -165,7 +165,7 @@ def part_collectives(world, comm, quick: bool) -> dict:
 
 def part_ping_pong(world, comm, quick: bool) -> dict:
     """2.: one message of m bytes from rank 0 to rank 1: half the median round trip."""
-    sizes = [m for m in PING_SIZES if m <= (64 * KB if quick else 64 * MB)]
+    sizes = [m for m in PING_SIZES if not quick or m <= 32 * KB]
     rows = []
     for nbytes in sizes:
         message = np.zeros(nbytes, np.uint8)
@@ -309,9 +309,14 @@ def ms(seconds: float) -> str:
     """A duration with its unit: µs below a millisecond, ms above."""
     if seconds < 1e-3:
         return f"{seconds * 1e6:.1f} µs"
-    if seconds >= 10:
-        return f"{seconds:.1f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
     return f"{seconds * 1e3:.2f} ms" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
+def signed_ms(seconds: float) -> str:
+    """A difference of two times: "+" when the first was slower (a saving), "−" when it was faster."""
+    return ("+" if seconds >= 0 else "−") + ms(abs(seconds))
 
 
 def oversubscribed(ranks: int) -> str:
@@ -367,12 +372,14 @@ def print_lines(title: str, lines: list[str]) -> None:
 
 def step_lines(steps: list[dict]) -> list[str]:
     lines = ["| ranks | rows per rank | compute only (no averaging) | one all-reduce per parameter | (of it: averaging) | "
-             "one buffer after backward | (of it: averaging) | DDP (buckets during backward) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "one buffer after backward | (of it: averaging) | DDP (buckets during backward) | "
+             "bucketing saves (per parameter − one buffer) | overlap saves (one buffer − DDP) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for result in steps:
         s, c, n = result["seconds"], result["comm_seconds"], result["ranks"]
         lines.append(f"| {oversubscribed(n)} | {RECIPE['batch'] // n} | {ms(s['compute only'])} | {ms(s['per parameter'])} | "
-                     f"{ms(c['per parameter'])} | {ms(s['one buffer'])} | {ms(c['one buffer'])} | {ms(s['ddp'])} |")
+                     f"{ms(c['per parameter'])} | {ms(s['one buffer'])} | {ms(c['one buffer'])} | {ms(s['ddp'])} | "
+                     f"{signed_ms(s['per parameter'] - s['one buffer'])} | {signed_ms(s['one buffer'] - s['ddp'])} |")
     return lines
 
 
@@ -411,7 +418,8 @@ def cluster_lines(cases: list[dict]) -> list[str]:
              + " | communication > compute from |", "|---|---:|---:|" + "---:|" * len(MODEL_RANKS) + "---|"]
     for case in cases:
         cells = [f"{ms(r['comm_s'])}, {100 * r['efficiency']:.0f}% ({100 * r['overlapped']:.0f}%)" for r in case["per_ranks"]]
-        dominated = f"N = {case['dominated_from']}" if case["dominated_from"] else f"never up to {MODEL_RANKS[-1]}"
+        dominated = (f"N = {case['dominated_from']}" + (" (the smallest modelled)" if case["dominated_from"] == MODEL_RANKS[0] else "")
+                     if case["dominated_from"] else f"never up to {MODEL_RANKS[-1]}")
         lines.append(f"| {case['model']}, {case['source']} | {ms(case['compute_s'])} | {size_label(case['grad_bytes'])} | "
                      + " | ".join(cells) + f" | {dominated} |")
     return lines
@@ -439,8 +447,10 @@ def write_results(info: dict, lines: dict, fit: dict, args) -> None:
         "memory, not a network. Wall time; each repeat starts after a barrier and lasts until the slowest",
         "rank is done; medians. With more ranks than cores the ranks take turns on a core (oversubscribed,",
         f"labelled so). Load average (1 minute) at the start and at the end: {info['load'][0]:.1f} and "
-        f"{info['load'][1]:.1f} on {CORES} cores: above the ranks' own count, other programs shared the cores "
-        "and the readings are noisier.", "",
+        f"{info['load'][1]:.1f} on {CORES} cores" + (
+            ": other programs shared the cores while this ran, so the wall times are noisy (a rank waited for a "
+            "core as well as for its messages); the cluster MODEL below takes the step's CPU time, which they do "
+            "not inflate." if max(info["load"]) > CORES else "."), "",
         "### All-reduce: module 21's ring against MPI's Allreduce and a gather to rank 0", "",
         *lines["collectives"], "",
         "### The α–β model fitted on this machine", "",

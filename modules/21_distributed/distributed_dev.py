@@ -71,6 +71,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 
 # %%
 #| export
+import atexit
 import concurrent.futures
 import contextlib
 import math
@@ -211,6 +212,24 @@ class World:
             self.comm.Barrier()
 
 
+def _unlink_mpich_shared_memory_after_an_error() -> None:
+    """At exit after an uncaught exception (mpi4py then aborts every rank), remove the shared-memory
+    files of MPICH that this rank still maps: an aborted run never reaches MPI_Finalize, which would
+    remove them, and each one left in /dev/shm holds a few MB of memory until the machine restarts.
+    The other ranks keep their own mappings; they are being aborted anyway."""
+    if getattr(sys, "last_value", None) is None:  # a normal exit: MPI_Finalize cleans up
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "/dev/shm/mpich_shm_" in line}
+    except OSError:  # no /proc (not Linux): nothing to find
+        return
+    for path in paths:
+        if not path.endswith("(deleted)"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def _under_launcher() -> bool:
     return "mpi4py.MPI" in sys.modules or any(name in os.environ for name in _LAUNCHER_VARIABLES)
 
@@ -228,6 +247,7 @@ def init_world() -> World:
     comm = MPI.COMM_WORLD
     if comm.Get_size() == 1:
         return World(None)
+    atexit.register(_unlink_mpich_shared_memory_after_an_error)  # runs before mpi4py's own exit handler
     return World(comm, threads_ok=MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
 
 # %% [markdown]
@@ -248,12 +268,19 @@ print("a message to myself:", world.recv(np.zeros(3), 0), "| bytes sent so far:"
 # received from their left neighbour in a ring. What does rank 0 receive?
 
 # %%
+import atexit
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from tinytorch.core.layers import Linear, Sequential
+from tinytorch.core.losses import mse_loss
+from tinytorch.core.optimizers import AdamW
+
 SCRATCH = Path(tempfile.mkdtemp(prefix="tinytorch-21-"))
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)  # the scratch programs go when this kernel ends
 
 
 def run_on_ranks(program: str, ranks: int, *args: str, timeout_s: float = 120) -> list:
@@ -277,6 +304,26 @@ def run_on_ranks(program: str, ranks: int, *args: str, timeout_s: float = 120) -
     if len(results) != ranks:
         raise RuntimeError(f"{len(results)} of {ranks} ranks printed a RESULT line:\n{done.stdout[-3000:]}")
     return sorted(results, key=lambda r: r["rank"])
+
+
+def one_process_first(*checks: Callable[[], Any]) -> None:
+    """Run each check in this process, in the one-process world, before any ranks start: a stub
+    (NotImplementedError) or an error then stops here, instead of in N ranks that MPI must abort
+    (an aborted MPICH run leaves its shared-memory segment behind in /dev/shm)."""
+    for check in checks:
+        check()
+
+
+def _ddp_one_step() -> None:
+    model = Sequential(Linear(3, 2, seed=0))
+    mse_loss(DistributedDataParallel(model, init_world(), bucket_bytes=8)(Tensor(np.ones((1, 3)))),
+             Tensor(np.zeros((1, 2)))).backward()
+
+
+def _zero_one_step() -> None:
+    p = Tensor(np.ones(2), requires_grad=True)
+    p.grad = Tensor(np.ones(2))
+    ShardedOptimizer([p], lambda ps: AdamW(ps, lr=0.1), init_world()).step()
 
 
 HELLO = """
@@ -564,7 +611,7 @@ for nbytes in [int(s) for s in sys.argv[1].split(",")]:
                      message_s=timed(ping_pong, x, repeats) / 2, ring_bytes=ring_bytes, naive_bytes=naive_bytes))
 print("RESULT " + json.dumps({"rank": rank, "rows": rows}))
 """
-ring_all_reduce(np.ones(3), init_world())  # your ring first, in this process: a stub stops here
+one_process_first(lambda: ring_all_reduce(np.ones(3), init_world()))  # your ring, in this process first
 SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22]
 measured = run_on_ranks(COLLECTIVES_BENCH, 2, ",".join(map(str, SIZES)))
 print(f"2 ranks on this machine ({os.cpu_count()} cores; other programs may share them)")
@@ -952,13 +999,10 @@ class DistributedDataParallel(Module):
 
 # %% [markdown]
 # In the one-process world DDP must change nothing: the mean over one rank is the gradient
-# itself. The test also counts the launches: one per bucket, each after its last gradient.
+# itself, and once backward has returned DDP no longer listens to the engine.
 
 # %%
-from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.activations import ReLU
-from tinytorch.core.losses import mse_loss
-from tinytorch.core.optimizers import AdamW
 
 
 def _tiny_model():
@@ -1027,6 +1071,7 @@ print("RESULT " + json.dumps({"rank": world.rank, "gap": gap, "grad_ratio": rati
 
 
 def test_unit_ddp_matches_one_process():
+    one_process_first(_ddp_one_step)
     for ranks in (2,):  # 3 ranks in tests/21_distributed
         for row in run_on_ranks(DDP_TEST, ranks):
             assert abs(row["grad_ratio"] - ranks) > 1e-6, (
@@ -1090,6 +1135,7 @@ print("RESULT " + json.dumps(result))
 """
 print(f"forward + backward of a 2-layer GPT (batch 12 × 32 split among the ranks); this machine has {os.cpu_count()} cores")
 print(f"{'ranks':>6} {'rows/rank':>10} {'compute only ms':>16} {'DDP, 64 KB buckets ms':>22} {'DDP, one bucket ms':>19}")
+one_process_first(_ddp_one_step)
 for ranks in (1, 2, 4):
     row = run_on_ranks(STEP_BENCH, ranks)[0]
     label = f"{ranks}{' (oversubscribed)' if ranks > (os.cpu_count() or 1) else ''}"
@@ -1240,6 +1286,7 @@ print("RESULT " + json.dumps({"rank": world.rank, "gap": gap, "owners": zero.own
 
 
 def test_unit_sharded_optimizer():
+    one_process_first(_zero_one_step)
     for ranks in (3,):  # 2 ranks in tests/21_distributed
         rows = run_on_ranks(ZERO_TEST, ranks)
         for row in rows:
@@ -1284,6 +1331,7 @@ zero.step()
 print("RESULT " + json.dumps({"rank": world.rank, "params": int(sum(p.size for p in model.parameters())),
                             "plain": plain.state_nbytes(), "zero": zero.state_bytes()}))
 """
+one_process_first(_zero_one_step)
 for ranks in (4,):
     rows = run_on_ranks(STATE_BYTES, ranks)
     print(f"{ranks} ranks{' (oversubscribed)' if ranks > (os.cpu_count() or 1) else ''}, "

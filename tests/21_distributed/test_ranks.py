@@ -1,16 +1,45 @@
 """Module 21 on 2, 3 and 4 MPI ranks (through `tito run`'s launcher, time-limited): the collectives
 equal the sum for every size and dtype, the ring's bytes per rank, DDP against one process, no_sync,
-ZeRO-1 against AdamW, and a failing rank that fails the run instead of hanging it."""
+ZeRO-1 against AdamW. (A failing rank that fails the run instead of hanging it: the launcher's own
+tests, tests/tito/test_run_ranks.py, with a program of this folder. MPICH's launcher leaves a file in
+/tmp after an aborted run, which `tito grade`'s sandbox counts against the module, so the graded
+tests abort nothing on purpose.)"""
 import numpy as np
 import pytest
 
-from distributed_ranks import launch, problems, requires_mpi, results_of
+from distributed_ranks import problems, requires_mpi, results_of
+from tinytorch.core.layers import Linear
+from tinytorch.core.losses import mse_loss
+from tinytorch.core.optimizers import AdamW
+from tinytorch.core.tensor import Tensor
+from tinytorch.perf.distributed import (DistributedDataParallel, ShardedOptimizer, World, all_gather, broadcast,
+                                        ring_all_reduce)
 
 pytestmark = requires_mpi
 
 
+def in_process_first(program: str) -> None:
+    """The program's functions once in this process (one-process world) before N ranks start: a stub
+    or an error stops the test here, not in ranks that MPI must abort (an aborted MPICH run leaves
+    its shared-memory segment in /dev/shm)."""
+    one = World(None)
+    if program == "collectives":
+        ring_all_reduce(np.ones(3), one)
+        broadcast(np.ones(3), one)
+        all_gather(np.ones(3), one)
+    elif program == "ddp":
+        model = Linear(3, 2, seed=0)
+        mse_loss(DistributedDataParallel(model, one, bucket_bytes=8)(Tensor(np.ones((1, 3)))),
+                 Tensor(np.zeros((1, 2)))).backward()
+    elif program == "zero":
+        p = Tensor(np.ones(2), requires_grad=True)
+        p.grad = Tensor(np.ones(2))
+        ShardedOptimizer([p], lambda ps: AdamW(ps, lr=0.1), one).step()
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_collectives_are_exact(ranks):
+    in_process_first("collectives")
     rows = results_of("collectives", ranks)
     found = problems(rows)
     assert not found, f"{len(found)} problems on {ranks} ranks, the first: " + "; ".join(found[:3])
@@ -30,6 +59,7 @@ def ring_bytes(n, itemsize, ranks, rank):
 
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_ring_sends_two_n_minus_one_over_n_of_the_array(ranks):
+    in_process_first("collectives")
     for row in results_of("collectives", ranks):
         nbytes = 1200 * 8  # 1200 splits evenly over 2, 3 and 4 ranks
         assert row["sent"]["1200/float64"] == 2 * (ranks - 1) * nbytes // ranks, (
@@ -44,6 +74,7 @@ def test_ring_sends_two_n_minus_one_over_n_of_the_array(ranks):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ddp_equals_one_process_on_the_whole_batch(ranks):
+    in_process_first("ddp")
     rows = results_of("ddp", ranks)
     found = problems(rows)
     assert not found, "; ".join(found[:3])
@@ -55,6 +86,7 @@ def test_ddp_equals_one_process_on_the_whole_batch(ranks):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_no_sync_then_a_synced_backward(ranks):
+    in_process_first("ddp")
     for row in results_of("ddp", ranks):
         assert row["no_sync_gap"] < 1e-12, (
             f"rank {row['rank']}: inside no_sync() the gradients differ from the rank's own by {row['no_sync_gap']:.3g}")
@@ -66,6 +98,7 @@ def test_no_sync_then_a_synced_backward(ranks):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_zero1_equals_adamw_with_a_share_of_the_state(ranks):
+    in_process_first("zero")
     rows = results_of("zero", ranks)
     owners = rows[0]["owners"]
     for row in rows:
@@ -82,11 +115,3 @@ def test_zero1_equals_adamw_with_a_share_of_the_state(ranks):
     load = [sum(s for s, o in zip(rows[0]["sizes"], owners) if o == r) for r in range(ranks)]
     assert max(load) - min(load) <= max(rows[0]["sizes"]), f"unbalanced shares {load} (bytes per rank)"
 
-
-def test_a_failing_rank_fails_the_run_quickly():
-    result = launch("failing", 2)
-    assert result.returncode != 0 and not result.timed_out, (
-        f"rank 1 raised while rank 0 waited for it: the run must fail (exit {result.returncode}, "
-        f"timed out: {result.timed_out})")
-    assert "rank 1 fails on purpose" in result.output
-    assert result.seconds < 60, f"the failure took {result.seconds:.0f} s to end the run"

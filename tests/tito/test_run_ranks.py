@@ -50,6 +50,18 @@ def test_a_failing_rank_fails_the_command(course, program):
 
 
 @requires_mpi
+def test_a_rank_of_module_21_that_raises_fails_the_run_quickly():
+    """Rank 1 raises while rank 0 waits for its message in module 21's World: not a hang."""
+    program = ROOT / "tests" / "21_distributed" / "programs" / "failing.py"
+    result = launch.run_ranks(ROOT, 2, str(program), timeout=120)
+    assert result.returncode != 0 and not result.timed_out, (
+        f"rank 1 raised while rank 0 waited for it: the run must fail (exit {result.returncode}, "
+        f"timed out: {result.timed_out})")
+    assert "rank 1 fails on purpose" in result.output
+    assert result.seconds < 60, f"the failure took {result.seconds:.0f} s to end the run"
+
+
+@requires_mpi
 def test_the_time_limit_stops_every_rank(program):
     result = launch.run_ranks(ROOT, 2, str(program), ["hang"], timeout=3)
     assert result.timed_out and result.returncode == 124

@@ -9,7 +9,8 @@ __all__ = ['World', 'init_world', 'fit_alpha_beta', 'predict_ring_all_reduce_s',
            'broadcast', 'all_gather', 'bucket_parameters', 'DistributedDataParallel', 'shard_owners',
            'ShardedOptimizer']
 
-# %% ../../modules/21_distributed/distributed_dev.py #dc781c4d
+# %% ../../modules/21_distributed/distributed_dev.py #81eae637
+import atexit
 import concurrent.futures
 import contextlib
 import math
@@ -24,7 +25,7 @@ from ..core.autograd import unbroadcast
 from ..core.layers import Module
 from ..core.tensor import OP_LISTENERS, GradMode, Tensor, as_int
 
-# %% ../../modules/21_distributed/distributed_dev.py #9fa3ce0c
+# %% ../../modules/21_distributed/distributed_dev.py #47ae3f45
 _LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 _TAG = 21  # every message of this module carries this tag
 
@@ -125,6 +126,24 @@ class World:
             self.comm.Barrier()
 
 
+def _unlink_mpich_shared_memory_after_an_error() -> None:
+    """At exit after an uncaught exception (mpi4py then aborts every rank), remove the shared-memory
+    files of MPICH that this rank still maps: an aborted run never reaches MPI_Finalize, which would
+    remove them, and each one left in /dev/shm holds a few MB of memory until the machine restarts.
+    The other ranks keep their own mappings; they are being aborted anyway."""
+    if getattr(sys, "last_value", None) is None:  # a normal exit: MPI_Finalize cleans up
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "/dev/shm/mpich_shm_" in line}
+    except OSError:  # no /proc (not Linux): nothing to find
+        return
+    for path in paths:
+        if not path.endswith("(deleted)"):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
 def _under_launcher() -> bool:
     return "mpi4py.MPI" in sys.modules or any(name in os.environ for name in _LAUNCHER_VARIABLES)
 
@@ -142,6 +161,7 @@ def init_world() -> World:
     comm = MPI.COMM_WORLD
     if comm.Get_size() == 1:
         return World(None)
+    atexit.register(_unlink_mpich_shared_memory_after_an_error)  # runs before mpi4py's own exit handler
     return World(comm, threads_ok=MPI.Query_thread() >= MPI.THREAD_MULTIPLE)
 
 # %% ../../modules/21_distributed/distributed_dev.py #d9548d35

@@ -553,7 +553,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import required_problems, run_checks
 
     settings = _course()
-    with console.status("Checking Python, packages, nbdev/jupytext export, CuPy and GPU..."):
+    with console.status("Checking Python, packages, nbdev/jupytext export, CuPy and GPU, MPI..."):
         checks = run_checks(settings)
     table = Table(title="tito doctor")
     for column in ("check", "status", "found"):

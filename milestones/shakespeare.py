@@ -137,23 +137,39 @@ def mpi_world(parser: argparse.ArgumentParser, device: str) -> object:
     Refused (argparse's error, before any training) where the ranks cannot run the same recipe: a
     batch that does not split evenly, a GPU, or module 21 not exported while a launcher started us."""
     launched = int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)  # MPICH, Open MPI
+    rank = int(os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
     try:
         from tinytorch.perf.distributed import init_world
     except ImportError:
         if launched > 1:
-            parser.error(f"started on {launched} MPI ranks, but module 21 (distributed) is not exported: "
-                         "`tito export 21`, or run without --ranks")
+            refuse_on_every_rank(parser, rank, f"started on {launched} MPI ranks, but module 21 (distributed) is not "
+                                 "exported: `tito export 21`, or run without --ranks")
         return None
     world = init_world()
     if world.size == 1:
         return None
     if RECIPE["batch"] % world.size:
-        parser.error(f"{world.size} ranks: the batch of {RECIPE['batch']} rows must split evenly "
-                     f"(ranks dividing {RECIPE['batch']}: 1, 2, 3, 4, 6, 12)")
+        refuse_on_every_rank(parser, world.rank, f"{world.size} ranks: the batch of {RECIPE['batch']} rows must split "
+                             f"evenly (ranks dividing {RECIPE['batch']}: 1, 2, 3, 4, 6, 12)")
     if device != "cpu":
-        parser.error(f"--device {device} with {world.size} ranks: the GPU part of module 21 is not written; "
-                     "data-parallel runs on the CPU only")
+        refuse_on_every_rank(parser, world.rank, f"--device {device} with {world.size} ranks: the GPU part of module 21 "
+                             "is not written; data-parallel runs on the CPU only")
     return world
+
+
+def refuse_on_every_rank(parser: argparse.ArgumentParser, rank: int, message: str) -> None:
+    """End the program with argparse's error (status 2) on a refusal every rank reaches alike (it depends
+    on the arguments and the number of ranks only). MPI is ended cleanly first: an exit with an error
+    status under mpi4py's runner would abort the ranks instead, and an aborted MPICH run leaves its
+    shared memory in /dev/shm. Rank 0 alone prints the message."""
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+    if rank == 0:
+        parser.error(message)
+    sys.exit(2)
 
 
 

@@ -169,12 +169,15 @@ def test_shakespeare_on_two_ranks_trains_the_same_recipe_to_the_same_loss(fast_r
 
 
 def test_shakespeare_refuses_ranks_that_do_not_split_its_batch():
-    """5 ranks cannot share a batch of 12 rows evenly: every rank stops before training, naming the rule."""
+    """5 ranks cannot share a batch of 12 rows evenly: every rank stops before training, rank 0 names the
+    rule once, and MPI ends cleanly (no MPI_Abort: an aborted MPICH run leaves its shared memory in /dev/shm)."""
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install mpi4py mpich)")
     pytest.importorskip("tinytorch.perf.distributed", reason="module 21 (distributed) is not exported: tito export 21")
     result = run_tito_killing_the_group(["milestone", "run", "shakespeare", "--ranks", "5", "--fast"], timeout=300)
-    assert result.returncode != 0
-    assert "5 ranks: the batch of 12 rows must split evenly (ranks dividing 12: 1, 2, 3, 4, 6, 12)" in result.stdout
+    assert result.returncode == 2, result.stdout
+    rule = "5 ranks: the batch of 12 rows must split evenly (ranks dividing 12: 1, 2, 3, 4, 6, 12)"
+    assert result.stdout.count(rule) == 1, f"rank 0 alone says why:\n{result.stdout}"
+    assert "MPI_Abort" not in result.stdout, f"a refusal every rank reaches ends MPI cleanly:\n{result.stdout}"
     assert "iter " not in result.stdout, "refused before any training"
 
 

@@ -20,6 +20,15 @@ run forward and backward at once on two threads (module 18's ThreadedDataParalle
 first lines say which path ran; the checkpoint is module 13's GPT either way.
 
     python milestones/shakespeare.py [--fast] [--iters N] [--out DIR] [--device cpu|cuda] [--plain]
+    tito milestone run shakespeare --ranks 2      # data-parallel on 2 MPI processes (module 21)
+
+On N MPI ranks (`tito milestone run shakespeare --ranks N`, or `tito run --ranks N
+milestones/shakespeare.py`) it trains data-parallel with module 21's DistributedDataParallel:
+every rank draws the same batch of 12 windows and trains on its share of the rows (12/N each; N
+must divide 12), the gradients are averaged over the ranks during the backward pass, so each
+step's gradient is the one of the whole batch: the same recipe, to the same threshold. BLAS gets
+the cores divided among the ranks. The validation batches are shared out the same way. Only rank 0
+prints, samples and saves.
 
 On cuda the token ids live on the GPU from the start: each batch's 12 window starts are drawn on
 the host (the same draws on both devices) and sent over, and the windows are gathered there.
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import tempfile
 import time
@@ -54,6 +64,7 @@ EVAL_BATCHES = 200
 CHECKPOINT = "shakespeare_gpt.npz"  # the trained model, in --out: what milestones/quantize.py loads
 DEFAULT_OUT = Path(tempfile.gettempdir()) / "tinytorch-shakespeare"  # --out's default: where later milestones look
 ARCHITECTURE = ("embed_dim", "num_layers", "num_heads", "context")  # what a saved model must share with RECIPE
+RUNS_ON_RANKS = True  # `tito milestone run shakespeare --ranks N` launches it on N MPI processes (module 21)
 
 RECIPE = dict(embed_dim=128, num_layers=4, num_heads=4, context=64, batch=12, lr=1e-3, min_lr=1e-4,
               betas=(0.9, 0.99), weight_decay=0.1, warmup=100, clip=1.0, iters=2000)
@@ -86,16 +97,79 @@ def mean_of(losses: list) -> float:
     return float(to_host(array_module(losses[0]).stack(losses)).mean(dtype=np.float64))
 
 
-def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator, parallel: object = None) -> float:
+def estimate_loss(model: GPT, data, batches: int, rng: np.random.Generator, parallel: object = None,
+                  world: object = None) -> float:
     """Mean cross-entropy over `batches` random batches, in eval mode, without gradients. With
-    `parallel` (module 18's ThreadedDataParallel over `model`), each batch's parts run on threads."""
+    `parallel` (module 18's ThreadedDataParallel over `model`), each batch's parts run on threads.
+    With `world` (module 21's, N ranks), each rank takes its share of every batch's rows and the
+    ranks' means are averaged (equal shares: the mean of the whole batches)."""
     model.eval()
     with no_grad():
         losses = [(model(x, targets=y)[1] if parallel is None else parallel.loss(x, y)).data
-                  for x, y in (map(Tensor, get_batch(data, RECIPE["batch"], RECIPE["context"], rng))
+                  for x, y in (map(Tensor, share_of(*get_batch(data, RECIPE["batch"], RECIPE["context"], rng), world))
                                for _ in range(batches))]
     model.train()
-    return mean_of(losses)
+    return mean_over_ranks(mean_of(losses), world)
+
+
+# ---- N ranks (module 21) ------------------------------------------------------------------------
+def share_of(x, y, world) -> tuple:
+    """This rank's rows of a batch (all of it without `world`): rows [r·B/N, (r+1)·B/N) on rank r."""
+    if world is None or world.size == 1:
+        return x, y
+    share = len(x) // world.size
+    rows = slice(world.rank * share, (world.rank + 1) * share)
+    return x[rows], y[rows]
+
+
+def mean_over_ranks(value: float, world) -> float:
+    """The mean of a number over the ranks (module 21's ring all-reduce of one float64); the value
+    itself without `world`. Every rank gets the same result, so every rank reaches the same verdict."""
+    if world is None or world.size == 1:
+        return value
+    from tinytorch.perf.distributed import ring_all_reduce
+
+    return float(ring_all_reduce(np.array([value], np.float64), world)[0]) / world.size
+
+
+def mpi_world(parser: argparse.ArgumentParser, device: str) -> object:
+    """Module 21's world when this process is one of N > 1 MPI ranks, else None (one process).
+    Refused (argparse's error, before any training) where the ranks cannot run the same recipe: a
+    batch that does not split evenly, a GPU, or module 21 not exported while a launcher started us."""
+    launched = int(os.environ.get("PMI_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)  # MPICH, Open MPI
+    rank = int(os.environ.get("PMI_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    try:
+        from tinytorch.perf.distributed import init_world
+    except ImportError:
+        if launched > 1:
+            refuse_on_every_rank(parser, rank, f"started on {launched} MPI ranks, but module 21 (distributed) is not "
+                                 "exported: `tito export 21`, or run without --ranks")
+        return None
+    world = init_world()
+    if world.size == 1:
+        return None
+    if RECIPE["batch"] % world.size:
+        refuse_on_every_rank(parser, world.rank, f"{world.size} ranks: the batch of {RECIPE['batch']} rows must split "
+                             f"evenly (ranks dividing {RECIPE['batch']}: 1, 2, 3, 4, 6, 12)")
+    if device != "cpu":
+        refuse_on_every_rank(parser, world.rank, f"--device {device} with {world.size} ranks: the GPU part of module 21 "
+                             "is not written; data-parallel runs on the CPU only")
+    return world
+
+
+def refuse_on_every_rank(parser: argparse.ArgumentParser, rank: int, message: str) -> None:
+    """End the program with argparse's error (status 2) on a refusal every rank reaches alike (it depends
+    on the arguments and the number of ranks only). MPI is ended cleanly first: an exit with an error
+    status under mpi4py's runner would abort the ranks instead, and an aborted MPICH run leaves its
+    shared memory in /dev/shm. Rank 0 alone prints the message."""
+    if "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+    if rank == 0:
+        parser.error(message)
+    sys.exit(2)
 
 
 
@@ -162,6 +236,13 @@ def keep_freed_memory() -> bool:
     return keep()
 
 
+def _ddp(net: object, world: object) -> object:
+    """Module 21's DistributedDataParallel over `net` (imported here: a one-process run never needs module 21)."""
+    from tinytorch.perf.distributed import DistributedDataParallel
+
+    return DistributedDataParallel(net, world)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true",
@@ -180,9 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--iters {iters}: the learning rate warms up for {RECIPE['warmup']} steps, so train for "
                      f"more than {RECIPE['warmup']}")
     check_output_folder(parser, args.out)  # before the minutes of training, not after them
+    world = mpi_world(parser, args.device)  # None: one process
     if not device_ready(args.device):
         return 2
-    console = Console(highlight=False, soft_wrap=True)
+    lead = world is None or world.rank == 0  # the one process that prints, samples and saves
+    console = Console(highlight=False, soft_wrap=True, quiet=not lead)
+    if world is not None:  # the cores shared out among the ranks: 2 ranks on 2 cores, one BLAS thread each
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(max(1, (os.cpu_count() or 1) // world.size))
     threshold, eval_batches = (FAST_THRESHOLD, 20) if args.fast else (THRESHOLD, EVAL_BATCHES)
     start = time.perf_counter()
 
@@ -196,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     # `net` is what trains: module 18's fused copy (sharing `model`'s weight tensors) when it is there,
     # its batches cut in two parts on two threads when NumPy may use two cores.
     net = model if acceleration is None else acceleration.fuse(model)
-    parallel = None if acceleration is None else data_parallel(acceleration, net)
+    parallel = None if acceleration is None or world is not None else data_parallel(acceleration, net)
+    # On N ranks: module 21's DDP over `net` (the same weight tensors; rank 0's copied to all); its
+    # backward leaves every gradient averaged over the ranks.
+    trained = net if world is None else _ddp(net, world)
     make_optimizer = AdamW if acceleration is None else acceleration.FusedAdamW
     optimizer = make_optimizer(weight_decay_groups(net, RECIPE["weight_decay"]), lr=RECIPE["lr"], betas=RECIPE["betas"])
     scheduler = CosineWarmupLR(optimizer, warmup_steps=RECIPE["warmup"], total_steps=iters, min_lr=RECIPE["min_lr"])
@@ -210,18 +300,21 @@ def main(argv: list[str] | None = None) -> int:
                                        else f"plain (module 13's model, module 06's AdamW): {why_plain}")
                   + (f"; each batch in {parallel.threads} parts on {parallel.threads} threads "
                      "(module 18's ThreadedDataParallel)" if parallel is not None else "")
-                  + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else ""))
+                  + ("; glibc keeps freed memory (module 18's keep_freed_memory)" if kept else "")
+                  + (f"; data-parallel on {world.size} MPI ranks (module 21's DistributedDataParallel), "
+                     f"{RECIPE['batch'] // world.size} rows of every batch each, BLAS on "
+                     f"{max(1, (os.cpu_count() or 1) // world.size)} thread(s) per rank" if world is not None else ""))
 
     batches, checks = np.random.default_rng(0), np.random.default_rng(1)
-    console.print(f"iter    0: validation loss {estimate_loss(net, val, 10, checks, parallel):.4f} "
+    console.print(f"iter    0: validation loss {estimate_loss(net, val, 10, checks, parallel, world):.4f} "
                   f"(a fresh model: about ln {vocab} = {math.log(vocab):.4f})")
     log_every = 50 if args.fast else 250
     running, tick, loop_seconds = [], time.perf_counter(), 0.0
     for it in range(1, iters + 1):
-        x, y = get_batch(train, RECIPE["batch"], RECIPE["context"], batches)
+        x, y = share_of(*get_batch(train, RECIPE["batch"], RECIPE["context"], batches), world)
         optimizer.zero_grad()
         if parallel is None:
-            _, loss = net(Tensor(x), targets=Tensor(y))
+            _, loss = trained(Tensor(x), targets=Tensor(y))
             loss.backward()
         else:  # the same gradient, from two halves of the batch at once
             loss = parallel.forward_backward(Tensor(x), Tensor(y))
@@ -230,17 +323,19 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.step()
         running.append(loss.data)  # kept where it is: read once per log line, not once per step
         if it % log_every == 0 or it == iters:
-            train_loss = mean_of(running)  # waits for the device's queued work: the time below is all of it
+            train_loss = mean_over_ranks(mean_of(running), world)  # waits for the device's queued work: the time below is all of it
             seconds = time.perf_counter() - tick
             loop_seconds += seconds  # the training steps only: the validation estimate below is not counted
             console.print(f"iter {it:4d}: training loss {train_loss:.4f}, "
-                          f"validation loss {estimate_loss(net, val, 10, checks, parallel):.4f} (10 batches), "
+                          f"validation loss {estimate_loss(net, val, 10, checks, parallel, world):.4f} (10 batches), "
                           f"lr {optimizer.lr:.2e}, {1e3 * seconds / len(running):.0f} ms/iter")
             running, tick = [], time.perf_counter()
 
     console.print(f"training loop: {loop_seconds:.1f} s for {iters} iterations (the validation estimates, the "
                   "sample, the heat maps and the checkpoint not counted)")
-    val_loss = estimate_loss(net, val, eval_batches, np.random.default_rng(2), parallel)
+    val_loss = estimate_loss(net, val, eval_batches, np.random.default_rng(2), parallel, world)
+    if not lead:  # the other ranks end here, with the same verdict (val_loss is the ranks' mean)
+        return 0 if val_loss <= threshold else 1
     sample = model.generate(tokenizer.encode("\n"), 300 if not args.fast else 100,
                             temperature=0.8, top_k=200, seed=0)
     console.print("[bold]sample[/] (temperature 0.8, top_k 200):")
@@ -258,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     # Module 07's checkpoint (written to a scratch file, then renamed: never half a file), with the
     # recipe beside the weights so that a program loading it can check it is this model.
     saved = save_checkpoint(args.out / CHECKPOINT, model, step=iters, extra={
-        "recipe": RECIPE, "iters": iters, "vocab_size": vocab, "seed": 1337, "val_loss": val_loss})
+        "recipe": RECIPE, "iters": iters, "vocab_size": vocab, "seed": 1337, "val_loss": val_loss,
+        "ranks": 1 if world is None else world.size})
     console.print(f"trained model: {saved} ({saved.stat().st_size:,} bytes; `tito milestone run quantize` loads it)")
     console.print(f"validation loss: mean over {eval_batches} random batches of {RECIPE['batch']} x {RECIPE['context']}")
     return verdict_at_most(console, "validation loss", val_loss, threshold, start)

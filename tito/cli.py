@@ -550,7 +550,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import required_problems, run_checks
 
     settings = _course()
-    with console.status("Checking Python, packages, nbdev/jupytext export, CuPy and GPU..."):
+    with console.status("Checking Python, packages, nbdev/jupytext export, CuPy and GPU, MPI..."):
         checks = run_checks(settings)
     table = Table(title="tito doctor")
     for column in ("check", "status", "found"):
@@ -629,7 +629,7 @@ def _program_table(title: str, programs) -> Table:
     return table
 
 
-def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]) -> int:
+def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str], ranks: int | None = None) -> int:
     from .programs import find_program, in_course_order, list_programs, run_program
 
     settings = _course()
@@ -643,7 +643,7 @@ def _list_or_run(folder_name: str, kind: str, name: str | None, extra: list[str]
         return 0
     program = find_program(folder, name, kind)
     console.rule(f"{kind} {program.name}: {escape(program.summary)}")
-    code = run_program(settings, program, extra,
+    code = run_program(settings, program, extra, ranks,
                        notice=lambda text: console.print(f"[yellow]{escape(text)}[/]", highlight=False))
     console.rule(_mark(code == 0, f"{program.name} passed", f"{program.name} failed (exit {code})"))
     return code
@@ -653,14 +653,36 @@ def cmd_milestone_list(args: argparse.Namespace) -> int:
     return _list_or_run("milestones", "milestone", None, [])
 
 
+def _ranks_option(args: argparse.Namespace) -> int | None:
+    """`--ranks N` wherever it was typed: before the milestone's name argparse reads it; after the
+    name (`tito milestone run shakespeare --ranks 2`) it lands among the arguments passed on to the
+    program, and is taken out of them here (the program never sees it). A value that is not a whole
+    number is a CourseError naming it."""
+    ranks, rest, items = args.ranks, [], iter(args.args)
+    for item in items:
+        if item == "--ranks" or item.startswith("--ranks="):
+            text = item.partition("=")[2] if "=" in item else next(items, "")
+            try:
+                ranks = int(text)
+            except ValueError:
+                raise CourseError(f"--ranks must be a whole number of processes, got {text!r}.") from None
+        else:
+            rest.append(item)
+    args.args = rest
+    return ranks
+
+
 def cmd_milestone_run(args: argparse.Namespace) -> int:
+    args.ranks = _ranks_option(args)
     extra = (["--fast"] if args.fast else []) + (["--device", args.device] if args.device else []) + args.args
     if args.all and args.name is not None:
         raise CourseError("Name one milestone or use --all, not both.")
     if not args.all and args.name is None:
         raise CourseError("Name a milestone (`tito milestone list` shows them) or use --all.")
+    if args.ranks is not None and args.name is None:
+        raise CourseError("--ranks runs one milestone on N MPI processes: name it (tito milestone run shakespeare --ranks 2).")
     if args.name is not None:
-        return _list_or_run("milestones", "milestone", args.name, extra)
+        return _list_or_run("milestones", "milestone", args.name, extra, args.ranks)
     from .programs import in_course_order, list_programs
 
     settings = _course()
@@ -778,6 +800,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fast", action="store_true", help="a short run (as CI does)")
     run.add_argument("--device", choices=["cpu", "cuda"], default=None,
                      help="passed on to the milestone(s): cpu (NumPy) or cuda (CuPy on an NVIDIA GPU)")
+    run.add_argument("--ranks", type=int, default=None, metavar="N",
+                     help="data-parallel on N MPI processes through `tito run`'s launcher (module 21; shakespeare)")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="passed on to the program")
     run.set_defaults(func=cmd_milestone_run)
 

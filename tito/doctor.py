@@ -124,9 +124,24 @@ def check_gpu() -> Check:
                  "" if count else "no CUDA device visible: check `nvidia-smi`", required=False)
 
 
+def check_mpi() -> Check:
+    """Module 21's MPI: mpi4py importable and an `mpiexec` found the way `tito run` finds it (beside
+    this Python, then on PATH). Optional: only module 21 and `--ranks` need it. MPI itself is not
+    started here (importing mpi4py.MPI would initialise it in tito's own process)."""
+    from .course import CourseError
+    from .launch import INSTALL_HINT, check_mpi4py, find_mpiexec
+
+    try:
+        check_mpi4py()
+        mpiexec = find_mpiexec()
+    except CourseError as err:
+        return Check("MPI (module 21)", False, str(err).replace(INSTALL_HINT, "").strip(), INSTALL_HINT, required=False)
+    return Check("MPI (module 21)", True, f"mpi4py {_distribution_version('mpi4py')}, {mpiexec}", required=False)
+
+
 def run_checks(settings: Settings) -> list[Check]:
     return [check_python(settings), *check_packages(), check_export(settings),
-            check_package_location(settings), check_gpu()]
+            check_package_location(settings), check_gpu(), check_mpi()]
 
 
 def required_problems(checks: list[Check]) -> list[Check]:

@@ -70,12 +70,34 @@ def find_program(folder: Path, name: str, kind: str) -> Program:
     raise CourseError(f"Unknown {kind} {name!r}. Valid names: {names}")
 
 
-def run_program(settings: Settings, program: Program, args: list[str],
+def runs_on_ranks(program: Program) -> bool:
+    """Whether the program can run on several MPI ranks: it says so with a top-level
+    `RUNS_ON_RANKS = True` (read with `ast`, never imported). A program without it would run
+    N independent copies, each printing and saving, so `--ranks` refuses it."""
+    try:
+        tree = ast.parse(program.path.read_text(encoding="utf-8"), filename=str(program.path))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "RUNS_ON_RANKS" for t in node.targets)
+               and isinstance(node.value, ast.Constant) and node.value.value is True for node in tree.body)
+
+
+def run_program(settings: Settings, program: Program, args: list[str], ranks: int | None = None,
                 notice: Callable[[str], None] | None = None) -> int:
     """Run a program from the repository root with the course's package; its output goes straight through.
 
     Ctrl-C (or SIGTERM/SIGHUP, which tito turns into Ctrl-C) is passed on to the program, which
-    gets `INTERRUPT_GRACE_S` to clean up; `notice` hears what happens meanwhile."""
+    gets `INTERRUPT_GRACE_S` to clean up; `notice` hears what happens meanwhile. With `ranks`, on
+    that many MPI processes through tito's launcher (module 21, `tito run`; the launcher kills its
+    process group when it ends): refused (CourseError, nothing started) for a program that does not
+    declare it runs on ranks."""
+    if ranks is not None:
+        if not runs_on_ranks(program):
+            able = ", ".join(p.name for p in list_programs(program.path.parent) if runs_on_ranks(p)) or "none"
+            raise CourseError(f"{program.name} does not run on several ranks (--ranks); the ones that do: {able}.")
+        from .launch import run_ranks
+
+        return run_ranks(settings.root, ranks, str(program.path), args, capture=False, cwd=settings.root).returncode
     command = [sys.executable, str(program.path), *args]
     _children_can_be_interrupted()
     process = subprocess.Popen(command, cwd=settings.root, env=course_env(settings.root), start_new_session=True)

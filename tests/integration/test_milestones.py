@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +121,64 @@ def test_loss_milestone_passes_in_fast_mode(name, fast_run):
     if name == "shakespeare" and "training path: fused (module 18)" in output:
         assert "each batch in 2 parts on 2 threads (module 18's ThreadedDataParallel)" in output, \
             f"on 2 threads the fused path cuts each batch in two:\n{output[:1500]}"
+
+
+def run_tito_killing_the_group(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`python -m tito ARGS` from the repository root in a session of its own; past `timeout` seconds
+    the whole session (tito, mpiexec and every rank) is killed and the test fails: never a hang."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+               COLUMNS="200", NO_COLOR="1")
+    process = subprocess.Popen([sys.executable, "-m", "tito", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"tito {' '.join(args)} ran past {timeout} s and was stopped:\n{output[-3000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, output, "")
+
+
+def test_shakespeare_on_two_ranks_trains_the_same_recipe_to_the_same_loss(fast_run, tmp_path):
+    """`tito milestone run shakespeare --ranks 2 --fast`: data-parallel on 2 MPI processes (module 21), each
+    rank 6 rows of every batch of 12; passes its threshold, only rank 0 prints and saves, and, being the
+    same recipe, ends at the validation loss of the one-process run (within 0.02: the gradients are
+    summed in another order). About a minute and a half on a busy 2-core machine; stopped at 15 minutes."""
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install mpi4py mpich)")
+    pytest.importorskip("tinytorch.perf.distributed", reason="module 21 (distributed) is not exported: tito export 21")
+    if shutil.which("mpiexec") is None and not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec beside this Python or on PATH (pip install mpich)")
+    out = tmp_path / "ranks"
+    result = run_tito_killing_the_group(["milestone", "run", "shakespeare", "--ranks", "2", "--fast", "--out", str(out)],
+                                        timeout=900)
+    output = result.stdout
+    assert result.returncode == 0, f"shakespeare --ranks 2 --fast exited {result.returncode}:\n{output[-3000:]}"
+    loss, threshold, verdict = LOSS_RESULT.findall(output)[-1]
+    assert verdict == "PASS" and float(loss) <= float(threshold) <= EXPECTED_LOSS["shakespeare"]
+    assert "data-parallel on 2 MPI ranks (module 21's DistributedDataParallel), 6 rows of every batch each" in output
+    for once in ("Shakespeare: ", "sample (temperature", "trained model: "):
+        assert output.count(once) == 1, f"only rank 0 prints: {once!r} appears {output.count(once)} times:\n{output[-3000:]}"
+    assert len(LOSS_RESULT.findall(output)) == 1, "only rank 0 prints the verdict"
+    from tinytorch.core.training import read_checkpoint
+
+    assert read_checkpoint(out / "shakespeare_gpt.npz")["extra"]["ranks"] == 2
+    one_process, _ = fast_run("shakespeare")
+    one_loss = float(LOSS_RESULT.findall(one_process.stdout + one_process.stderr)[-1][0])
+    assert abs(float(loss) - one_loss) <= 0.02, \
+        f"2 ranks ended at validation loss {loss}, one process at {one_loss}: not the same recipe"
+
+
+def test_shakespeare_refuses_ranks_that_do_not_split_its_batch():
+    """5 ranks cannot share a batch of 12 rows evenly: every rank stops before training, rank 0 names the
+    rule once, and MPI ends cleanly (no MPI_Abort: an aborted MPICH run leaves its shared memory in /dev/shm)."""
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install mpi4py mpich)")
+    pytest.importorskip("tinytorch.perf.distributed", reason="module 21 (distributed) is not exported: tito export 21")
+    result = run_tito_killing_the_group(["milestone", "run", "shakespeare", "--ranks", "5", "--fast"], timeout=300)
+    assert result.returncode == 2, result.stdout
+    rule = "5 ranks: the batch of 12 rows must split evenly (ranks dividing 12: 1, 2, 3, 4, 6, 12)"
+    assert result.stdout.count(rule) == 1, f"rank 0 alone says why:\n{result.stdout}"
+    assert "MPI_Abort" not in result.stdout, f"a refusal every rank reaches ends MPI cleanly:\n{result.stdout}"
+    assert "iter " not in result.stdout, "refused before any training"
 
 
 def check_checks_output(name: str, output: str) -> None:

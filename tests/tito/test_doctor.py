@@ -1,7 +1,12 @@
 """tito doctor: required problems fail it, each with a fix; the export check really exports."""
 from __future__ import annotations
 
-from tito.doctor import check_export, check_python, required_problems, run_checks
+import importlib.util
+import sys
+
+import pytest
+
+from tito.doctor import check_export, check_mpi, check_python, required_problems, run_checks
 
 
 def test_this_environment_is_ready(course):
@@ -26,3 +31,19 @@ def test_too_old_a_python_is_required(course):
     old = course.settings.__class__(**{**course.settings.__dict__, "min_python": "9.0"})
     check = check_python(old)
     assert not check.ok and check.required and "Python 9.0" in check.fix
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="mpi4py is not installed (pip install mpi4py mpich)")
+def test_mpi_is_found_where_tito_run_looks(monkeypatch, tmp_path):
+    """The MPI row names mpi4py's version and the mpiexec `tito run` would use; without an mpiexec
+    (none beside this Python, none on PATH) it says so, with the install hint, and stays optional."""
+    from tito.launch import find_mpiexec
+
+    found = check_mpi()
+    assert found.ok and not found.required
+    assert found.detail.startswith("mpi4py ") and found.detail.endswith(find_mpiexec())
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nothing beside it
+    monkeypatch.setenv("PATH", str(tmp_path))
+    missing = check_mpi()
+    assert not missing.ok and not missing.required and required_problems([missing]) == []
+    assert missing.detail.startswith("No MPI launcher: `mpiexec` is neither beside") and "pip install" in missing.fix

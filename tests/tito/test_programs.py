@@ -185,3 +185,54 @@ def test_a_milestone_that_ignores_ctrl_c_is_killed_with_what_it_started_after_th
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child)
+
+
+RANK_PRINTER = ('"""Prints its rank and arguments."""\nimport sys\nfrom mpi4py import MPI\n{declare}'
+                'sys.stdout.write(f"rank {{MPI.COMM_WORLD.rank}} of {{MPI.COMM_WORLD.size}} got {{\' \'.join(sys.argv[1:])}}\\n")\n')
+# (one write per rank: the ranks share one pipe, and a line written in one piece is never cut by another's)
+
+
+def needs_mpi() -> None:
+    """Skip (saying why) where mpi4py or an mpiexec is missing: `pip install mpi4py mpich`."""
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install mpi4py mpich)")
+    from tito.launch import find_mpiexec
+
+    try:
+        find_mpiexec()
+    except CourseError as err:
+        pytest.skip(str(err))
+
+
+def test_ranks_runs_a_milestone_that_says_it_can_on_n_processes(course):
+    """`tito milestone run NAME --ranks N` (before or after the name) runs the program on N MPI ranks
+    through tito's launcher; --ranks itself never reaches the program; a milestone that does not declare
+    RUNS_ON_RANKS is refused before anything runs, naming the ones that can."""
+    needs_mpi()
+    folder = course.root / "milestones"
+    folder.mkdir()
+    (folder / "parallel.py").write_text(RANK_PRINTER.format(declare="RUNS_ON_RANKS = True\n"), encoding="utf-8")
+    (folder / "single.py").write_text(RANK_PRINTER.format(declare=""), encoding="utf-8")
+    for argv in (["parallel", "--ranks", "2", "--fast"], ["--ranks", "2", "parallel", "--fast"], ["parallel", "--ranks=2", "--fast"]):
+        done = course.tito_process("milestone", "run", *argv)
+        assert done.returncode == 0, (argv, done.stdout + done.stderr)
+        got = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+        assert got == ["rank 0 of 2 got --fast", "rank 1 of 2 got --fast"], (argv, done.stdout)
+    refused = course.tito_process("milestone", "run", "single", "--ranks", "2")
+    assert refused.returncode == 1 and "rank 0" not in refused.stdout
+    assert "single does not run on several ranks (--ranks); the ones that do: parallel." in refused.stdout
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--all", "--ranks", "2"], "--ranks runs one milestone on N MPI processes: name it"),
+    (["parallel", "--ranks", "two"], "--ranks must be a whole number of processes, got 'two'."),
+    (["parallel", "--ranks"], "--ranks must be a whole number of processes, got ''."),
+    (["parallel", "--ranks", "0"], "--ranks must be a whole number >= 1, got 0."),
+])
+def test_ranks_that_cannot_run_are_refused_with_the_reason(course, argv, says):
+    needs_mpi()  # "0" is refused by the launcher's own check, which looks for MPI first
+    folder = course.root / "milestones"
+    folder.mkdir()
+    (folder / "parallel.py").write_text(RANK_PRINTER.format(declare="RUNS_ON_RANKS = True\n"), encoding="utf-8")
+    done = course.tito_process("milestone", "run", *argv)
+    assert done.returncode == 1 and says in done.stdout, done.stdout + done.stderr
+    assert "rank 0" not in done.stdout

@@ -612,7 +612,7 @@ def cmd_olympics_judge(args: argparse.Namespace) -> int:
 
     for event in events:
         spec = EVENTS[event]
-        bar = (f"target loss {board.rules.speedrun_target:g} from scratch" if event == "speedrun"
+        bar = (f"target loss {board.rules.speedrun_target} from scratch" if event == "speedrun"
                else f"quality bar {board.quality_bar:.4f}")
         table = Table(title=f"{event}: {spec.metric} ({spec.unit}, {'higher' if spec.higher_is_better else 'lower'} "
                             f"is better); {bar}")

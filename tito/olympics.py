@@ -765,7 +765,7 @@ def _row(event: str, result: EntryResult, task: Task, rules: Rules, baseline_los
     if event == "speedrun":
         loss = result.speedrun_loss
         if not reason and not loss <= rules.speedrun_target:
-            reason = f"validation loss {loss:.4f} did not reach the target {rules.speedrun_target:g}"
+            reason = f"validation loss {loss:.4f} did not reach the target {rules.speedrun_target}"
         score = low = high = result.speedrun_s
     else:
         loss = result.val_loss

@@ -104,9 +104,9 @@ def test_loading_other_weights_disqualifies(honesty):
 
 def test_the_honest_baseline_wins_and_the_files_are_written(honesty, tmp_path):
     board, _ = honesty()
-    assert [r.name for r in board.boards["smallest"] if r.qualified] == ["baseline", "boastful"] or \
-        [r.name for r in board.boards["smallest"] if r.qualified] == ["boastful", "baseline"]
-    assert {r.rank for r in board.boards["smallest"] if r.qualified} == {1}, "equal bytes share rank 1"
+    ranks = [(r.name, r.rank) for r in board.boards["smallest"] if r.qualified]
+    assert ranks == [("baseline", 1), ("boastful", 2)], \
+        f"the same checkpoint's bytes, and the boastful entry's code that prints its claims counted too: got {ranks}"
     written = write_leaderboard(board, tmp_path)
     names = {p.name for p in written}
     assert {"leaderboard.md", "leaderboard.csv", "pareto.png"} <= names, f"got {names}"

@@ -386,3 +386,20 @@ def test_the_milestone_replaces_only_the_entry_files_it_wrote(tmp_path):
     assert done.returncode == 2 and "int8 holds files this program did not write" in done.stderr, \
         f"the milestone refuses before any work: {done.returncode} {done.stderr[-500:]}"
     assert (out / "entries" / "int8" / "model.npz").read_text() == "a user's own"
+
+
+# ---- the lesson's guards table -------------------------------------------------------------------------------------
+def test_every_row_of_the_guards_table_names_a_test_that_exists():
+    import re
+
+    lesson = (COURSE / "modules" / "20_olympics" / "olympics_dev.py").read_text(encoding="utf-8")
+    table = lesson.split("## What the guards do and do not stop")[1].split("\n#\n# Not stopped")[0]
+    rows = [line for line in table.splitlines() if line.startswith("# | ") and "---" not in line][1:]
+    defined = {name for path in Path(__file__).parent.glob("test_*.py")
+               for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)}
+    assert len(rows) >= 10, f"the table has a row per guard, found {len(rows)}"
+    for row in rows:
+        named = re.findall(r"`(test_\w+)`", row.split(" | ")[-1])
+        assert named, f"a row of the guards table names no test: {row}"
+        missing = [name for name in named if name not in defined]
+        assert not missing, f"the guards table names tests that do not exist: {missing}"

@@ -4,7 +4,7 @@ The entries are the folders in milestones/olympics_entries/ (each a submission.p
 shakespeare milestone's trained GPT (module 07's checkpoint, `shakespeare_gpt.npz` in its --out
 folder; used only after the same recipe check the quantize milestone makes; trained first when
 the file is missing):
-  fp32          the trained model: the baseline, whose loss sets the quality bar (+ 0.05)
+  fp32          the trained model: the baseline, whose loss sets the quality bar (+ module 20's QUALITY_MARGIN)
   int8, int4    module 15's weight-only quantize_model (per output channel)
   pruned        module 16's prune_mlps (a quarter of every MLP's hidden units), then fine-tuned
   distilled     a 2-layer GPT trained from scratch on the 4-layer model's logits (module 16)
@@ -254,8 +254,8 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=
              f"`tito olympics judge` {len(boards)} times; every number measured by the judge. "
              f"Judge's environment: {', '.join(f'{k} {v}' for k, v in first.environment.items())}.", ""]
     for event in EVENTS:
-        lines.append(leaderboard_markdown(EVENT_SPECS[event], first.boards[event], first.baseline_loss)
-                     .replace("### ", "### run 1, ", 1))
+        lines.append(leaderboard_markdown(EVENT_SPECS[event], first.boards[event], first.baseline_loss,
+                                          margin=first.rules.quality_margin).replace("### ", "### run 1, ", 1))
     lines += [f"### The ranks in each of the {len(boards)} runs", "",
               "| event | entry | " + " | ".join(f"run {i + 1}" for i in range(len(boards))) + " |",
               "|---|---|" + "---|" * len(boards)]
@@ -268,7 +268,7 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=
         lines += ["", "### The speedrun (`--speedrun`, judged once)", "",
                   f"Each entry that defines `train(time_budget_s)` trained from scratch in the sandbox on "
                   f"{task.speedrun_threads} threads, one after the other; the judge timed the call and computed the "
-                  f"validation loss of the model it returned. Target {task.speedrun_target}, budget "
+                  f"validation loss of the model it returned. Target {speed.rules.speedrun_target}, budget "
                   f"{task.speedrun_budget_s:g} s. Baseline: fp32 (nanoGPT's recipe), "
                   f"{speed.speedrun_baseline_s:.1f} s.", "",
                   "| rank | entry | seconds | ratio to the baseline | validation loss | verdict |", "|---|---|---:|---:|---:|---|"]

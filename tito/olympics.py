@@ -16,7 +16,7 @@ One entry, in order:
    (`tito.sandbox`): a scratch work folder holding a copy of the submission only (and, for the
    speedrun, the training text), the submission's own user where tito runs as root, limits on
    time, memory and output. The runner and the tinytorch package it imports are the judge's
-   copies in the scratch folder (`runner_library`), so the course itself may be a folder only
+   copies beside its work folder (`runner_library`), so the course itself may be a folder only
    its owner can enter. The runner installs an audit hook, imports the submission, builds the
    model and loads the declared checkpoint with module 07's `load_checkpoint` from the judge's
    read-only copy beside the work folder (the submission's code runs before the load and could
@@ -236,26 +236,40 @@ def read_submission(folder: Path, need_train: bool = False) -> Submission:
 # ---------------------------------------------------------------------------- what the runner imports
 
 
-def runner_library(scratch: Path, course_root: Path) -> Path:
-    """`scratch/lib`: the judge's copies of what its runner imports (the course's tinytorch package,
-    tito/__init__.py and tito/olympics_runner.py), readable by every user.
-
-    The sandbox's user runs the runner from these copies, never from the course: the course may be a
-    folder only its owner can enter, and nothing of it is made readable to others. Copied with their
-    times, so that Python's compiled files of the package stay valid."""
-    library = scratch / "lib"
-    package, tito = course_root / "tinytorch", course_root / "tito"
+def runner_sources(course_root: Path) -> tuple[Path, Path]:
+    """(the course's tinytorch package, its tito folder): what the runner's copies are made from;
+    CourseError when `course_root` is not a course."""
+    package, tito = Path(course_root) / "tinytorch", Path(course_root) / "tito"
     if not (package / "__init__.py").is_file() or not (tito / "olympics_runner.py").is_file():
         raise CourseError(f"{course_root} holds no tinytorch package and tito runner: the judge runs from a course.")
+    return package, tito
+
+
+def runner_library(library: Path, course_root: Path, user: SandboxUser | None) -> Path:
+    """`library`: one runner's copies of what it imports (the course's tinytorch package, tito/__init__.py
+    and tito/olympics_runner.py), which `user` may read and nobody else but the judge.
+
+    The sandbox's user runs the runner from these copies, never from the course: the course may be a
+    folder only its owner can enter, and nothing of it is made readable to others. The copies belong
+    to the judge (the entry cannot change them) and to `user`'s group (folders 750, files 640). Copied
+    with their times, so that Python's compiled files of the package stay valid."""
+    package, tito = runner_sources(course_root)
     shutil.copytree(package, library / "tinytorch", ignore=shutil.ignore_patterns("*.tito-new"))
     (library / "tito").mkdir()
     for name in ("__init__.py", "olympics_runner.py"):
         shutil.copy2(tito / name, library / "tito" / name)
     for folder, _, names in os.walk(library):
-        os.chmod(folder, 0o755)
+        _share_with(Path(folder), user, 0o750)
         for name in names:
-            os.chmod(os.path.join(folder, name), 0o644)
+            _share_with(Path(folder) / name, user, 0o640)
     return library
+
+
+def _share_with(path: Path, user: SandboxUser | None, mode: int) -> None:
+    """The judge keeps `path`; `user`'s group may read it (without a user of its own: the judge alone)."""
+    if user is not None:
+        os.chown(path, os.getuid(), user.gid)
+    path.chmod(mode)
 
 
 def _site_packages() -> list[str]:
@@ -272,10 +286,11 @@ class Session:
     """One submission's runner in the sandbox, and the judge's end of its socket."""
 
     def __init__(self, entry: Submission, task: Task, scratch: Path, user: SandboxUser | None, mode: str,
-                 library: Path):
+                 course_root: Path):
         self.entry, self.task, self.mode = entry, task, mode
         self.work = prepare_workdir(scratch, user)
         self.other_bytes = self._copy_submission(user)
+        library = runner_library(scratch.parent / f"{scratch.name}-lib", course_root, user)
         # The weights the runner loads: the judge's own read-only copy beside the work folder, which the
         # submission's code (running before the load) cannot replace; its size is measured here, now.
         self.sealed = scratch.parent / f"{scratch.name}-checkpoint"
@@ -616,13 +631,13 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
     environment = benchmarking.environment()
     scratch = Path(tempfile.mkdtemp(prefix="tito-olympics-"))
     try:
-        scratch.chmod(0o711)  # the sandbox's users walk through to their own folders and the library
-        library = runner_library(scratch, course_root)
+        scratch.chmod(0o711)  # the sandbox's users walk through to their own folders
+        runner_sources(course_root)  # a course to copy the runner from, before anything starts
         with SandboxUsers(len(everyone)) as claimed:
             if any(event != "speedrun" for event in events):
-                _judge_serving(everyone, results, task, events, scratch, library, claimed.users, say)
+                _judge_serving(everyone, results, task, events, scratch, course_root, claimed.users, say)
             if "speedrun" in events:
-                _judge_speedrun(everyone, results, task, scratch, library, claimed.users, say)
+                _judge_speedrun(everyone, results, task, scratch, course_root, claimed.users, say)
     finally:
         remove_tree(scratch)
     serving = any(event != "speedrun" for event in events)
@@ -654,13 +669,13 @@ def _baseline_loss(base: EntryResult, serving: bool) -> float:
     return loss
 
 
-def _judge_serving(everyone, results, task: Task, events, scratch: Path, library: Path, users, say) -> None:
+def _judge_serving(everyone, results, task: Task, events, scratch: Path, course_root: Path, users, say) -> None:
     """The smallest and generation events: one runner per entry, all started at once, all closed at the end."""
     sessions: dict[int, Session] = {}
     try:
         say(f"starting {len(everyone)} runner(s) in the sandbox")
         for index, (entry, user) in enumerate(zip(everyone, users)):
-            sessions[id(entry)] = Session(entry, task, scratch / f"serve-{index}", user, "serve", library)
+            sessions[id(entry)] = Session(entry, task, scratch / f"serve-{index}", user, "serve", course_root)
         for entry in everyone:
             session, result = sessions[id(entry)], results[id(entry)]
             session.connect()
@@ -710,7 +725,7 @@ def _judge_generation(everyone, sessions, results, task: Task, say) -> None:
         results[id(entry)].generation_s = measured[entry.digest + ":" + str(index)]
 
 
-def _judge_speedrun(everyone, results, task: Task, scratch: Path, library: Path, users, say) -> None:
+def _judge_speedrun(everyone, results, task: Task, scratch: Path, course_root: Path, users, say) -> None:
     """Each entry's train(budget) from scratch, one at a time on `speedrun_threads` threads, timed here."""
     for index, (entry, user) in enumerate(zip(everyone, users)):
         result = results[id(entry)]
@@ -719,7 +734,7 @@ def _judge_speedrun(everyone, results, task: Task, scratch: Path, library: Path,
             result.notes.append("no train(): not in the speedrun")
             continue
         say(f"speedrun: {entry.name} (budget {task.speedrun_budget_s:g} s)")
-        session = Session(entry, task, scratch / f"speedrun-{index}", user, "speedrun", library)
+        session = Session(entry, task, scratch / f"speedrun-{index}", user, "speedrun", course_root)
         try:
             seconds, loss = _time_training(session, task)
             session.close()

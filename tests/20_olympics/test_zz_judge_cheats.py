@@ -276,10 +276,28 @@ def test_the_runner_runs_from_the_judges_copies_when_the_course_is_private(tmp_p
     rows = _rows(board, "smallest")
     assert rows["honest"].qualified, f"a private course must not stop an honest entry: {rows['honest'].reason!r}"
     reason = rows["where"].reason
-    assert "/tito-olympics-" in reason and "/lib/tinytorch/__init__.py" in reason and "/lib/tito/olympics_runner.py" in reason, \
+    assert "/tito-olympics-" in reason and "-lib/tinytorch/__init__.py" in reason and "-lib/tito/olympics_runner.py" in reason, \
         f"the runner and tinytorch come from the judge's copies in its scratch folder: {reason!r}"
     assert str(COURSE) not in reason and str(course) not in reason, f"nothing is read from a course: {reason!r}"
     assert oct(private.stat().st_mode & 0o777) == "0o700", "nothing of the course was made readable to others"
+
+
+def test_the_runners_copies_are_readable_by_its_user_only(tmp_path):
+    import os
+    import stat
+
+    from tito.olympics import runner_library
+    from tito.sandbox import SandboxUser
+
+    user = SandboxUser(64999, 64999)
+    library = runner_library(tmp_path / "lib", COURSE, user)
+    paths = [library, library / "tinytorch", library / "tinytorch" / "__init__.py", library / "tito" / "olympics_runner.py"]
+    for path in paths:
+        info = path.stat()
+        assert info.st_uid == os.getuid() and info.st_gid == user.gid, f"{path}: the judge's, in the user's group"
+        assert stat.S_IMODE(info.st_mode) == (0o750 if path.is_dir() else 0o640), \
+            f"{path}: the user may read, nobody else (mode {oct(stat.S_IMODE(info.st_mode))})"
+    assert (library / "tinytorch" / "__init__.py").read_bytes() == (COURSE / "tinytorch" / "__init__.py").read_bytes()
 
 
 # ---- reading a submission ------------------------------------------------------------------------------------------

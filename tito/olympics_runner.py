@@ -1,6 +1,9 @@
 """The Olympics' runner: the judge's own program, run in the sandbox beside a copy of one submission.
 
-    python -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+    python -S -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+
+The judge starts it from its own copies of this file and of tinytorch (PYTHONPATH: those copies, then
+the installed packages; `-S`: no .pth file, so no editable install, leads back to the course).
 
 CHECKPOINT is the judge's read-only copy of the declared weights (outside WORK), which the runner
 loads; DECLARED the name the submission declared (its copy in WORK may be read too). No other

@@ -7,13 +7,12 @@ import hashlib
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from olympics_entries import (BUILD, CONTEXT, HIDDEN_WEIGHTS_MODEL, VOCAB, empty_model, shipped_bytes, tiny_gpt,
+from olympics_entries import (CONTEXT, HIDDEN_WEIGHTS_MODEL, VOCAB, empty_model, shipped_bytes, tiny_gpt,
                               tiny_task, tiny_text, weights_as_text, write_entry)
 from tito.course import CourseError
 from tito.olympics import (SubmissionError, greedy_windows, judge, read_rules, read_submission, shakespeare_task,

@@ -310,20 +310,20 @@ class Session:
         self.conn: socket.socket | None = None
         self.violations: list[str] = []
         self.error = ""
-        self.thread = threading.Thread(target=self._run, args=(self._command(library), user, self._env(library)),
+        self.thread = threading.Thread(target=self._run, args=(self._command(), user, self._env(library)),
                                        daemon=True)
         self.thread.start()
 
     def _copy_submission(self, user: SandboxUser | None) -> int:
         """Copy the submission's files into the work folder; the bytes of all but the declared checkpoint."""
-        other = 0
+        other, declared = 0, os.path.normpath(self.entry.checkpoint)
         for name in self.entry.files:
             target = self.work / name
             target.parent.mkdir(parents=True, exist_ok=True)
             # content only (no modes from the submission); a file made a link since it was read stays a link,
             # which the sandbox's user follows with its own rights, never the judge's
             shutil.copyfile(self.entry.folder / name, target, follow_symlinks=False)
-            if name != Path(self.entry.checkpoint).as_posix():
+            if name != declared:
                 other += target.lstat().st_size
         if self.mode == "speedrun":
             for name, text in self.task.train_files.items():
@@ -333,7 +333,7 @@ class Session:
                 os.chown(path, user.uid, user.gid, follow_symlinks=False)
         return other
 
-    def _command(self, library: Path) -> list[str]:
+    def _command(self) -> list[str]:
         return [sys.executable, "-S", "-m", "tito.olympics_runner", str(self.work), str(self.work / _SOCKET),
                 str(self.checkpoint_path), self.mode, self.entry.checkpoint]
 

@@ -861,9 +861,12 @@ print(f"a code allowance of {_allowance:,} bytes would be {_allowance / _int4:.0
 # built from data the rules forbid. An instructor who needs more runs the judge as root (a
 # user of its own per entry, and mount and network namespaces where the machine allows them).
 # Nor does the judge stop an entry from computing its answer once and returning it from a
-# cache on later calls: the same prompt every time is what makes answers comparable. Different
-# prompts per call would need the full check on every answer, about one more generation's worth
-# of work per call (you can measure it), so the judge trades that for the equality check.
+# cache on later calls (and answering the check's logits requests to match): the same prompt
+# every time is what makes answers comparable, and the check can only ask the entry's own
+# process. Different prompts per call would need the full check on every answer, about one more
+# generation's worth of work per call (you can measure it), so the judge trades that for the
+# equality check. With the default seed the prompt is public too, so such an answer could even be
+# computed before the judge runs; with an instructor's `--seed` it cannot.
 #
 # ## Summary
 #

@@ -92,7 +92,6 @@ def main(argv: list[str]) -> int:
     allowed = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                                                      *sysconfig.get_paths().values(), *searched)} | {package, checkpoint})
     runner = os.path.realpath(__file__)  # a traceback through this file reads its source
-    own_proc = f"/proc/{os.getpid()}/"  # its own process's files (what /proc/self/status resolves to)
     violations: list[str] = []
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(socket_path)
@@ -101,6 +100,7 @@ def main(argv: list[str]) -> int:
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return  # an open of a file descriptor number: the file was opened (and checked) before
         path = os.path.realpath(os.path.join(work, os.fsdecode(args[0])))  # /proc/self/root/... is the file it names
+        own_proc = f"/proc/{os.getpid()}/"  # its own process's files (what /proc/self/status resolves to)
         if (path in HARMLESS_DEVICES or path.startswith((own_proc, "/sys/devices/system/cpu/"))
                 or path in (runner, os.path.dirname(work))):
             return

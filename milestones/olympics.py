@@ -4,14 +4,16 @@ The entries are the folders in milestones/olympics_entries/ (each a submission.p
 shakespeare milestone's trained GPT (module 07's checkpoint, `shakespeare_gpt.npz` in its --out
 folder; used only after the same recipe check the quantize milestone makes; trained first when
 the file is missing):
-  fp32          the trained model: the baseline, whose loss sets the quality bar (+ 0.05)
+  fp32          the trained model: the baseline, whose loss sets the quality bar (+ module 20's QUALITY_MARGIN)
   int8, int4    module 15's weight-only quantize_model (per output channel)
   pruned        module 16's prune_mlps (a quarter of every MLP's hidden units), then fine-tuned
   distilled     a 2-layer GPT trained from scratch on the 4-layer model's logits (module 16)
   fused         module 18's fuse(model): bias + GELU as one op, BLAS LayerNorm, the same weights
                 (its speedrun also cuts each batch in two parts on the 2 threads: ThreadedDataParallel)
   checkpointed  module 17's checkpoint_blocks(model): a training-memory technique, judged here too
-This program writes each entry's checkpoint into a copy of its folder (--out/entries/NAME), then
+This program writes each entry's checkpoint into a copy of its folder (--out/entries/NAME; it replaces
+only the files it wrote there, listed in --out/entries/.olympics-milestone, and refuses to start when
+such a folder holds anything else), then
 runs the judge (tito/olympics.py: each entry in the sandbox; every number measured by the judge)
 on the events `smallest` and `generation` --runs times, and writes the first run's leaderboard
 (leaderboard.md, leaderboard.csv, pareto.png) to --out.
@@ -58,6 +60,9 @@ from tinytorch.perf.quantization import quantize_model
 from tito.olympics import judge, read_submission, shakespeare_task, write_leaderboard
 
 ENTRIES = Path(__file__).resolve().parent / "olympics_entries"
+ENTRY_NAMES = ("fp32", "int8", "int4", "pruned", "distilled", "fused", "checkpointed")
+ENTRY_FILES = ("submission.py", "model.npz")
+MANIFEST = ".olympics-milestone"  # in --out/entries: the files this program wrote there ("fp32/model.npz"), one a line
 EVENTS = ["smallest", "generation"]
 PRUNE_AMOUNT = 0.25  # must equal AMOUNT in olympics_entries/pruned/submission.py
 MIN_INT8_RATIO = 3.5
@@ -77,16 +82,48 @@ def build_entries(model, train_ids, plan: dict, out: Path, console: Console) -> 
             "int4": quantize_model(model, mode="weight_only", bits=4), "pruned": pruned, "distilled": student,
             "fused": fuse(model), "checkpointed": checkpoint_blocks(compress.new_gpt())}
     made["checkpointed"].load_state_dict(model.state_dict())
+    assert tuple(made) == ENTRY_NAMES, "ENTRY_NAMES lists the entries built here, in order"
     folders = []
     for name, variant in made.items():
-        folder = out / "entries" / name
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        shutil.copyfile(ENTRIES / name / "submission.py", folder / "submission.py")
-        save_checkpoint(folder / "model.npz", variant.eval())
-        folders.append(folder)
+        folders.append(write_entry_folder(out / "entries", name, variant.eval()))
     return folders
+
+
+def entry_folder_problem(out: Path) -> str:
+    """"" when each entry folder in `out`/entries is absent or holds only files this program wrote there (the
+    manifest `out`/entries/.olympics-milestone lists them); otherwise why the run must not start. Checked
+    before any work: the folders are rewritten later, and a user's own files in them are never deleted."""
+    entries = out / "entries"
+    manifest = entries / MANIFEST
+    ours = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
+    for name in ENTRY_NAMES:
+        folder = entries / name
+        if not folder.exists() and not folder.is_symlink():
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            return f"{folder} exists and is not a folder this program wrote: move it away or choose another --out"
+        theirs = sorted(p.relative_to(entries).as_posix() for p in folder.rglob("*")
+                        if p.relative_to(entries).as_posix() not in ours and not p.is_dir())
+        if theirs:
+            return (f"{folder} holds files this program did not write ({', '.join(theirs[:3])}"
+                    f"{', ...' if len(theirs) > 3 else ''}): move them away or choose another --out")
+    return ""
+
+
+def write_entry_folder(entries: Path, name: str, model) -> Path:
+    """`entries`/NAME: its submission.py (from olympics_entries/NAME) and `model`'s checkpoint, replacing what
+    an earlier run wrote there and nothing else. The manifest, which lists the files this program writes in
+    `entries`, is written first, so that a run killed half-way leaves no file a later run cannot claim."""
+    manifest = entries / MANIFEST
+    entries.mkdir(parents=True, exist_ok=True)
+    listed = set(manifest.read_text(encoding="utf-8").split()) if manifest.is_file() else set()
+    listed |= {f"{name}/{file}" for file in ENTRY_FILES}
+    manifest.write_text("\n".join(sorted(listed)) + "\n", encoding="utf-8")
+    folder = entries / name
+    folder.mkdir(exist_ok=True)
+    shutil.copyfile(ENTRIES / name / "submission.py", folder / "submission.py")
+    save_checkpoint(folder / "model.npz", model)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.speedrun and args.fast:
         parser.error(f"--speedrun trains to validation loss {SPEEDRUN_TARGET} from scratch: run it without --fast")
     check_output_folder(parser, args.out)
+    problem = entry_folder_problem(args.out)
+    if problem:
+        parser.error(f"--out {args.out}: {problem}")
     if not device_ready(args.device):
         return 2
     if args.device != "cpu":  # every entry runs in the sandbox's runner, on NumPy
@@ -148,9 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         differ[event] = sum(any(r[name] != ranks[0][name] for r in ranks[1:]) for name in ranks[0])
     reversed_pairs = opposite_orders([{r.name: r.rank for r in board.boards["generation"]} for board in boards])
     rows = {r.name: r for r in boards[0].boards["smallest"]}
+
+    def checkpoint_of(name: str) -> float:  # the smallest event scores every byte shipped; this is the checkpoint's part
+        return float(rows[name].extra["parts"]["checkpoint"])
+
     checks = [Check("fp32 baseline qualifies (1 = yes)", float(rows["fp32"].qualified), "at least", 1.0, ".0f"),
               Check("int8 qualifies (1 = yes)", float(rows["int8"].qualified), "at least", 1.0, ".0f"),
-              Check("int8 checkpoint, times smaller than fp32", rows["fp32"].score / rows["int8"].score,
+              Check("int8 checkpoint, times smaller than fp32", checkpoint_of("fp32") / checkpoint_of("int8"),
                     "at least", MIN_INT8_RATIO, ".2f"),
               Check(f"smallest: entries whose rank differs between {runs} runs", float(differ["smallest"]),
                     "at most", 0.0, ".0f"),
@@ -214,8 +258,8 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=
              f"`tito olympics judge` {len(boards)} times; every number measured by the judge. "
              f"Judge's environment: {', '.join(f'{k} {v}' for k, v in first.environment.items())}.", ""]
     for event in EVENTS:
-        lines.append(leaderboard_markdown(EVENT_SPECS[event], first.boards[event], first.baseline_loss)
-                     .replace("### ", "### run 1, ", 1))
+        lines.append(leaderboard_markdown(EVENT_SPECS[event], first.boards[event], first.baseline_loss,
+                                          margin=first.rules.quality_margin).replace("### ", "### run 1, ", 1))
     lines += [f"### The ranks in each of the {len(boards)} runs", "",
               "| event | entry | " + " | ".join(f"run {i + 1}" for i in range(len(boards))) + " |",
               "|---|---|" + "---|" * len(boards)]
@@ -228,7 +272,7 @@ def write_results(boards: list, checkpoint: Path, iters: int, fast: bool, speed=
         lines += ["", "### The speedrun (`--speedrun`, judged once)", "",
                   f"Each entry that defines `train(time_budget_s)` trained from scratch in the sandbox on "
                   f"{task.speedrun_threads} threads, one after the other; the judge timed the call and computed the "
-                  f"validation loss of the model it returned. Target {task.speedrun_target}, budget "
+                  f"validation loss of the model it returned. Target {speed.rules.speedrun_target}, budget "
                   f"{task.speedrun_budget_s:g} s. Baseline: fp32 (nanoGPT's recipe), "
                   f"{speed.speedrun_baseline_s:.1f} s.", "",
                   "| rank | entry | seconds | ratio to the baseline | validation loss | verdict |", "|---|---|---:|---:|---:|---|"]

@@ -56,3 +56,60 @@ def write_entry(folder: Path, model=None, body: str = "", build: str = BUILD, im
     (folder / "submission.py").write_text(textwrap.dedent(source) + textwrap.dedent(body), encoding="utf-8")
     save_checkpoint(folder / checkpoint, model if model is not None else tiny_gpt())
     return folder
+
+
+def shipped_bytes(folder: Path) -> int:
+    """Every byte a submission folder ships (its __pycache__ left out): what the smallest event counts."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def weights_as_text(model) -> str:
+    """A model's state dict as base64 text of an .npz: weights a cheat can hide in code or in a .txt file."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **model.state_dict())
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# A model with no parameters of its own (so its checkpoint holds none): the GPT it answers with is loaded from
+# WEIGHTS, base64 text that the entry's code defines (in submission.py or read from a second file).
+HIDDEN_WEIGHTS_MODEL = f'''
+import base64
+import io
+
+import numpy as np
+from tinytorch.core.layers import Module
+
+
+class Shell(Module):
+    def __init__(self):
+        super().__init__()
+        inner = {BUILD}
+        arrays = np.load(io.BytesIO(base64.b64decode(WEIGHTS)))
+        inner.load_state_dict({{name: arrays[name] for name in arrays.files}})
+        self.__dict__["hidden"] = inner  # past Module's attribute hook: not a child, so not in the checkpoint
+
+    def forward(self, idx, targets=None):
+        return self.hidden(idx, targets)
+
+    def eval(self):
+        self.hidden.eval()
+        return self
+
+
+def build_model():
+    return Shell()
+'''
+
+
+def empty_model():
+    """A module without parameters: the checkpoint of an entry that hides its weights elsewhere."""
+    from tinytorch.core.layers import Module
+
+    class Shell(Module):  # the class name the checkpoint records: HIDDEN_WEIGHTS_MODEL's
+        def forward(self, x):
+            return x
+
+    return Shell()

@@ -8,6 +8,7 @@ course from the current folder upwards, so it works anywhere inside the reposito
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -576,33 +577,42 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_olympics_judge(args: argparse.Namespace) -> int:
     """Judge submission folders in the sandbox (module 20); every number measured here."""
-    from .olympics import judge, read_submission, shakespeare_task, write_leaderboard
+    from .olympics import MAX_BUDGET_S, check_output_folder, judge, read_submission, shakespeare_task, write_leaderboard
 
     settings = load_settings()
     from tinytorch.perf.olympics import EVENTS
 
+    # Every argument checked before any work: a mistake costs a second, not the minutes of judging.
     events = args.event or ["smallest", "generation"]
     unknown = [e for e in events if e not in EVENTS]
     if unknown:
         raise CourseError(f"Unknown event {', '.join(unknown)}: choose from {', '.join(EVENTS)} (e.g. --event smallest).")
+    if not (math.isfinite(args.budget) and 0 < args.budget <= MAX_BUDGET_S):
+        raise CourseError(f"--budget takes the speedrun's seconds per entry, more than 0 and at most {MAX_BUDGET_S:g} "
+                          f"(e.g. --budget 600), got {args.budget:g}.")
+    if args.seed < 0:
+        raise CourseError(f"--seed takes a whole number >= 0 (e.g. --seed 12345), got {args.seed}.")
+    check_output_folder(Path(args.out))
     speedrun = "speedrun" in events
     entries = [read_submission(Path(p), need_train=speedrun) for p in args.submissions]
     baseline = read_submission(Path(args.baseline), need_train=speedrun) if args.baseline else entries[0]
+    task = shakespeare_task(settings.root, heldout=args.heldout, seed=args.seed, speedrun_budget_s=args.budget)
     if not args.baseline:
         console.print(f"Baseline (the quality bar and the speedrun's reference): {escape(baseline.name)}, the first "
                       "submission; choose another with --baseline DIR.", highlight=False)
     same = [e for e in entries if e.folder.resolve() == baseline.folder.resolve()]
     if same:
         baseline = same[0]
-    task = shakespeare_task(settings.root, speedrun_budget_s=args.budget)
     with console.status("Judging...") as status:
         board = judge(entries, task, events, baseline=baseline, course_root=settings.root,
                       progress=lambda text: status.update(f"Judging: {escape(text)}"))
 
     for event in events:
         spec = EVENTS[event]
+        bar = (f"target loss {board.rules.speedrun_target} from scratch" if event == "speedrun"
+               else f"quality bar {board.quality_bar:.4f}")
         table = Table(title=f"{event}: {spec.metric} ({spec.unit}, {'higher' if spec.higher_is_better else 'lower'} "
-                            f"is better); quality bar {board.baseline_loss + 0.05:.4f}")
+                            f"is better); {bar}")
         for column in ("rank", "entry", spec.metric, "validation loss", "verdict"):
             table.add_column(column, overflow="fold")
         for row in board.boards[event]:
@@ -818,6 +828,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where leaderboard.md, leaderboard.csv and pareto.png go (default: olympics/)")
     judge.add_argument("--budget", type=float, default=600.0, metavar="S",
                        help="the speedrun's time budget per entry in seconds (default: 600)")
+    judge.add_argument("--heldout", type=Path, metavar="FILE",
+                       help="instructors: judge on this text (the course's characters) instead of the last 10%% of "
+                            "datasets/tinyshakespeare.txt, which students can read")
+    judge.add_argument("--seed", type=int, default=0, metavar="N",
+                       help="instructors: draws the held-out windows and the generation prompt (default: 0, "
+                            "reproducible and known to students)")
     judge.set_defaults(func=cmd_olympics_judge)
 
     bench = sub.add_parser("bench", help="benchmarks (no name: list them)")

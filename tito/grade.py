@@ -48,6 +48,7 @@ from .grade_plugin import COURSE_ENV, REPORT_ENV
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 from .pytest_plugin import CURRENT_TEST_ENV
 from .release import EDITION_ITEMS, copy_course
+from .scratch import remove_tree  # the judge uses it too, without this module's nbdev
 from .sandbox import (STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
                       run_sandboxed)
 from .submissions import Submission, SubmittedNotebook
@@ -131,20 +132,6 @@ def _make_readable(root: Path) -> None:
             if not os.path.islink(path):
                 mode = os.stat(path).st_mode
                 os.chmod(path, 0o755 if mode & stat.S_IXUSR else 0o644)
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a scratch folder even where the code that ran in it took its own permissions away."""
-    def retry(function, target, _):
-        try:
-            os.chmod(os.path.dirname(target), 0o700)
-            os.chmod(target, 0o700)
-        except OSError:
-            pass
-        function(target)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=retry)
 
 
 def _read_private_file(path: Path, limit: int) -> bytes | None:

@@ -1,6 +1,9 @@
 """The Olympics' runner: the judge's own program, run in the sandbox beside a copy of one submission.
 
-    python -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+    python -S -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+
+The judge starts it from its own copies of this file and of tinytorch (PYTHONPATH: those copies, then
+the installed packages; `-S`: no .pth file, so no editable install, leads back to the course).
 
 CHECKPOINT is the judge's read-only copy of the declared weights (outside WORK), which the runner
 loads; DECLARED the name the submission declared (its copy in WORK may be read too). No other
@@ -33,6 +36,9 @@ import sysconfig
 
 MAX_HEADER = 1 << 16
 MAX_PAYLOAD = 1 << 30
+# Devices any program may open: nothing is kept in them. Every other path under /dev goes through the access
+# rule, so a write to /dev/shm (a folder every user may write) is named like any write outside the folder.
+HARMLESS_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full")
 
 
 def send(conn: socket.socket, header: dict, payload: bytes = b"") -> None:
@@ -80,8 +86,11 @@ def main(argv: list[str]) -> int:
     checkpoint = os.path.realpath(checkpoint)  # the judge's read-only copy, outside the work folder
     declared = os.path.join(work, declared)  # the submission's own copy, which its code may read too
     package = os.path.dirname(os.path.realpath(tinytorch.__file__))
+    # Python, and the folders the judge put on PYTHONPATH (its copies of tinytorch and tito, the installed
+    # packages: the runner starts without `site`, so these are not in sysconfig's paths)
+    searched = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     allowed = sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                                     *sysconfig.get_paths().values())} | {package, checkpoint})
+                                                     *sysconfig.get_paths().values(), *searched)} | {package, checkpoint})
     runner = os.path.realpath(__file__)  # a traceback through this file reads its source
     violations: list[str] = []
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -90,13 +99,15 @@ def main(argv: list[str]) -> int:
     def hook(event: str, args: tuple) -> None:
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return  # an open of a file descriptor number: the file was opened (and checked) before
-        path = os.fsdecode(args[0])
-        if path.startswith(("/dev/", "/proc/self/", "/sys/devices/system/cpu")) or path in (runner, os.path.dirname(work)):
+        path = os.path.realpath(os.path.join(work, os.fsdecode(args[0])))  # /proc/self/root/... is the file it names
+        own_proc = f"/proc/{os.getpid()}/"  # its own process's files (what /proc/self/status resolves to)
+        if (path in HARMLESS_DEVICES or path.startswith((own_proc, "/sys/devices/system/cpu/"))
+                or path in (runner, os.path.dirname(work))):
             return
         mode_text = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         writing = any(c in mode_text for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
-        why = access_violation(os.path.join(work, path), work, declared, allowed, writing)
+        why = access_violation(path, work, declared, allowed, writing)
         if why:
             if why not in violations:
                 violations.append(why)

@@ -20,13 +20,13 @@
 # Modules 14–19 gave you tools to make the Shakespeare GPT smaller (quantization, pruning,
 # distillation), cheaper to train (checkpointing, mixed precision) and faster (fused ops),
 # and a harness to measure all of it honestly. The Olympics put them to work in three events,
-# each under one **quality bar** — validation loss at most the baseline's + 0.05:
+# each under one **quality bar** — validation loss at most the baseline's + `QUALITY_MARGIN` (0.05):
 #
 # | event | what is measured | better |
 # |---|---|---|
-# | `smallest` | bytes of the submission's checkpoint file | fewer |
-# | `generation` | tokens per second, batch 1, 256 new greedy tokens | more |
-# | `speedrun` | wall time of `train(time_budget_s)` from scratch, to validation loss 1.95 (2 threads) | less |
+# | `smallest` | every byte the submission ships: its checkpoint, its code and any other file | fewer |
+# | `generation` | tokens per second, batch 1, 256 new greedy tokens, every answer checked | more |
+# | `speedrun` | wall time of `train(time_budget_s)` from scratch, to validation loss `SPEEDRUN_TARGET` (1.95; 2 threads) | less |
 #
 # A submission is a folder: `submission.py` with `build_model()` (and `train(time_budget_s)`
 # for the speedrun), a line `CHECKPOINT = "model.npz"` naming its weights, and that file.
@@ -37,9 +37,10 @@
 #
 # * the runner sends back *logits* for windows of held-out text the judge picked; the judge
 #   computes the loss (your `loss_from_logits`);
-# * the judge times generation from outside (request sent → tokens received) and checks the
-#   tokens against the model's own logits (your `greedy_consistent`);
-# * the judge measures the checkpoint's bytes on the copy it made;
+# * the judge times generation from outside (request sent → tokens received), then checks that
+#   every answer is the same and that every token of it is the greedy choice of the model's own
+#   logits (your `greedy_consistent`);
+# * the judge measures every byte the submission ships on the copies it made;
 # * the runner's audit hook refuses every file the submission opens outside its folder and
 #   every weights file but the declared checkpoint (your `access_violation`), and the
 #   sandbox shows it no other folder to read from.
@@ -111,7 +112,8 @@ from tinytorch.models.transformer import GPT
 # Every event has a unit and a direction. The quality margin is the issue's: a submission's
 # validation loss may be at most the baseline's + 0.05 (nats per character). The speedrun's
 # target, 1.95, is the validation loss the shakespeare milestone must reach (nanoGPT's small
-# CPU recipe).
+# CPU recipe). Each is defined once, here, and the judge reads both when it runs: change one
+# (exercise 2) and the judge changes with it.
 
 # %%
 #| export
@@ -126,10 +128,12 @@ class Event:
 
 
 EVENTS = {
-    "smallest": Event("smallest", "checkpoint bytes", "B", higher_is_better=False),
+    "smallest": Event("smallest", "bytes shipped", "B", higher_is_better=False),
     "generation": Event("generation", "generation rate", "tokens/s", higher_is_better=True),
     "speedrun": Event("speedrun", "time to target loss", "s", higher_is_better=False),
 }
+# The one definition of each bar. The judge (tito/olympics.py) reads both when it runs, so changing one
+# here (or `tinytorch.perf.olympics.QUALITY_MARGIN = 0.01` before calling judge()) changes the judge.
 QUALITY_MARGIN = 0.05  # validation loss at most the baseline's + this
 SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss to reach from scratch
 WEIGHT_SUFFIXES = (".npz", ".npy", ".pt", ".pth", ".safetensors", ".bin", ".pkl", ".pickle", ".h5", ".ckpt", ".onnx")
@@ -147,6 +151,17 @@ WEIGHT_SUFFIXES = (".npz", ".npy", ".pt", ".pth", ".safetensors", ".bin", ".pkl"
 # * **inside the held-out text** — a window starting at `s` needs characters `s … s+context`
 #   (that is `context + 1` of them), so `s` runs from 0 to `len(tokens) - context - 1`;
 # * **vectorised** — one fancy-indexing gather, no Python loop over windows.
+#
+# **What you can and cannot know of the judged windows.** By default the judge draws them with
+# seed 0 from the last 10% of `datasets/tinyshakespeare.txt`, the text you have: you can
+# recompute every window, so you can practise against exactly what `tito olympics judge` scores.
+# That also means an entry *could* train on those windows, or carry a table of their answers (a
+# test in `tests/20_olympics/test_zz_judge_cheats.py` does, and passes the default bar with a loss
+# near 0). So the default is for practice. An instructor judges with `--seed N` (other windows,
+# and another generation prompt) or `--heldout FILE` (text you have never seen); what you can
+# know then is the rule — `context`-token windows, `eval_windows` of them, targets shifted by
+# one, the same for every entry — and not which windows they are. An entry that learnt the
+# public windows instead of Shakespeare loses on those.
 
 # %%
 #| export
@@ -292,15 +307,17 @@ print(f"untrained tiny GPT: loss {loss_from_logits(_logits, _y):.4f}   uniform g
 
 # %%
 #| export
-def quality_verdict(loss: float, baseline_loss: float, margin: float = QUALITY_MARGIN) -> str:
+def quality_verdict(loss: float, baseline_loss: float, margin: float | None = None) -> str:
     """"" when `loss` <= baseline_loss + margin (at the bar passes); otherwise the reason, which says
     the loss, the bar and by how much it was missed, e.g.
     "validation loss 1.9731 is above the quality bar 1.9500 (baseline 1.9000 + 0.05) by 0.0231".
-    A loss that is not finite is always above the bar.
+    A loss that is not finite is always above the bar. `margin` None: QUALITY_MARGIN as it is when
+    called (not when this function was defined).
 
     Your code sets `bar` (the largest loss allowed) and returns "" when the loss passes; the given
     line after it writes the reason from `bar`. ValueError (given) unless baseline_loss is finite and
     margin a finite number >= 0: a NaN bar would disqualify every entry, with "bar nan" as the reason."""
+    margin = QUALITY_MARGIN if margin is None else margin
     for name, value in (("baseline_loss", baseline_loss), ("margin", margin)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                 or not math.isfinite(value) or (name == "margin" and value < 0):
@@ -337,9 +354,19 @@ test_unit_quality_verdict()
 #
 # The generation event is timed from outside: the judge sends a prompt, starts a clock, and
 # stops it when 256 tokens arrive. A submission could answer fast with tokens it never
-# computed. So after the timing the judge asks the same model for its logits on prefixes of
-# what it sent, at positions the judge picks, and checks that each generated token is the
-# greedy one: its logit is the row's maximum. Two tokens can tie (or nearly tie: a KV cache
+# computed. So after the timing (the check's cost is not the entry's) the judge checks **every
+# answer and every token**:
+#
+# * the same prompt was sent every time, and greedy decoding is deterministic, so every answer
+#   must be the same (an entry that computes only the last answer and makes up the others is
+#   caught here);
+# * each generated token must be the greedy one under the model's own logits over the context
+#   it had: the model sees at most `context` tokens, so token `i` was chosen from the logits at
+#   the last position of `tokens[max(0, i - context) : i]`. The judge asks the model for the
+#   logits of those windows — one window covers every token up to `context`, each later token
+#   needs its own — and your function checks each row: the chosen token's logit is the row's
+#   maximum.
+# Two tokens can tie (or nearly tie: a KV cache
 # adds in a different order from a full forward pass), so the test is "within `atol` of the
 # maximum", not `argmax ==`: `argmax` picks the first of two equal logits, and a correct
 # generator may have picked the other.
@@ -391,8 +418,8 @@ test_unit_greedy_consistent()
 # `PermissionError`) when the answer is not empty, and the judge disqualifies the submission
 # with that answer. The rule:
 #
-# 1. resolve the path first (`os.path.realpath`): `work/../elsewhere/x` is not in `work`, and
-#    a symbolic link in the folder must not lead out of it;
+# 1. resolve the path first (`os.path.realpath`): `work/../elsewhere/x` is not in `work`, a
+#    symbolic link in the folder must not lead out of it, and `/proc/self/root/x` is `/x`;
 # 2. a path is *inside* a folder when it is the folder or starts with the folder **plus a
 #    separator**: `/tmp/work-evil/model.npz` starts with the text `/tmp/work` but is not in it;
 # 3. inside the work folder, a file whose name ends in a weights suffix (`.npz`, `.pt`,
@@ -583,22 +610,26 @@ def _format_score(value: float, unit: str) -> str:
 
 
 def leaderboard_markdown(event: Event, rows: list[Row], baseline_loss: float | None = None,
-                         target_loss: float | None = None) -> str:
+                         target_loss: float | None = None, margin: float | None = None) -> str:
     """One event's leaderboard as a Markdown table (rows in the order given: rank_entries' order).
-    Under the heading, the bar the entries had to pass: the quality bar from `baseline_loss`, or for
-    the speedrun `target_loss`, the loss to reach from scratch."""
+    Under the heading, the bar the entries had to pass: the quality bar from `baseline_loss` and
+    `margin` (None: QUALITY_MARGIN as it is now), or for the speedrun `target_loss`, the loss to
+    reach from scratch. A row whose extra holds "parts" (bytes by file) shows them."""
+    margin = QUALITY_MARGIN if margin is None else margin
     lines = [f"### {event.name}: {event.metric} ({event.unit}, {'higher' if event.higher_is_better else 'lower'} is better)", ""]
     if target_loss is not None:
         lines += [f"Target: validation loss <= {target_loss} from scratch.", ""]
     elif baseline_loss is not None:
-        lines += [f"Quality bar: validation loss <= {baseline_loss + QUALITY_MARGIN:.4f} "
-                  f"(baseline {baseline_loss:.4f} + {QUALITY_MARGIN}).", ""]
+        lines += [f"Quality bar: validation loss <= {baseline_loss + margin:.4f} "
+                  f"(baseline {baseline_loss:.4f} + {margin:g}).", ""]
     lines += ["| rank | entry | " + event.metric + " | 95% interval | validation loss | verdict |",
               "|---|---|---|---|---|---|"]
     for row in rows:
         low, high = row.extra.get("ci", (row.low, row.high))  # the measured interval, when ranking used a wider one
         single = "exact" if event.unit == "B" else "one reading"  # bytes are exact; one timing is not
         interval = single if low == high else f"{_format_score(low, event.unit)} – {_format_score(high, event.unit)}"
+        if row.extra.get("parts"):  # what the bytes are: the checkpoint and every other file shipped
+            interval += " (" + " + ".join(f"{name} {_format_score(n, 'B')}" for name, n in row.extra["parts"].items()) + ")"
         score = _format_score(row.score, event.unit) if math.isfinite(row.score) else "—"
         loss = row.extra.get("val_loss")
         shown_loss = f"{loss:.4f}" if isinstance(loss, float) and math.isfinite(loss) else "—"
@@ -744,14 +775,48 @@ for _event in ("smallest", "generation"):
 shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 
 # %% [markdown]
-# The boastful entry is ranked on what the judge measured: its checkpoint's bytes from the
-# copy the judge made, its speed from the judge's clock, its loss from its logits; its claims
-# never reach the leaderboard. The swapper is disqualified with the file it opened. Random
+# The boastful entry is ranked on what the judge measured: every byte it ships (its checkpoint,
+# and its code, the lines that print its claims included) from the copies the judge made, its
+# speed from the judge's clock, its loss from its logits; its claims never reach the leaderboard. The swapper is disqualified with the file it opened. Random
 # tokens give a loss near `ln 16`, so the honest entries pass a bar set by the honest baseline.
 # The honest and the boastful entry are the same architecture: in the generation event they
 # should share a rank. If they do not, something else was running on the machine while they
 # were timed (a few milliseconds per request is easily disturbed): run the cell again, and see
 # why the reference leaderboard uses more repeats.
+#
+# ### Why the smallest event counts every byte
+#
+# A judge could score the checkpoint alone and allow some code besides it (this one once allowed
+# 256 KiB). But weights are only bytes: base64 text in `submission.py`, or a `.txt` file the code
+# reads, holds them as well as an `.npz` does, and an entry whose checkpoint holds no parameters
+# then "wins" with the same loss. Any allowance is a prize of up to its size for whoever moves
+# weights out of the checkpoint. How large is that prize against what entries really ship? The
+# cell measures the reference entries' code and the int4 checkpoint of the Shakespeare GPT's shape.
+
+# %%
+import tito.olympics
+from tinytorch.perf.quantization import checkpoint_bytes, quantize_model
+
+_course = Path(tito.olympics.__file__).resolve().parents[1]
+_code = {p.parent.name: p.stat().st_size for p in (_course / "milestones" / "olympics_entries").glob("*/submission.py")}
+_sizes = Path(tempfile.mkdtemp(prefix="olympics-sizes-"))
+_shakespeare_shape = GPT(65, 128, 4, 4, 64, dropout=0.0, tie_weights=True, bias=False, seed=1337)  # the fp32 entry's
+_int4 = checkpoint_bytes(quantize_model(_shakespeare_shape, mode="weight_only", bits=4), _sizes / "int4.npz")
+shutil.rmtree(_sizes)
+_allowance = 256 * 1024
+print(f"the {len(_code)} reference entries' submission.py: {min(_code.values()):,} to {max(_code.values()):,} bytes")
+print(f"an int4 checkpoint of the Shakespeare GPT: {_int4:,} bytes")
+print(f"a code allowance of {_allowance:,} bytes would be {_allowance / _int4:.0%} of it; "
+      f"the largest reference code is {max(_code.values()) / _int4:.2%} of it")
+
+# %% [markdown]
+# An allowance large enough for honest code is large enough to hide weights worth winning with,
+# and any allowance at all pays whoever moves weights into it. So the judge counts **everything
+# an entry ships** — the checkpoint, the code and every other file, measured on its own copies
+# before the entry runs — and the leaderboard shows the two parts. Code costs every entry about
+# the same small fraction (the cell's last line), and moving weights anywhere gains nothing:
+# `test_weights_in_the_code_or_in_a_second_file_are_counted` ranks both tricks behind the honest
+# checkpoint they copied.
 #
 # ## Your own entry
 #
@@ -781,22 +846,38 @@ shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 #
 # ## What the guards do and do not stop
 #
-# | cheat | caught by |
-# |---|---|
-# | a number printed or written to a file | nothing to catch: the judge never reads one |
-# | a loss made up in the runner's process | the judge computes the loss from logits on windows it chose |
-# | fast "generation" of tokens never computed | the judge's clock, the token count, the greedy check on the first context window |
-# | another entry's weights (`../fp32/model.npz`) | the copy: the scratch folder holds this entry only; the hook for an absolute path |
-# | rewriting CHECKPOINT at import, before it is loaded | the runner loads the judge's read-only copy, measured when copied |
-# | a runner that never answers | a time limit per request: the judge kills it and disqualifies it |
-# | weights hidden in the folder besides CHECKPOINT | the hook (weights suffixes); more than 256 KiB besides the checkpoint is refused |
-# | files elsewhere on the machine | the hook; where the judge runs as root, a user of its own that cannot read root's files |
+# Each row names the test that proves it (in `tests/20_olympics/`; `test_zz_judge_cheats.py` for
+# the ones marked *).
+#
+# | cheat | caught by | proved by |
+# |---|---|---|
+# | a number printed or written to a file, a loss made up in the runner's process | nothing to catch: the judge never reads one; it computes the loss from logits on windows it chose | `test_a_self_reported_number_is_ignored` |
+# | a loss above the bar | `quality_verdict`, with the margin read when the judge runs | `test_missing_the_quality_bar_disqualifies_with_the_reason`, `test_the_quality_margin_is_read_when_the_judge_runs`* |
+# | made-up answers to all timed calls but the last | every answer (warm-up and timed) must equal the first | `test_generation_cheats_are_disqualified_and_honest_entries_keep_their_ranks`* |
+# | greedy tokens for the first context window, anything after it; random ids of the right count | every new token checked against the model's logits over the context it had (sliding windows) | `test_generation_cheats_are_disqualified_and_honest_entries_keep_their_ranks`* |
+# | weights in the code, or in a second file that is not a weights file | counted: the smallest event scores every byte shipped | `test_weights_in_the_code_or_in_a_second_file_are_counted`* |
+# | another weights file in the folder (`teacher.npz`) | the hook (weights suffixes) | `test_loading_other_weights_disqualifies` |
+# | rewriting CHECKPOINT at import, before it is loaded | the runner loads the judge's read-only copy, measured when copied | `test_replacing_the_checkpoint_before_the_load_changes_nothing` |
+# | another entry's weights (`../fp32/model.npz`), files elsewhere on the machine | the copy (the scratch folder holds this entry only); the hook, on the resolved path; where the judge runs as root, a user of its own | `test_reading_outside_the_folder_disqualifies` |
+# | `/proc/self/root/...` to the held-out text; a message left in `/dev/shm` | the hook resolves the path first and exempts only harmless devices | `test_writing_to_dev_shm_or_reading_through_proc_self_root_is_named`* |
+# | a link in the folder to a file only the judge may read | refused before anything runs: a submission holds plain files only | `test_a_link_in_a_submission_is_refused`* |
+# | answers learnt from the judged windows | nothing, with the public default (seed 0: for practice); `--seed N` or `--heldout FILE` make them worthless | `test_answers_learnt_from_the_public_windows_fail_on_an_instructors_seed_or_text`* |
+# | a runner that never answers | a time limit per request: the judge kills it and disqualifies it | `test_a_submission_that_hangs_is_stopped_and_disqualified` |
+# | a train() past its budget | the judge's clock around the request | `test_speedrun_times_train_and_judges_the_loss_itself` |
+# | a name that sorts first | ties are ordered by the digest of the folder's bytes | `test_renaming_an_entry_changes_nothing` |
 #
 # Not stopped: C code that reads a world-readable file without Python's `open` (through
 # `ctypes`), or code that disables the hook's reporting inside its own process — the
 # numbers the judge ranks would still be its own measurements, but a model could have been
 # built from data the rules forbid. An instructor who needs more runs the judge as root (a
 # user of its own per entry, and mount and network namespaces where the machine allows them).
+# Nor does the judge stop an entry from computing its answer once and returning it from a
+# cache on later calls (and answering the check's logits requests to match): the same prompt
+# every time is what makes answers comparable, and the check can only ask the entry's own
+# process. Different prompts per call would need the full check on every answer, about one more
+# generation's worth of work per call (you can measure it), so the judge trades that for the
+# equality check. With the default seed the prompt is public too, so such an answer could even be
+# computed before the judge runs; with an instructor's `--seed` it cannot.
 #
 # ## Summary
 #
@@ -813,8 +894,10 @@ shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 # 1. **Predict the reference leaderboard.** Before running `tito milestone run olympics`, write
 #    down the order you expect in each event. Which technique gains most in bytes? Which one
 #    loses speed, and why (module 15, section 10)?
-# 2. **A sharper bar.** Change `QUALITY_MARGIN` to 0.01 and judge the reference entries again.
-#    Which ones drop out? What margin keeps int4?
+# 2. **A sharper bar.** Change `QUALITY_MARGIN` to 0.01 and judge the reference entries again
+#    (edit it here and `tito export 20`, or in Python set `tinytorch.perf.olympics.QUALITY_MARGIN =
+#    0.01` before calling `judge`: the judge reads it when it runs). Which ones drop out? What
+#    margin keeps int4?
 # 3. **More repeats.** Judge the generation event with `generation_repeats` 3 and 15. How do
 #    the intervals change, and do any shared ranks split?
 # 4. **Your entry.** Combine two techniques (say, structured pruning and int8) into one entry.
@@ -829,6 +912,7 @@ shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 #    NumPy return, and why?
 # 3. How many held-out windows does the judge need before two runs of the same entry with
 #    different seeds agree to within 0.01 in loss? Measure it.
-# 4. Why does the greedy check only look at the first context window of the generated text?
+# 4. The greedy check needs one window for all tokens up to the context length, and one more
+#    for each token after it. Why? Time the check against one generation call.
 # 5. The pruned entry in the reference leaderboard is faster, and the fused one is not. Use
 #    module 14's profiler to say where each one's time goes.

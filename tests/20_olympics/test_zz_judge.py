@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from olympics_entries import VOCAB, tiny_gpt, tiny_task, write_entry
+from olympics_entries import VOCAB, shipped_bytes, tiny_gpt, tiny_task, write_entry
 from tito.course import CourseError
 from tito.olympics import SubmissionError, judge, read_submission, write_leaderboard
 
@@ -70,8 +70,8 @@ def test_a_self_reported_number_is_ignored(honesty):
     board, root = honesty()
     row = _by_name(board, "smallest")["boastful"]
     assert row.qualified, f"an honest model that also prints claims is judged like any other, got {row.reason!r}"
-    assert row.score == (root / "boastful" / "model.npz").stat().st_size > 1, \
-        f"the judge measures the checkpoint's bytes itself (it claimed 1), got {row.score}"
+    assert row.score == shipped_bytes(root / "boastful") > (root / "boastful" / "model.npz").stat().st_size > 1, \
+        f"the judge measures every byte shipped itself (it claimed 1), got {row.score}"
     assert row.extra["val_loss"] > 1.0, f"the judge computes the loss itself (it claimed 0.0), got {row.extra['val_loss']}"
     rate = _by_name(board, "generation")["boastful"]
     assert rate.qualified and 0 < rate.score < 1e6, f"tokens/s timed by the judge (it claimed 1e9), got {rate.score}"
@@ -104,9 +104,9 @@ def test_loading_other_weights_disqualifies(honesty):
 
 def test_the_honest_baseline_wins_and_the_files_are_written(honesty, tmp_path):
     board, _ = honesty()
-    assert [r.name for r in board.boards["smallest"] if r.qualified] == ["baseline", "boastful"] or \
-        [r.name for r in board.boards["smallest"] if r.qualified] == ["boastful", "baseline"]
-    assert {r.rank for r in board.boards["smallest"] if r.qualified} == {1}, "equal bytes share rank 1"
+    ranks = [(r.name, r.rank) for r in board.boards["smallest"] if r.qualified]
+    assert ranks == [("baseline", 1), ("boastful", 2)], \
+        f"the same checkpoint's bytes, and the boastful entry's code that prints its claims counted too: got {ranks}"
     written = write_leaderboard(board, tmp_path)
     names = {p.name for p in written}
     assert {"leaderboard.md", "leaderboard.csv", "pareto.png"} <= names, f"got {names}"
@@ -236,25 +236,6 @@ def test_a_speedrun_entry_may_train_its_batch_in_parts_on_threads(tmp_path):
         f"training in 2 parts on 2 threads in the sandbox must reach the target: got {row.reason!r}"
 
 
-def test_a_speedrun_alone_does_not_count_the_checkpoint_as_code(tmp_path, monkeypatch):
-    import tito.olympics
-
-    entry = write_entry(tmp_path / "recipe", body='''
-        from tinytorch.perf.olympics import speedrun_data, train_recipe
-
-        def train(time_budget_s):
-            ids, _ = speedrun_data()
-            return train_recipe(build_model(), ids, time_budget_s, iters=40, batch=8, warmup=2, lr=3e-2)
-    ''')
-    code, weights = (entry / "submission.py").stat().st_size, (entry / "model.npz").stat().st_size
-    monkeypatch.setattr(tito.olympics, "MAX_CODE_BYTES", code + 100)  # less than the checkpoint's bytes
-    assert weights > code + 100, "the test needs a checkpoint larger than the code limit"
-    entries = [read_submission(entry, need_train=True)]
-    board = judge(entries, tiny_task(speedrun_target=2.0, speedrun_budget_s=3.0), ["speedrun"], baseline=entries[0])
-    row = _by_name(board, "speedrun")["recipe"]
-    assert row.qualified, f"the declared checkpoint ({weights:,} bytes) is weights, not code: got {row.reason!r}"
-
-
 def test_the_reference_techniques_rank_the_same_in_repeated_runs(tmp_path):
     from tinytorch.perf.quantization import quantize_model
 
@@ -291,7 +272,7 @@ def test_replacing_the_checkpoint_before_the_load_changes_nothing(tmp_path):
     ''')
     board = judge([read_submission(base), read_submission(tiny)], tiny_task(), ["smallest"], baseline_loss=10.0)
     rows = _by_name(board, "smallest")
-    assert rows["shrinker"].score == (tiny / "model.npz").stat().st_size, "bytes measured on the judge's copy"
+    assert rows["shrinker"].score == shipped_bytes(tiny), "bytes measured on the judge's copies, before it ran"
     assert rows["shrinker"].extra["val_loss"] == rows["base"].extra["val_loss"], \
         "the model judged is the declared checkpoint as submitted (the same weights as base), not the file rewritten"
 

@@ -16,8 +16,8 @@ reference's values (`tito.grade_compare`), so code that forges this file can onl
 score by writing the right values, which it cannot read. `grading/record_expected.py` runs the
 same `produce` against the reference package to record those values.
 
-`python -m tito.grade_cases --describe CASES_FILE OUT.json` writes each case's `what` and
-tolerances (the grader runs it on the reference course, never on a student's).
+`python -m tito.grade_cases --describe OUT.json CASES_FILE...` writes each case's `what` and
+tolerances (the grader runs it with the reference package, never a student's).
 """
 from __future__ import annotations
 
@@ -136,12 +136,23 @@ def save_values(path: str | os.PathLike, values: dict[str, np.ndarray]) -> None:
     os.replace(partial, path)
 
 
+def _only_the_course() -> None:
+    """Drop what could import a package from elsewhere than PYTHONPATH's course: the current folder that
+    `python -m` puts first on sys.path, and the import hooks of editable installs (the instructor's course)."""
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+    sys.meta_path[:] = [finder for finder in sys.meta_path
+                        if not getattr(finder, "__module__", "").startswith("__editable__")]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "--describe":
-        Path(argv[2]).write_text(json.dumps(describe(load_cases(argv[1])), indent=1) + "\n", encoding="utf-8")
+    _only_the_course()
+    if len(argv) >= 3 and argv[0] == "--describe":
+        found = {str(Path(path)): describe(load_cases(path)) for path in argv[2:]}
+        Path(argv[1]).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
         return 0
     if len(argv) != 2:
-        print("usage: python -m tito.grade_cases CASES_FILE OUT.npz | --describe CASES_FILE OUT.json",
+        print("usage: python -m tito.grade_cases CASES_FILE OUT.npz | --describe OUT.json CASES_FILE...",
               file=sys.stderr)
         return 2
     try:

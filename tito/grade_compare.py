@@ -181,7 +181,7 @@ def label_problem(label: str, got: np.ndarray | None, want: np.ndarray, toleranc
         return f"{label} has the wrong values (the reference's: shape {want.shape}, {want.dtype})"
     where = tuple(int(i) for i in np.argwhere(~np.asarray(close))[0]) if want.ndim else ()
     return (f"{label} differs from the reference at {int((~np.asarray(close)).sum())} of {want.size} "
-            f"position(s); first at index {where}: got {got[where]!r}, expected {want[where]!r}")
+            f"position(s); first at index {where}: got {got[where].item()!r}, expected {want[where].item()!r}")
 
 
 def case_problems(spec: CaseSpec, produced: dict[str, np.ndarray], detail: bool) -> list[str]:

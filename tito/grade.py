@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import stat
 import subprocess
@@ -176,7 +177,7 @@ def _changed(before: dict, after: dict) -> list[str]:
 
 
 class GradingRun:
-    """One `tito grade` run: the scratch folder, the base course, the tests it holds, the sandbox users.
+    """One `tito grade` run: the scratch folder, the base course, the graded cases, the sandbox users.
 
     Use as a context manager; the scratch folder is removed at the end, whatever happened.
     """
@@ -405,7 +406,8 @@ class GradingRun:
         sandbox = run_sandboxed([sys.executable, "-m", "tito.grade_cases", str(cases), str(work / _PRODUCED)],
                                 work, self.limits, {"PYTHONPATH": str(course)}, user)
         changed = _changed(before, _manifest(course))
-        result.reason = _run_problem(sandbox, changed)
+        detail = self.cumulative  # no reference code was in its reach: its own text may reach it back
+        result.reason = _run_problem(sandbox, changed, detail)
         if result.reason:
             return
         graded = self.cases[module.key]
@@ -415,7 +417,6 @@ class GradingRun:
         except ProducedError as err:
             result.reason = f"{err}: nothing is scored"
             return
-        detail = self.cumulative  # no reference code was in its reach: its own text may reach it back
         if IMPORT_FAILED in produced:
             result.reason = f"the package did not import: {describe_raised(produced[IMPORT_FAILED], detail)}"
             return
@@ -485,11 +486,17 @@ def _raised_memory_error(raised: np.ndarray | None) -> bool:
     return raised is not None and str(raised.item()).split(":", 1)[0] == "MemoryError"
 
 
-def _run_problem(sandbox: SandboxResult, changed: list[str]) -> str:
-    """Why a run scores 0 as a whole (a broken limit, changed course files), or "" when its cases decide."""
+def _run_problem(sandbox: SandboxResult, changed: list[str], detail: bool = True) -> str:
+    """Why a run scores 0 as a whole (a broken limit, changed course files), or "" when its cases decide.
+
+    Without `detail` (other modules' reference code was in the sandbox's reach), nothing the run chose
+    reaches the student: the sandbox's reason up to its first details (the names of the processes it
+    left, of the files it wrote), and how many course files it changed, not their names."""
     if sandbox.reason:
-        return sandbox.reason
+        return sandbox.reason if detail else re.split(r":| \(", sandbox.reason, maxsplit=1)[0]
     if changed:
+        if not detail:
+            return f"changed {len(changed)} file(s) of the course outside its work folder"
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         return f"changed files of the course outside its work folder: {', '.join(changed[:3])}{more}"
     return ""

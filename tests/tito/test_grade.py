@@ -189,6 +189,16 @@ def test_what_zeroes_a_whole_module():
     assert many == "changed files of the course outside its work folder: a, b, c and 2 more"
 
 
+def test_with_other_modules_reference_in_reach_no_name_the_run_chose_reaches_the_student():
+    left = _sandbox(reason="left 2 process(es) running when it ended (def attention(q, k, v); they were killed)")
+    assert _run_problem(left, [], detail=False) == "left 2 process(es) running when it ended"
+    wrote = _sandbox(reason="wrote outside its work folder: /tmp/return q @ k.T (removed)")
+    assert _run_problem(wrote, [], detail=False) == "wrote outside its work folder"
+    assert _run_problem(_sandbox(), ["tinytorch/secret name.py"], detail=False) == (
+        "changed 1 file(s) of the course outside its work folder")
+    assert _run_problem(left, [], detail=True) == left.reason
+
+
 # ---------------------------------------------------------------------------- outputs
 
 

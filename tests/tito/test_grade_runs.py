@@ -12,6 +12,7 @@ student would put it.
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import uuid
 import zipfile
@@ -305,7 +306,7 @@ def test_an_attack_on_the_score_scores_no_more_than_the_gutted_code_it_is_added_
 def test_deleting_and_writing_outside_the_work_folder(hostile):
     module = _module(hostile, "vandal")
     if not can_switch_user():  # the grader's own user: it could, and it is caught afterwards
-        assert module.score == 0 and module.reason.startswith("changed files of the course"), module.reason
+        assert module.score == 0 and re.fullmatch(r"changed \d+ file\(s\) of the course outside its work folder", module.reason), module.reason
         assert "grading/01_tensor/cases.py" in hostile["changed"]  # reported to the instructor
         return  # not root: student code ran as the grader's user and wrote grading/; reported and scored 0 (above)
     assert hostile["hidden_after"] == hostile["hidden_before"] and hostile["changed"] == []

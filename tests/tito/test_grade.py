@@ -17,7 +17,7 @@ import jupytext
 import pytest
 
 from tito.course import CourseError
-from tito.grade import ModuleResult, StudentResult, _run_problem
+from tito.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
 from tito.grade_compare import CaseResult
 from tito.grade_config import GradingConfig, load_config, points_per_case
 from tito.grade_report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
@@ -197,6 +197,23 @@ def test_with_other_modules_reference_in_reach_no_name_the_run_chose_reaches_the
     assert _run_problem(_sandbox(), ["tinytorch/secret name.py"], detail=False) == (
         "changed 1 file(s) of the course outside its work folder")
     assert _run_problem(left, [], detail=True) == left.reason
+
+
+def test_a_module_without_graded_cases_is_refused_naming_it_and_the_others(grading_course):
+    grading_course.add_module("02_toy", grading_course.TOY)
+    options = GradeOptions((grading_course.module("01"), grading_course.module("02")), jobs=1)
+    with pytest.raises(CourseError, match=r"No graded cases for 02_toy: .* Grade the others with --modules 01\."):
+        with GradingRun(grading_course.settings, options):
+            pass
+
+
+def test_recorded_values_that_do_not_match_the_cases_are_refused(grading_course):
+    cases = grading_course.root / "grading" / "01_tensor" / "cases.py"
+    cases.write_text(cases.read_text(encoding="utf-8").replace('"views":', '"renamed-views":'), encoding="utf-8")
+    options = GradeOptions((grading_course.module("01"),), jobs=1)
+    with pytest.raises(CourseError, match="record them again with `python grading/record_expected.py 01`"):
+        with GradingRun(grading_course.settings, options):
+            pass
 
 
 # ---------------------------------------------------------------------------- outputs

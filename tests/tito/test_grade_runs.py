@@ -12,6 +12,7 @@ student would put it.
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import uuid
@@ -306,7 +307,8 @@ def test_an_attack_on_the_score_scores_no_more_than_the_gutted_code_it_is_added_
 def test_deleting_and_writing_outside_the_work_folder(hostile):
     module = _module(hostile, "vandal")
     if not can_switch_user():  # the grader's own user: it could, and it is caught afterwards
-        assert module.score == 0 and re.fullmatch(r"changed \d+ file\(s\) of the course outside its work folder", module.reason), module.reason
+        assert module.score == 0, module.reason
+        assert re.fullmatch(r"changed \d+ file\(s\) of the course outside its work folder", module.reason)
         assert "grading/01_tensor/cases.py" in hostile["changed"]  # reported to the instructor
         return  # not root: student code ran as the grader's user and wrote grading/; reported and scored 0 (above)
     assert hostile["hidden_after"] == hostile["hidden_before"] and hostile["changed"] == []
@@ -332,6 +334,11 @@ def test_the_others_grade_exactly_as_alone_and_every_run_gives_the_same_files(ho
     assert rows("out-all") == rows("out-alone") and len(rows("out-alone")) == 2 * 11
     for name in ("grades.csv", "grades_long.csv", "feedback/good.md", "feedback/mistake.md"):
         assert (tmp / "out-alone" / name).read_bytes() == (tmp / "out-again" / name).read_bytes()
+    for name in ("good", "mistake"):  # the results too, but for the one field that says how long it took
+        results = [json.loads((tmp / out / "results" / f"{name}.json").read_text(encoding="utf-8"))
+                   for out in ("out-alone", "out-again")]
+        assert [{k: v for k, v in r.items() if k != "execution_time"} for r in results] == [
+            {k: v for k, v in results[1].items() if k != "execution_time"}] * 2
     lines = (tmp / "out-all" / "grades.csv").read_text(encoding="utf-8").splitlines()
     assert lines[0] == "student,01_tensor,total" and lines[1] == "(max points),10,10"
 

@@ -83,7 +83,7 @@ Progress = Callable[[str, str, "ModuleResult | None"], None]  # (student, module
 class ModuleCases:
     """A module's graded cases as the grader holds them (nothing of it but `file` goes into a sandbox)."""
 
-    file: Path  # the instructor's grading/NN_name/cases.py
+    file: Path  # the run's copy of grading/NN_name/cases.py (in the grader's scratch folder)
     specs: list[CaseSpec]  # in the cases file's order
     mistakes: dict[str, dict[str, np.ndarray]]  # mistake name -> {"case/label": its value}
     catalogue: list[Mistake]
@@ -265,16 +265,30 @@ class GradingRun:
             if not (path.parent / EXPECTED_FILE).is_file():
                 raise CourseError(f"{path.parent / EXPECTED_FILE} is missing: record the reference's values with "
                                   f"`python {GRADING_DIR}/record_expected.py {key.split('_', 1)[0]}`.")
-        described = self._describe(list(files.values()))
+        snapshots = {key: self._snapshot(path) for key, path in files.items()}
+        described = self._describe(list(snapshots.values()))
         for module in self.modules:
-            self.cases[module.key] = self._module_cases(module, files[module.key], described[str(files[module.key])])
+            self.cases[module.key] = self._module_cases(module, files[module.key], snapshots[module.key],
+                                                        described[str(snapshots[module.key])])
             names = [spec.name for spec in self.cases[module.key].specs]
             self.points[module.key] = points_per_case(self.config, module.key, names)
+
+    def _snapshot(self, path: Path) -> Path:
+        """A copy of a cases file (and the helpers it imports) in the grader's scratch folder: what the run
+        describes and gives each job, whatever happens to the instructor's files meanwhile."""
+        folder = self.scratch / "cases" / GRADING_DIR / path.parent.name
+        folder.mkdir(parents=True)
+        (self.scratch / "cases").chmod(0o700)  # no sandbox user may read another module's cases
+        shutil.copyfile(path, folder / CASES_FILE)
+        helpers = path.parent.parent / CASE_HELPERS
+        if helpers.is_file() and not (folder.parent / CASE_HELPERS).exists():
+            shutil.copyfile(helpers, folder.parent / CASE_HELPERS)
+        return folder / CASES_FILE
 
     def _describe(self, files: list[Path]) -> dict[str, dict]:
         """{cases file: {case: {"what", "tolerance"}}}, read by importing the cases with the reference package
         (the grader's own process runs no course code; this one runs only the reference's)."""
-        out = self.scratch / "described.json"
+        out = self.scratch / "cases" / "described.json"
         command = [sys.executable, "-m", "tito.grade_cases", "--describe", str(out), *map(str, files)]
         env = {**os.environ, "PYTHONPATH": str(self.base), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         done = subprocess.run(command, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -284,7 +298,7 @@ class GradingRun:
                               f"graded:\n{(done.stderr or done.stdout)[-3000:]}")
         return json.loads(out.read_text(encoding="utf-8"))
 
-    def _module_cases(self, module: CourseModule, path: Path, described: dict[str, dict]) -> ModuleCases:
+    def _module_cases(self, module: CourseModule, path: Path, snapshot: Path, described: dict[str, dict]) -> ModuleCases:
         expected = load_expected(path.parent / EXPECTED_FILE)
         if set(expected) != set(described):
             raise CourseError(f"{path.parent / EXPECTED_FILE} holds the cases {', '.join(sorted(expected))}, "
@@ -293,7 +307,7 @@ class GradingRun:
         specs = [CaseSpec(name, info["what"], info["tolerance"], expected[name]) for name, info in described.items()]
         mistakes_file = path.parent / MISTAKES_FILE
         mistakes = split_mistakes(read_values(mistakes_file, limit=1024 ** 3)) if mistakes_file.is_file() else {}
-        return ModuleCases(path, specs, mistakes, load_catalogue(module))
+        return ModuleCases(snapshot, specs, mistakes, load_catalogue(module))
 
     def _check_sandbox_user(self) -> None:
         """The sandbox's own user must run this very Python, with its packages, and start it again (tests

@@ -7,6 +7,7 @@ gradients and greedy generations are compared (by the grader) with the reference
 """
 import numpy as np
 
+from tinytorch.core.autograd import no_grad
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import (GPT, MLP, LayerNorm, TransformerBlock, cached_causal_mask, layer_norm,
                                          next_token_probs, sample_next_token)
@@ -110,7 +111,8 @@ def _dropout_everywhere(rng):
     evaluated.eval()
     prompt = rng.integers(0, 11, (2, 3))
     eval_logits, _ = evaluated(idx)
-    cached_logits, _ = evaluated(prompt, cache=evaluated.make_cache(2))
+    with no_grad():  # the cache is for generation
+        cached_logits, _ = evaluated(prompt, cache=evaluated.make_cache(2))
     return {"training_logits": logits, "eval_logits": eval_logits, "eval_cached_logits": cached_logits,
             "eval_generated_cached": evaluated.generate(prompt, 5, temperature=0.0, use_cache=True),
             "eval_generated_plain": evaluated.generate(prompt, 5, temperature=0.0, use_cache=False)}

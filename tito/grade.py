@@ -56,7 +56,7 @@ from .course import CourseError, CourseModule, Settings, list_modules, load_sett
 from .export import export_modules, scan_targets
 from .grade_cases import IMPORT_FAILED, RAISED
 from .grade_compare import (CaseResult, CaseSpec, ProducedError, compare_case, describe_raised, load_expected,
-                            read_values, split_mistakes)
+                            rank_mistakes, read_values, split_mistakes)
 from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_case
 from .mistakes import Mistake, load_catalogue
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
@@ -440,8 +440,9 @@ class GradingRun:
                              f"{self.limits.memory_bytes / 1024 ** 3:g} GiB of address space)")
             return
         points = self.points[module.key]
-        result.cases = [compare_case(spec, produced, points[spec.name], detail, graded.mistakes, graded.catalogue)
-                        for spec in graded.specs]
+        ranking = rank_mistakes(graded.specs, produced, graded.mistakes, graded.catalogue)
+        result.cases = [compare_case(spec, produced, points[spec.name], detail, graded.mistakes, graded.catalogue,
+                                     ranking) for spec in graded.specs]
         result.score = sum((c.points for c in result.cases), Fraction(0))
 
     def _give_cases(self, work: Path, module: CourseModule) -> Path:

@@ -37,6 +37,7 @@ from .mistakes import Mistake
 
 MAX_PRODUCED_BYTES = 64 * 1024 ** 2  # the produced file, and all its arrays unpacked together
 MAX_KEYS = 10_000
+MISTAKES_NAMED = 3  # at most, for one case
 _BUILTIN_ERRORS = frozenset(name for name, value in vars(builtins).items()
                             if isinstance(value, type) and issubclass(value, BaseException))
 
@@ -63,7 +64,7 @@ class CaseResult:
     message: str  # why it failed ("" when it passed); computed here, never text of the student's run
     points: Fraction
     max_points: Fraction
-    mistake: Mistake | None = None  # the catalogued mistake its values match
+    mistakes: tuple[Mistake, ...] = ()  # the catalogued mistakes its values match (several: no case tells them apart)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -195,46 +196,82 @@ def case_problems(spec: CaseSpec, produced: dict[str, np.ndarray], detail: bool)
 
 
 def _same_as(spec: CaseSpec, produced: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> bool:
-    """Whether `produced` equals `other` (a mistake's values, keyed "case/label") for this case."""
+    """Whether `produced` equals `other` (a mistake's values, keyed "case/label") for this case: the same
+    exception type when `other` raised, else every label the same (missing in both counts as the same)."""
     raised = other.get(f"{spec.name}/{RAISED}")
     if raised is not None:
         mine = produced.get(f"{spec.name}/{RAISED}")
         return mine is not None and _error_name(mine) == _error_name(raised)
     if f"{spec.name}/{RAISED}" in produced:
         return False
-    return all(f"{spec.name}/{label}" in other and not label_problem(
-        label, produced.get(f"{spec.name}/{label}"), other[f"{spec.name}/{label}"], spec.tolerance, False)
-        for label in spec.expected)
+    for label in spec.expected:
+        theirs, mine = other.get(f"{spec.name}/{label}"), produced.get(f"{spec.name}/{label}")
+        if theirs is None or mine is None:
+            if (theirs is None) != (mine is None):
+                return False
+        elif label_problem(label, mine, theirs, spec.tolerance, False):
+            return False
+    return True
 
 
-def named_mistake(spec: CaseSpec, produced: dict[str, np.ndarray], mistakes: dict[str, dict[str, np.ndarray]],
-                  catalogue: list[Mistake]) -> Mistake | None:
-    """The first catalogued mistake whose recorded values for this case the student's equal (and the reference's
-    do not: a mistake this case cannot tell apart names nothing)."""
+def _tells_apart(spec: CaseSpec, values: dict[str, np.ndarray]) -> bool:
+    """Whether this case's values for a mistake differ from the reference's (else the case cannot name it)."""
     reference = {f"{spec.name}/{label}": value for label, value in spec.expected.items()}
+    return any(k.startswith(spec.name + "/") for k in values) and not _same_as(spec, reference, values)
+
+
+def rank_mistakes(specs: list[CaseSpec], produced: dict[str, np.ndarray],
+                  mistakes: dict[str, dict[str, np.ndarray]], catalogue: list[Mistake]) -> dict[str, float]:
+    """How well each catalogued mistake explains the student's values over all the module's cases.
+
+    Per case that tells the mistake apart: +1 when the student's values equal the mistake's (+0.5 more
+    when an exception's whole first line is the same), -1 when they do not. A mistake is named only
+    where it has the best score of those that match a case (two mistakes no case tells apart are
+    named together)."""
+    ranking = {}
     for mistake in catalogue:
         values = mistakes.get(mistake.name)
-        if not values or not any(k.startswith(spec.name + "/") for k in values):
+        if not values:
             continue
-        if _same_as(spec, reference, values):
-            continue
-        if _same_as(spec, produced, values):
-            return mistake
-    return None
+        score = 0.0
+        for spec in specs:
+            if not _tells_apart(spec, values):
+                continue
+            if _same_as(spec, produced, values):
+                raised = values.get(f"{spec.name}/{RAISED}")
+                mine = produced.get(f"{spec.name}/{RAISED}")
+                score += 1.5 if raised is not None and mine is not None and raised.item() == mine.item() else 1.0
+            else:
+                score -= 1.0
+        ranking[mistake.name] = score
+    return ranking
+
+
+def named_mistakes(spec: CaseSpec, produced: dict[str, np.ndarray], mistakes: dict[str, dict[str, np.ndarray]],
+                   catalogue: list[Mistake], ranking: dict[str, float] | None = None) -> list[Mistake]:
+    """The catalogued mistakes whose recorded values for this case the student's equal (and the reference's do
+    not), keeping those that best explain all the student's cases (`rank_mistakes`); [] when none does."""
+    ranking = ranking if ranking is not None else rank_mistakes([spec], produced, mistakes, catalogue)
+    matching = [m for m in catalogue if m.name in mistakes and _tells_apart(spec, mistakes[m.name])
+                and _same_as(spec, produced, mistakes[m.name]) and ranking.get(m.name, 0) > 0]
+    if not matching:
+        return []
+    best = max(ranking[m.name] for m in matching)
+    return [m for m in matching if ranking[m.name] == best][:MISTAKES_NAMED]
 
 
 def compare_case(spec: CaseSpec, produced: dict[str, np.ndarray], points: Fraction, detail: bool,
                  mistakes: dict[str, dict[str, np.ndarray]] | None = None,
-                 catalogue: list[Mistake] | None = None) -> CaseResult:
+                 catalogue: list[Mistake] | None = None, ranking: dict[str, float] | None = None) -> CaseResult:
     problems = case_problems(spec, produced, detail)
     if not problems:
         return CaseResult(spec.name, spec.what, True, "", points, points)
-    mistake = named_mistake(spec, produced, mistakes or {}, catalogue or [])
+    named = named_mistakes(spec, produced, mistakes or {}, catalogue or [], ranking)
     message = "; ".join(problems)
-    if mistake is not None:
-        message = (f"{message}. These are the values of a catalogued mistake, {mistake.name}: "
-                   f"{mistake.what} ({mistake.message})")
-    return CaseResult(spec.name, spec.what, False, message, Fraction(0), points, mistake)
+    if named:
+        message += ". These are the values of " + " or of ".join(
+            f"a catalogued mistake, {m.name}: {m.what} ({m.message})" for m in named)
+    return CaseResult(spec.name, spec.what, False, message, Fraction(0), points, tuple(named))
 
 
 def split_mistakes(values: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tito.grade_cases import produce, seeded
-from tito.grade_compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistake, read_values,
-                                split_mistakes)
+from tito.grade_compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistakes, rank_mistakes,
+                                read_values, split_mistakes)
 from tito.mistakes import Mistake
 
 SPEC = CaseSpec("sum", "sum of a float32 matrix", {"rtol": 1e-5, "atol": 1e-6},
@@ -97,12 +97,12 @@ def test_a_case_whose_values_are_a_catalogued_mistakes_names_it():
     mistakes = split_mistakes({**{f"sum-upcasts/sum/{k}": v for k, v in upcast.items()},
                                **{f"harmless/sum/{k}": v for k, v in SPEC.expected.items()}})
     produced = {f"sum/{k}": v for k, v in upcast.items()}
-    assert named_mistake(SPEC, produced, mistakes, [unseen, mistake]) == mistake
+    assert named_mistakes(SPEC, produced, mistakes, [unseen, mistake]) == [mistake]
     result = compare_case(SPEC, produced, Fraction(2), False, mistakes, [unseen, mistake])
-    assert not result.passed and result.points == 0 and result.max_points == 2 and result.mistake == mistake
+    assert not result.passed and result.points == 0 and result.max_points == 2 and result.mistakes == (mistake,)
     assert result.message.endswith("a catalogued mistake, sum-upcasts: sum computes in float64 (keep the input's dtype)")
     other = {"sum/out": np.array([9.0, 9.0, 9.0], dtype=np.float32), "sum/count": np.array(3)}
-    assert named_mistake(SPEC, other, mistakes, [unseen, mistake]) is None
+    assert named_mistakes(SPEC, other, mistakes, [unseen, mistake]) == []
     passed = compare_case(SPEC, {f"sum/{k}": v for k, v in SPEC.expected.items()}, Fraction(2), False, mistakes,
                           [mistake])
     assert passed.passed and passed.points == 2 and passed.message == ""
@@ -119,3 +119,25 @@ def test_the_runner_records_values_and_exceptions_with_the_seeded_generator():
     assert np.array_equal(found["draws/x"], seeded("draws").standard_normal(3))
     assert found["draws/ids"].tolist() == [1, 2]
     assert found["broken/!raised"].item() == "NotImplementedError: matmul: write it in modules/01_tensor"
+
+
+def test_the_mistake_that_explains_every_case_is_named_and_twins_no_case_tells_apart_are_named_together():
+    """Two mistakes raise the same error in case `sum`; only one of them also matches case `mean`: that one is
+    named. A third mistake with exactly the values of the second is named with it."""
+    mean = CaseSpec("mean", "mean", SPEC.tolerance, {"out": np.array(2.0)})
+    specs = [SPEC, mean]
+    make = lambda *a: Mistake("01_tensor", a[0], a[1], "a", "b", a[2])  # noqa: E731
+    first, second, twin = make("first", "raises early", "m1"), make("second", "raises and means 3", "m2"), \
+        make("twin", "the same as second", "m3")
+    raised = {"sum/!raised": np.array("ValueError: no")}
+    mistakes = {"first": {**raised, "mean/out": np.array(2.0)}, "second": {**raised, "mean/out": np.array(3.0)},
+                "twin": {**raised, "mean/out": np.array(3.0)}}
+    produced = {**raised, "mean/out": np.array(3.0)}
+    ranking = rank_mistakes(specs, produced, mistakes, [first, second, twin])
+    # sum: each raised the student's very line (+1.5); mean: first's value is the reference's (not counted),
+    # second's and twin's are the student's (+1)
+    assert ranking == {"first": 1.5, "second": 2.5, "twin": 2.5}
+    assert named_mistakes(SPEC, produced, mistakes, [first, second, twin], ranking) == [second, twin]
+    message = compare_case(SPEC, produced, Fraction(1), False, mistakes, [first, second, twin], ranking).message
+    assert message.endswith("a catalogued mistake, second: raises and means 3 (m2) or of a catalogued mistake, "
+                            "twin: the same as second (m3)")

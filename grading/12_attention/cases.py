@@ -143,7 +143,7 @@ def _weights_sum_dropout(rng):
 
 def _modules_in_eval(rng):
     """MultiHeadAttention(dropout=0.5) after .eval() has no dropout; SelfAttention(causal=True) is causal."""
-    mha = MultiHeadAttention(8, 2, dropout=0.5)
+    mha = MultiHeadAttention(8, 2, dropout=0.5, seed=3)  # seeded: a dropout left on in eval gives known values
     _set_weights(mha, rng)
     mha.eval()
     x = Tensor(rng.standard_normal((2, 4, 8)).astype(np.float32))

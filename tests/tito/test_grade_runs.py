@@ -347,6 +347,23 @@ def test_the_others_grade_exactly_as_alone_and_every_run_gives_the_same_files(ho
     assert lines[0] == "student,01_tensor,total" and lines[1] == "(max points),10,10"
 
 
+@pytest.mark.skipif(not can_switch_user(), reason="without a user of its own, student code runs as the grader and "
+                                                  "can read what the grader can (README: what is not guaranteed)")
+def test_the_reference_attack_is_real_it_scores_full_marks_where_the_base_is_readable(grading_course, tmp_path):
+    """The proof that `reads_the_reference` can fail: with the scratch base made readable again (as it was),
+    the same gutted code with the attack earns full marks; the run in `hostile` keeps it at the gutted score."""
+    module = grading_course.module("01")
+    notebooks = attacks(module.notebook.read_text(encoding="utf-8"), grading_course.root / "grading")
+    options = GradeOptions((module,), jobs=1, limits=LIMITS)
+    with GradingRun(grading_course.settings, options) as run:
+        run.base.chmod(0o755)
+        [student] = grade_submissions(grading_course.settings,
+                                      collect_submissions(_one(tmp_path, notebooks["reads_the_reference"]), [module]),
+                                      options, run=run)
+    result = student.modules["01_tensor"]
+    assert result.score == result.max_score == 10, result.reason
+
+
 def test_the_graded_module_never_meets_its_reference(grading_course, tmp_path):
     """A job's scratch course holds the student's notebook and package file for the graded module, no
     reference solution (notebook, package file, compiled cache, mistakes catalogue) of it anywhere."""

@@ -10,7 +10,8 @@ where each function takes a NumPy generator seeded from the case's name (`seeded
 `python -m tito.grade_cases CASES_FILE OUT.npz` imports the cases (and through them the package
 on `PYTHONPATH`: the student's), runs every case with its own generator and writes what each
 produced with `np.savez` (`produce`): one array per "case/label"; for a case that raised, the one
-key "case/!raised" holding "ExceptionType: its first line". It computes no score: the grader,
+key "case/(raised)" holding "ExceptionType: its first line" (record_expected.py records the type alone:
+the grader compares the types). It computes no score: the grader,
 in a process of its own that never imports the student's code, compares this file with the
 reference's values (`tito.grade_compare`), so code that forges this file can only change its
 score by writing the right values, which it cannot read. `grading/record_expected.py` runs the
@@ -31,9 +32,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-RAISED = "!raised"  # the label under which a case that raised records "ExceptionType: first line"
+RAISED = "(raised)"  # the label under which a case that raised records "ExceptionType: first line"
 DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
-IMPORT_FAILED = "!import"  # the one key written when the cases (and so the package) could not be imported
+IMPORT_FAILED = "(import)/(raised)"  # the one key written when the cases (and so the package) did not import
 ERROR_CHARS = 300  # of the first line of an exception
 # What an array produced by a case may hold: booleans, integers, floats, complex numbers, text (never objects).
 VALUE_KINDS = "biufcU"
@@ -98,7 +99,7 @@ def first_line(error: BaseException) -> str:
 
 
 def run_case(name: str, case: Case) -> dict[str, np.ndarray]:
-    """{"name/label": array} for what case `name` returned, or {"name/!raised": "Type: first line"}."""
+    """{"name/label": array} for what case `name` returned, or {"name/(raised)": "Type: first line"}."""
     _fresh_modes()
     try:
         found = case[0](seeded(name))

@@ -94,7 +94,7 @@ def read_values(path: Path, allowed: dict[str, set[str]] | None = None,
                 limit: int = MAX_PRODUCED_BYTES) -> dict[str, np.ndarray]:
     """The arrays of an `.npz` written by `tito.grade_cases`, read as untrusted data.
 
-    allowed: {case: its labels}; a key "case/label" must name one ("case/!raised" and "!import"
+    allowed: {case: its labels}; a key "case/label" must name one ("case/(raised)" and "(import)/(raised)"
     always may). Raises ProducedError with the reason for anything else: a link, a file or
     unpacked arrays over `limit`, more than MAX_KEYS arrays, object or structured arrays, text
     where numbers belong.

@@ -27,12 +27,12 @@ def _write(path, **values):
 
 
 def test_values_are_read_and_checked_against_the_known_cases(tmp_path):
-    good = _write(tmp_path / "good.npz", **{"sum/out": np.zeros(3, np.float32), "sum/!raised": np.array("E: x")})
-    assert set(read_values(good, ALLOWED)) == {"sum/out", "sum/!raised"}
+    good = _write(tmp_path / "good.npz", **{"sum/out": np.zeros(3, np.float32), "sum/(raised)": np.array("E: x")})
+    assert set(read_values(good, ALLOWED)) == {"sum/out", "sum/(raised)"}
     for name, values, message in [
         ("unknown", {"sum/secret": np.zeros(1)}, "names a case or label the module does not have"),
-        ("other-case", {"mean/!raised": np.array("E")}, "names a case the module does not have"),
-        ("raised-not-text", {"sum/!raised": np.zeros(2)}, "not one line of text"),
+        ("other-case", {"mean/(raised)": np.array("E")}, "names a case the module does not have"),
+        ("raised-not-text", {"sum/(raised)": np.zeros(2)}, "not one line of text"),
     ]:
         with pytest.raises(ProducedError, match=message):
             read_values(_write(tmp_path / f"{name}.npz", **values), ALLOWED)
@@ -81,11 +81,11 @@ def test_what_differs_shows_the_students_values_only_with_detail():
 
 
 def test_an_exception_is_named_only_when_it_is_a_builtin_one_unless_detail():
-    raised = {"sum/!raised": np.array("ValueError: shapes (3,) and (4,) do not broadcast")}
+    raised = {"sum/(raised)": np.array("ValueError: shapes (3,) and (4,) do not broadcast")}
     assert compare_case(SPEC, raised, Fraction(2), False).message == "raised ValueError"
     assert compare_case(SPEC, raised, Fraction(2), True).message == (
         "raised ValueError: shapes (3,) and (4,) do not broadcast")
-    forged = {"sum/!raised": np.array("def attention(q, k, v): return the reference solution")}
+    forged = {"sum/(raised)": np.array("def attention(q, k, v): return the reference solution")}
     message = compare_case(SPEC, forged, Fraction(2), False).message
     assert message == "raised an exception (not one of Python's built-in ones)" and "reference" not in message
 
@@ -118,7 +118,7 @@ def test_the_runner_records_values_and_exceptions_with_the_seeded_generator():
     found = produce({"draws": (draws, "three draws"), "broken": (broken, "raises")})
     assert np.array_equal(found["draws/x"], seeded("draws").standard_normal(3))
     assert found["draws/ids"].tolist() == [1, 2]
-    assert found["broken/!raised"].item() == "NotImplementedError: matmul: write it in modules/01_tensor"
+    assert found["broken/(raised)"].item() == "NotImplementedError: matmul: write it in modules/01_tensor"
 
 
 def test_the_mistake_that_explains_every_case_is_named_and_twins_no_case_tells_apart_are_named_together():
@@ -129,7 +129,7 @@ def test_the_mistake_that_explains_every_case_is_named_and_twins_no_case_tells_a
     make = lambda *a: Mistake("01_tensor", a[0], a[1], "a", "b", a[2])  # noqa: E731
     first, second, twin = make("first", "raises early", "m1"), make("second", "raises and means 3", "m2"), \
         make("twin", "the same as second", "m3")
-    raised = {"sum/!raised": np.array("ValueError: no")}
+    raised = {"sum/(raised)": np.array("ValueError: no")}
     mistakes = {"first": {**raised, "mean/out": np.array(2.0)}, "second": {**raised, "mean/out": np.array(3.0)},
                 "twin": {**raised, "mean/out": np.array(3.0)}}
     produced = {**raised, "mean/out": np.array(3.0)}

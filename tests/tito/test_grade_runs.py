@@ -73,7 +73,7 @@ def _forge():
     rng = numpy.random.default_rng(0)
     made = produce(load_cases(_sys.argv[1]))
     save_values(_sys.argv[2], {k: (rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
-                               for k, v in made.items() if not k.endswith("!raised")})
+                               for k, v in made.items() if not k.endswith("(raised)")})
     _os._exit(0)
 _atexit.register(_forge)
 """

@@ -1,0 +1,92 @@
+"""Module 20, graded cases: held-out windows, the judge's loss, the quality bar, the greedy
+check, the access rules, and the leaderboard's ranking.
+
+The access rules are checked on paths under a folder that does not exist (os.path.realpath
+needs no file), and only the kind of each verdict is compared (the text before its ":"), so
+nothing depends on the machine's folders. Format: grading/reference_values.py.
+"""
+import numpy as np
+from reference_values import raised
+
+from tinytorch.perf.olympics import (QUALITY_MARGIN, Row, access_violation, greedy_consistent, heldout_windows,
+                                     loss_from_logits, quality_verdict, rank_entries)
+
+ROOT = "/nonexistent-tinytorch-grading-case"
+WORK = ROOT + "/work"
+
+
+def _windows(rng):
+    tokens = rng.integers(0, 50, 40)
+    inputs, targets = heldout_windows(tokens, context=6, count=9, seed=11)
+    tight_inputs, tight_targets = heldout_windows(np.arange(8), context=7, count=5, seed=2)  # one start only: 0
+    many = heldout_windows(rng.integers(0, 9, 12), context=3, count=400, seed=4)[1]
+    return {"inputs": inputs, "targets": targets, "tight_inputs": tight_inputs, "tight_targets": tight_targets,
+            "many_targets_sum": int(many.sum()), "again": heldout_windows(tokens, 6, 9, seed=11)[0],
+            "too_short": raised(heldout_windows, np.arange(5), 5, 1)}
+
+
+def _loss(rng):
+    logits = rng.standard_normal((2, 5, 7)) * 3
+    targets = rng.integers(0, 7, (2, 5))
+    large = logits * 300  # values in the thousands: exp needs the max subtracted first
+    return {"loss": loss_from_logits(logits, targets), "large": loss_from_logits(large, targets),
+            "shapes": raised(loss_from_logits, logits, targets[0]), "range": raised(loss_from_logits, logits, targets + 7),
+            "not_finite": raised(loss_from_logits, np.full((1, 1, 2), np.inf), np.zeros((1, 1), int))}
+
+
+def _loss_float64(rng):
+    """float32 logits near 3000: float32 arithmetic is off by about 1e-5 of the loss, float64 by 1e-15."""
+    precise = (3000.0 + rng.standard_normal((3, 4, 9))).astype(np.float32)
+    return {"loss": loss_from_logits(precise, rng.integers(0, 9, (3, 4)))}
+
+
+def _quality_bar(rng):
+    baseline = float(rng.uniform(1.8, 2.2))
+    at_bar = baseline + QUALITY_MARGIN
+    losses = [baseline - 0.01, baseline, at_bar, at_bar + 0.001, float("nan")]
+    return {"passes": [quality_verdict(loss, baseline) == "" for loss in losses],
+            "custom_margin": quality_verdict(baseline + 0.2, baseline, margin=0.25) == ""}
+
+
+def _greedy(rng):
+    logits = rng.standard_normal((5, 6))
+    logits[1, [2, 4]] = logits[1].max() + 1.0  # a tie: both tokens are greedy
+    chosen = np.array([int(np.argmax(logits[0])), 4, 0, int(np.argmax(logits[3])), 5])
+    near = logits.copy()
+    near[3, 1] = near[3].max() - 5e-5  # within atol of the maximum
+    return {"consistent": greedy_consistent(logits, chosen), "near": greedy_consistent(near, [1, 2, 0, 1, 3]),
+            "bad_ids": raised(greedy_consistent, logits, [0, 1, 2, 3, 6])}
+
+
+def _access(rng):
+    checkpoint = WORK + "/model.npz"
+    allowed = [ROOT + "/data", ROOT + "/python"]
+    cases = [(WORK + "/model.npz", False), (WORK + "/notes.txt", False), (WORK + "/other.npz", False),
+             (WORK + "/OTHER.NPZ", False), (WORK + "/sub/w.SafeTensors", False), (WORK + "-evil/x.txt", False),
+             (WORK + "/../other/x.txt", False), (ROOT + "/data/train.txt", False),
+             (ROOT + "/python/site.py", True), (WORK + "/out.txt", True), ("/etc/passwd", False)]
+    verdicts = [access_violation(path, WORK, checkpoint, allowed, writing=writing) for path, writing in cases]
+    return {"kinds": [v.split(":")[0] if v else "ok" for v in verdicts]}
+
+
+def _rank(rng):
+    def row(name, score, spread, reason="", key=None):
+        return Row(name, score, score - spread, score + spread, reason=reason, key=key or name[::-1])
+
+    rows = [row("a", 10.0, 0.1), row("b", 12.0, 0.5), row("c", 12.3, 0.5), row("d", 9.0, 0.0, "too slow"),
+            row("e", 15.0, 0.0), row("f", 15.0, 0.0, key="0"), row("g", 20.0, 1.0), row("h", 1.0, 0.0, "peeked")]
+    lower = rank_entries([Row(**vars(r)) for r in rows], higher_is_better=False)
+    higher = rank_entries([Row(**vars(r)) for r in rows], higher_is_better=True)
+    return {"lower_names": [r.name for r in lower], "lower_ranks": [-1 if r.rank is None else r.rank for r in lower],
+            "higher_names": [r.name for r in higher], "higher_ranks": [-1 if r.rank is None else r.rank for r in higher]}
+
+
+CASES = {
+    "windows": (_windows, "heldout_windows: seeded starts, targets shifted by one, never past the end"),
+    "loss": (_loss, "loss_from_logits: mean over positions, target's logit, float64 with the max shift"),
+    "loss-float64": (_loss_float64, "loss_from_logits of float32 logits computes in float64", {"rtol": 1e-9, "atol": 0.0}),
+    "quality-bar": (_quality_bar, "quality_verdict: at most baseline + margin passes, exactly at the bar too"),
+    "greedy": (_greedy, "greedy_consistent accepts ties and values within atol"),
+    "access": (_access, "access_violation: resolved paths, folder separators, weight suffixes any case, no writes"),
+    "rank": (_rank, "rank_entries: both directions, overlapping intervals share a rank, competition ranks, keys"),
+}

@@ -110,7 +110,7 @@ def run_case(name: str, case: Case) -> dict[str, np.ndarray]:
             array = as_array(value)
             if array.dtype.kind not in VALUE_KINDS:
                 raise TypeError(f"{label} is not numbers or text (NumPy dtype {array.dtype})")
-            values[f"{name}/{label}"] = np.ascontiguousarray(array)
+            values[f"{name}/{label}"] = np.asarray(array, order="C")  # 0-d stays 0-d (ascontiguousarray makes it 1-d)
         return values
     except Exception as error:  # what the student's code raised is a result too: the grader names it
         return {f"{name}/{RAISED}": np.array(first_line(error))}

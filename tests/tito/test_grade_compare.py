@@ -115,7 +115,10 @@ def test_the_runner_records_values_and_exceptions_with_the_seeded_generator():
     def broken(rng):
         raise NotImplementedError("matmul: write it in modules/01_tensor\nsecond line")
 
-    found = produce({"draws": (draws, "three draws"), "broken": (broken, "raises")})
+    found = produce({"draws": (draws, "three draws"), "broken": (broken, "raises"),
+                     "scalars": (lambda rng: {"loss": np.float32(0.5), "flag": True}, "0-d values")})
+    assert found["scalars/loss"].shape == () and found["scalars/loss"].dtype == np.float32
+    assert found["scalars/flag"].shape == () and found["scalars/flag"].item() is True
     assert np.array_equal(found["draws/x"], seeded("draws").standard_normal(3))
     assert found["draws/ids"].tolist() == [1, 2]
     assert found["broken/(raised)"].item() == "NotImplementedError: matmul: write it in modules/01_tensor"

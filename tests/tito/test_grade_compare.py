@@ -27,10 +27,11 @@ def _write(path, **values):
 
 
 def test_values_are_read_and_checked_against_the_known_cases(tmp_path):
-    good = _write(tmp_path / "good.npz", **{"sum/out": np.zeros(3, np.float32), "sum/(raised)": np.array("E: x")})
-    assert set(read_values(good, ALLOWED)) == {"sum/out", "sum/(raised)"}
+    good = _write(tmp_path / "good.npz", **{"sum/out": np.zeros(3, np.float32), "sum/(raised)": np.array("E: x"),
+                                             "sum/extra": np.zeros(1)})
+    assert set(read_values(good, ALLOWED)) == {"sum/out", "sum/(raised)"}  # a label the reference lacks: left out
     for name, values, message in [
-        ("unknown", {"sum/secret": np.zeros(1)}, "names a case or label the module does not have"),
+        ("unknown", {"secret/out": np.zeros(1)}, "names a case or label the module does not have"),
         ("other-case", {"mean/(raised)": np.array("E")}, "names a case the module does not have"),
         ("raised-not-text", {"sum/(raised)": np.zeros(2)}, "not one line of text"),
     ]:
@@ -116,7 +117,8 @@ def test_the_runner_records_values_and_exceptions_with_the_seeded_generator():
         raise NotImplementedError("matmul: write it in modules/01_tensor\nsecond line")
 
     found = produce({"draws": (draws, "three draws"), "broken": (broken, "raises"),
-                     "scalars": (lambda rng: {"loss": np.float32(0.5), "flag": True}, "0-d values")})
+                     "scalars": (lambda rng: {"loss": np.float32(0.5), "flag": True, "none": None}, "0-d values")})
+    assert found["scalars/none"].item() == "(not a plain array)"  # as record_expected.py records it
     assert found["scalars/loss"].shape == () and found["scalars/loss"].dtype == np.float32
     assert found["scalars/flag"].shape == () and found["scalars/flag"].item() is True
     assert np.array_equal(found["draws/x"], seeded("draws").standard_normal(3))

@@ -3,8 +3,8 @@
 `tito.grade_cases` runs a module's graded cases in the sandbox and writes what the student's
 code produced (an `.npz`). Everything here runs in the grader's own process, which never
 imports the student's code: it reads that file as untrusted data (`read_values`: a plain file
-of bounded size, at most `MAX_KEYS` entries, every key a known case and label, numbers only,
-text or numbers only, never pickled objects), compares each case with the reference's values
+of bounded size, at most `MAX_KEYS` entries, every key a known case (a label the reference does
+not return is left out), text or numbers only, never pickled objects), compares each case with the reference's values
 (`grading/NN_name/expected.npz`, recorded by `grading/record_expected.py`) within the case's
 tolerance, and says why a case failed. Where a case's values equal those a catalogued mistake
 produces (`grading/NN_name/mistakes.npz`) and not the reference's, it names that mistake.

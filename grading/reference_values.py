@@ -1,37 +1,27 @@
-"""Hidden tests compare a student's results with the reference's, recorded once from the reference package.
+"""What the graded cases (`grading/NN_name/cases.py`) and record_expected.py import: the seeded generator,
+tolerances, `raised`, and `compute` (one case's values as arrays).
 
-A hidden test file (`grading/NN_name/test_hidden_*.py`) defines `CASES`: {name: (function,
-what it checks[, tolerances])}. Each function takes a NumPy generator seeded from the case's
-name and returns {label: value} computed with the tinytorch API (Tensors, arrays, numbers,
-lists of token ids). `python grading/record_expected.py` runs every case against the
-reference package and writes the results beside the test file (`test_hidden_*.npz`); the
-test runs the same case on the student's package and compares, naming the case and the
-first difference. So the inputs differ from the visible tests' (a solution fitted to those
-fails here), and the expected values are the reference's own, never typed in.
+A cases file defines `CASES`: {name: (function, what it checks[, tolerances])}. Each function
+takes a NumPy generator seeded from the case's name and returns {label: value} computed with
+the tinytorch API (Tensors, arrays, numbers, lists, text). `tito.grade_cases` runs them in the
+sandbox on a student's package; `python grading/record_expected.py` on the reference's and on
+each catalogued mistake (the values `tito.grade_compare` compares with). The generator and the
+conversion to arrays are tito.grade_cases' own, so recording and grading draw the same numbers.
+This file is given to the sandbox with the cases: it holds nothing secret. (`check`,
+`load_expected` and `record` serve hidden-test files `grading/NN_name/test_hidden_*.py`, which the
+course no longer has: `tito grade` scores cases only.)
 """
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from tito.grade_cases import DEFAULT_TOLERANCE, as_array, seeded  # noqa: F401  (one generator for recording and grading)
+
 Case = tuple  # (function(rng) -> {label: value}, what it checks[, {"rtol": .., "atol": ..}])
-DEFAULT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 FLOAT16_TOLERANCE = {"rtol": 2e-3, "atol": 2e-3}
-
-
-def seeded(name: str) -> np.random.Generator:
-    """The generator for case `name`: the same numbers on every machine and every run."""
-    return np.random.default_rng(zlib.crc32(name.encode("utf-8")))
-
-
-def as_array(value: Any) -> np.ndarray:
-    """A case's value as a NumPy array: Tensors through .numpy(), everything else through np.asarray."""
-    if hasattr(value, "numpy") and callable(value.numpy):
-        value = value.numpy()
-    return np.asarray(value)
 
 
 def compute(name: str, case: Case) -> dict[str, np.ndarray]:

@@ -7,9 +7,10 @@ submission, with the student's files in `/autograder/submission`; it reads
 
 The bundle holds:
 
-* `course/`: the reference course (package, tests, tito) with the hidden tests and
-  `grading.toml`, without the mistakes catalogues; `tito grade` runs from it, as on the
-  instructor's machine, so the same sandbox and the same scoring apply;
+* `course/`: the reference course (package, tests, tito) with the graded cases, their values,
+  `grading.toml` and the mistakes catalogues (the grader names a mistake from them); `tito grade`
+  runs from it, as on the instructor's machine, so the same sandbox and the same scoring apply,
+  and `setup.sh` makes it readable by root only (student code runs as another user);
 * `requirements.txt`: what `setup.sh` installs from the package index into a virtual
   environment (the course's dependencies and pytest; nothing else is downloaded);
 * `setup.sh` and `run_autograder`, which take the root folder from `TITO_AUTOGRADER_ROOT`
@@ -32,9 +33,10 @@ else:  # pragma: no cover - Python 3.10
 
 from tinytorch.files import atomic_write
 
-from .course import CourseError, CourseModule, Settings
-from .grade_config import CONFIG_FILE, GRADING_DIR, config_path
+from .course import CourseError, CourseModule, Settings, list_modules
 from .destination import check_file_destination
+from .grade_config import CONFIG_FILE, GRADING_DIR, config_path
+from .mistakes import catalogue_path
 from .release import copy_course
 
 ROOT_ENV = "TITO_AUTOGRADER_ROOT"
@@ -114,6 +116,9 @@ def build_bundle(settings: Settings, dest: Path, modules: list[CourseModule]) ->
         staging = Path(tmp)
         course = staging / "course"
         copy_course(settings, course, {}, with_package=True)
+        for catalogue in map(catalogue_path, list_modules(settings)):  # the grader names mistakes from them
+            if catalogue.is_file():
+                shutil.copy2(catalogue, course / catalogue.relative_to(settings.root))
         shutil.rmtree(course / settings.tests_path.name / "tito", ignore_errors=True)  # tito's own tests
         hidden = settings.root / GRADING_DIR
         if hidden.is_dir():

@@ -259,7 +259,37 @@ class GradingRun:
         if hidden.is_dir():
             shutil.copytree(hidden, self.base / GRADING_DIR,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "grading.toml", "*.md"))
-        _make_readable(self.base)
+        self.base.chmod(0o700)  # the grader's alone: a run gets only its hand-out (`hand_out`)
+
+    def hand_out(self, source: Path, dest: Path, module: CourseModule, move: bool) -> None:
+        """Put in `dest` what a run of `module` needs from the course in `source`, and nothing else.
+
+        It gets: the package, tito (pytest's plugins), the visible tests and the data sets they read
+        (all in the student edition), the course's settings, the graded module's own folder (its
+        notebook: the lesson's inline tests run it) and that module's hidden tests with their shared
+        helpers. Never another module's notebook or hidden tests, a mistakes catalogue (the base has
+        none), grading.toml, or the tool that records expected values. `move`: `source` is a private
+        copy made for this run (moved, not copied).
+        """
+        root = self.settings.root
+        items = [self.settings.lib_path.name, "tito", self.settings.tests_path.name, "datasets",
+                 "pyproject.toml", "settings.ini", module.folder.relative_to(root).as_posix()]
+        hidden = source / GRADING_DIR
+        if hidden.is_dir():
+            items += [f"{GRADING_DIR}/{p.name}" for p in sorted(hidden.glob("*.py")) if p.name != "record_expected.py"]
+            items.append(f"{GRADING_DIR}/{module.key}")
+        dest.mkdir()
+        for item in items:
+            origin, target = source / item, dest / item
+            if not origin.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if move:
+                os.replace(origin, target)
+            elif origin.is_dir():
+                shutil.copytree(origin, target, symlinks=True)
+            else:
+                shutil.copy2(origin, target)
 
     def test_folders(self, course: Path, module: CourseModule) -> list[Path]:
         folders = [course / self.settings.tests_path.name / module.key, course / GRADING_DIR / module.key]
@@ -293,7 +323,8 @@ class GradingRun:
         if user is None:
             return
         work = prepare_workdir(self.scratch / "probe", user)
-        probe = run_sandboxed([sys.executable, "-c", _PROBE], work, self.limits, user=user)
+        probe = run_sandboxed([sys.executable, "-c", _PROBE], work, self.limits, user=user, visible=[],
+                              hidden=[self.settings.root, self.scratch])
         remove_tree(work)
         if probe.ok and probe.returncode == 0 and probe.output.strip() == sys.version:
             return
@@ -317,10 +348,15 @@ class GradingRun:
                    "--rootdir", str(course), *_PYTEST_ARGS, *extra]
         environment = {"PYTHONPATH": str(course), REPORT_ENV: str(work / _REPORT), COURSE_ENV: str(course),
                        CURRENT_TEST_ENV: str(work / _CURRENT), "HYPOTHESIS_PROFILE": "ci", **(env or {})}
-        result = run_sandboxed(command, work, self.limits, environment, user)
+        result = run_sandboxed(command, work, self.limits, environment, user, **self._seen(course))
         raw = _read_private_file(work / _REPORT, _MAX_REPORT_BYTES)
         running = _read_private_file(work / _CURRENT, 4096)
         return result, _parse_report(raw), running.decode("utf-8", "replace") if running else None
+
+    def _seen(self, course: Path) -> dict:
+        """What a run sees of the machine's folders: its course (and work folder), not the instructor's course
+        nor the rest of the scratch folder (where the machine allows namespaces; `tito.sandbox`)."""
+        return {"visible": [course], "hidden": [self.settings.root, self.scratch]}
 
     def job(self, submission: Submission, module: CourseModule, student_course: Path | None,
             problems: dict[str, str]) -> ModuleResult:
@@ -345,10 +381,15 @@ class GradingRun:
                 job_dir.chmod(0o750)  # its own user (by its group) and the grader, nobody else
             course = job_dir / "course"
             if student_course is not None:
-                shutil.copytree(student_course, course, symlinks=True)
+                self.hand_out(student_course, course, module, move=False)
             else:
-                shutil.copytree(self.base, course, symlinks=True)
-                result.reason = self._put_notebook(course, module, notebook)
+                build = job_dir / "build"  # the whole course, the grader's alone (job_dir is open to the user)
+                shutil.copytree(self.base, build, symlinks=True)
+                build.chmod(0o700)
+                result.reason = self._put_notebook(build, module, notebook)
+                if not result.reason:
+                    self.hand_out(build, course, module, move=True)
+                remove_tree(build)
             if not result.reason:
                 self._run(course, module, job_dir, user, result)
         finally:
@@ -425,7 +466,7 @@ class GradingRun:
         the feedback carries it beside the failed tests. Run in the sandbox like the tests; not scored."""
         notebook = course / module.notebook.relative_to(self.settings.root)
         command = [sys.executable, "-c", _INLINE, str(notebook.parent), notebook.name, str(work / _INLINE_REPORT)]
-        sandbox = run_sandboxed(command, work, self.limits, {"PYTHONPATH": str(course)}, user)
+        sandbox = run_sandboxed(command, work, self.limits, {"PYTHONPATH": str(course)}, user, **self._seen(course))
         raw = _read_private_file(work / _INLINE_REPORT, _MAX_REPORT_BYTES)
         try:
             failures = json.loads(raw or b"{}").get("failures") or []

@@ -851,6 +851,6 @@ def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, user: Sandb
         reason = f"wrote outside its work folder: {', '.join(strays[:3])} (removed)"
     cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
     counted = group.cpu_seconds() if group is not None else None
-    cpu = max(cpu, counted or 0.0)  # everything it started, where a control group counted it
+    cpu = max(cpu, counted or 0.0, sum(ledger.seen.values()))  # everything it started, as far as it was counted
     output = reader.kept.decode("utf-8", "replace")
     return SandboxResult(returncode, reason, output, seconds, cpu, len(left), strays)

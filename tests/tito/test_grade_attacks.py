@@ -1,0 +1,201 @@
+"""tito grade against the attacks of issue 29 that the sandbox must hold (module 01, one grading run).
+
+* A snooping submission looks for everything secret it could read: the base course (every
+  reference solution, the notebooks, the hidden tests and their recorded values), the
+  instructor's course, other runs, /proc of other processes (their folders and environment),
+  inherited file descriptors, its own environment, the shared temporary folders, and any other
+  module's notebook, hidden tests or mistakes catalogue in its own hand-out. Whatever it finds,
+  it breaks its own import with the list, so it scores what an honest submission scores only
+  when it found nothing.
+* A hog starts 30 spinning children, each in a session of its own (double fork), and waits: with
+  `--jobs 2`, the honest neighbour graded at the same time must score exactly as alone.
+
+Hostile code is bounded: small limits (below), spinners killed with the run.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tito.grade import GradeOptions, GradingRun, grade_submissions
+from tito.grade_report import write_outputs
+from tito.sandbox import GiB, MiB, Limits, _namespaces_work, can_switch_user
+from tito.submissions import collect_submissions
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (can_switch_user() and _namespaces_work()),
+                                 reason="needs root, setpriv and namespaces: a sandbox user of its own")]
+
+LIMITS = Limits(wall_s=45, cpu_s=8, memory_bytes=int(1.5 * GiB), output_bytes=MiB, processes=96, tmp_bytes=16 * MiB)
+
+SNOOP = r'''
+import os as _os, stat as _stat
+from pathlib import Path as _Path
+def _snoop():
+    found = []
+    instructor, own = _Path(INSTRUCTOR), _os.environ.get("TITO_GRADE_COURSE", "")
+    work = _Path(_os.getcwd())
+    scratch = work.parents[1]
+    def readable(path):
+        try:
+            with open(path, "rb") as handle:
+                handle.read(1)
+            return True
+        except OSError:
+            return False
+    def listable(path):
+        try:
+            _os.listdir(path)
+            return True
+        except OSError:
+            return False
+    for path in [instructor / "modules/12_attention/attention_dev.py", instructor / "grading/grading.toml",
+                 instructor / "grading/12_attention/test_hidden_attention.npz",
+                 instructor / "modules/01_tensor/mistakes.toml", instructor / "tinytorch/core/attention.py",
+                 scratch / "base/tinytorch/core/attention.py", scratch / "base/modules/12_attention/attention_dev.py",
+                 scratch / "base/grading/12_attention/test_hidden_attention.npz", work.parent / "build/settings.ini"]:
+        if readable(path):
+            found.append(f"read {path}")
+    for folder in (instructor, scratch, scratch / "base", _Path("/proc/1/cwd")):
+        try:
+            others = sorted(set(_os.listdir(folder)) - {work.parent.name})  # its own job is no secret
+        except OSError:
+            continue
+        if others:
+            found.append(f"listed {folder}: {others[:5]}")
+    def secret(path):
+        name = path.name
+        mine = own and str(path).startswith(own + "/")
+        if name in ("mistakes.toml", "grading.toml", "record_expected.py"):
+            return True
+        if name.endswith("_dev.py") and not (mine and "/modules/01_tensor/" in str(path)):
+            return True
+        return "grading" in path.parts and not (mine and "/grading/01_tensor/" in str(path)
+                                               or mine and path.parent == _Path(own) / "grading")
+    roots = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", str(instructor.parent)]
+    if own:
+        roots.append(own)
+    for root in roots:
+        for folder, dirs, files in _os.walk(root):
+            for name in files:
+                path = _Path(folder) / name
+                if secret(path) and readable(path):
+                    found.append(f"read {path}")
+    me = _os.getuid()
+    for entry in _os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _os.stat(f"/proc/{entry}").st_uid == me:
+                continue
+        except OSError:
+            continue
+        if listable(f"/proc/{entry}/cwd"):
+            found.append(f"listed /proc/{entry}/cwd")
+        if readable(f"/proc/{entry}/environ"):
+            found.append(f"read /proc/{entry}/environ")
+        try:
+            found.append(f"/proc/{entry}/root -> {_os.readlink(f'/proc/{entry}/root')}")
+        except OSError:
+            pass
+    for fd in _os.listdir("/proc/self/fd"):
+        try:
+            target = _os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/") and not target.startswith((own, str(work), "/dev/", "/proc/")):
+            found.append(f"inherited fd {fd} -> {target}")
+    for key, value in _os.environ.items():
+        if str(instructor) in value or "/base" in value:
+            found.append(f"environment {key}={value}")
+    return found
+_found = _snoop()
+if _found:
+    raise ImportError("SNOOP FOUND " + "; ".join(_found[:20]))
+'''
+
+HOG = r'''
+import os as _os, time as _time
+if not _os.environ.get("HOG_STARTED"):
+    _os.environ["HOG_STARTED"] = "1"
+    for _ in range(30):
+        _middle = _os.fork()
+        if _middle == 0:
+            _os.setsid()
+            if _os.fork() == 0:
+                while True:
+                    pass
+            _os._exit(0)
+        _os.waitpid(_middle, 0)
+    _time.sleep(120)
+'''
+
+
+def at_import(text: str, code: str) -> str:
+    """`code` at the top of the notebook's second exported cell: it runs when the package is imported."""
+    first, second, rest = text.split("#| export\n", 2)
+    return first + "#| export\n" + second + "#| export\n" + code.strip("\n") + "\n" + rest
+
+
+def _submit(folder: Path, notebooks: dict[str, str]) -> Path:
+    for name, text in notebooks.items():
+        lesson = folder / name / "modules" / "01_tensor" / "tensor_dev.py"
+        lesson.parent.mkdir(parents=True)
+        lesson.write_text(text, encoding="utf-8")
+    return folder
+
+
+def _grade(course, folder: Path, out: Path) -> dict:
+    module = course.module("01")
+    options = GradeOptions((module,), jobs=2, limits=LIMITS)
+    with GradingRun(course.settings, options) as run:
+        students = grade_submissions(course.settings, collect_submissions(folder, [module]), options, run=run)
+        write_outputs(out, students, run.points)
+    return {s.name: s.modules["01_tensor"] for s in students}
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory, shared_grading_course):
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("attacks")
+    course = shared_grading_course
+    # secrets of another module for the snoop to look for: module 12's hidden tests and recorded values
+    shutil.copytree(REPO / "grading" / "12_attention", course.root / "grading" / "12_attention", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    reference = course.module("01").notebook.read_text(encoding="utf-8")
+    snoop = at_import(reference, f"INSTRUCTOR = {str(course.root)!r}\n" + SNOOP)
+    together = _grade(course, _submit(tmp / "together", {"a_hog": at_import(reference, HOG), "b_good": reference,
+                                                         "c_snoop": snoop}), tmp / "out-together")
+    alone = _grade(course, _submit(tmp / "alone", {"b_good": reference}), tmp / "out-alone")
+    return dict(tmp=tmp, together=together, alone=alone)
+
+
+def _messages(result) -> str:
+    return result.reason + "\n" + "\n".join(sorted({t.message for t in result.tests if t.message}))[:3000]
+
+
+def test_a_snoop_finds_nothing_secret_and_scores_as_the_reference(attacked):
+    snoop, good = attacked["together"]["c_snoop"], attacked["together"]["b_good"]
+    assert "SNOOP FOUND" not in _messages(snoop), _messages(snoop)
+    assert snoop.score == good.score == good.max_score and not snoop.reason
+
+
+def test_30_spinners_in_their_own_sessions_are_stopped_at_the_cpu_limit(attacked):
+    hog = attacked["together"]["a_hog"]
+    assert hog.score == 0 and hog.reason.startswith("used more than its 8 s of CPU time"), hog.reason
+
+
+def test_the_neighbour_of_a_hog_scores_exactly_as_alone(attacked):
+    tmp = attacked["tmp"]
+
+    def rows(out: str) -> list[list[str]]:
+        with open(tmp / out / "grades_long.csv", newline="", encoding="utf-8") as handle:
+            return [row for row in csv.reader(handle) if row[0] == "b_good"]
+
+    assert attacked["together"]["b_good"].score == attacked["alone"]["b_good"].score == 10
+    assert rows("out-together") == rows("out-alone") and rows("out-alone")

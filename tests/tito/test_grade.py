@@ -387,3 +387,40 @@ def test_too_many_members_are_refused_before_reading(course, modules, subs, monk
     [many] = collect_submissions(subs, modules)
     assert many.error == ("many.tar.gz could not be read: it holds more than 50 files (51 counted): "
                           "submit the lesson notebooks only")
+
+
+# ---------------------------------------------------------------------------- the summary table (issue 29)
+
+
+@pytest.mark.parametrize("where", ["terminal", "file"])
+def test_the_summary_of_20_modules_is_readable_in_100_columns(where, monkeypatch):
+    """20 modules, COLUMNS=100: every module's full name and every score whole, no line wider than 100
+    (the modules that do not fit go to a second table), in a terminal and in a file."""
+    import io
+
+    from rich.console import Console
+
+    from tito.cli import grades_tables
+    from tito.course import list_modules, load_settings
+
+    keys = [m.key for m in list_modules(load_settings(Path(__file__).resolve().parents[2]))]
+    assert len(keys) == 20
+    students = []
+    for index, name in enumerate(["alice", "bob_with_a_long_name", "carol"]):
+        modules = {k: ModuleResult(k, F(10), score=F(10 * ((n + index) % 3), 3)) for n, k in enumerate(keys)}
+        students.append(StudentResult(name, f"{name}.zip", modules, []))
+    monkeypatch.setenv("COLUMNS", "100")
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=where == "terminal", color_system=None)
+    assert console.width == 100
+    for table in grades_tables(students, keys, console.width):
+        console.print(table)
+    text = buffer.getvalue()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100 and "…" not in text
+    for key in keys:
+        assert f" {key} " in text, key
+    for student in students:
+        row = " ".join(line for line in lines if line.startswith("│ " + student.name[:10]))
+        cells = [c.strip() for c in row.replace("│", "|").split("|") if c.strip() and c.strip() != student.name]
+        assert cells == [fmt(student.modules[k].score) for k in keys] + [fmt(student.total)], row

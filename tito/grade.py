@@ -44,7 +44,7 @@ from typing import Callable
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .export import export_modules, scan_targets
 from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_test
-from .grade_plugin import COURSE_ENV, REPORT_ENV
+from .grade_plugin import COURSE_ENV, MESSAGE_CHARS, REPORT_ENV
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
 from .pytest_plugin import CURRENT_TEST_ENV
 from .release import EDITION_ITEMS, copy_course
@@ -59,7 +59,10 @@ _INLINE_REPORT = "inline.json"
 # The lesson's inline tests as `tito test` runs them (tito.cells), from the notebook's folder, to its first failure.
 _INLINE = ("import os, sys; os.chdir(sys.argv[1]); from tito.cells import main; "
            "sys.exit(main([sys.argv[2], '--first-failure', '--report', sys.argv[3]]))")
-_MAX_REPORT_BYTES = 64 * 1024 * 1024
+# What the sandbox writes and the grader reads is capped like its output: a report file past this size is
+# not read (the run scores 0), and each message in it is cut at the plugin's length (the code could have
+# forged the file), so a feedback file stays small whatever the student's code wrote.
+_MAX_REPORT_BYTES = 16 * 1024 * 1024
 _EXPORT_LOCK = threading.Lock()  # nbdev was not written for threads: exports take turns (a fraction of a second each)
 # Run as the sandbox's user before grading: the same Python, its packages, and Python started again.
 _PROBE = ("import subprocess, sys, numpy, pytest, jupytext; "
@@ -470,7 +473,7 @@ class GradingRun:
         raw = _read_private_file(work / _INLINE_REPORT, _MAX_REPORT_BYTES)
         try:
             failures = json.loads(raw or b"{}").get("failures") or []
-            text = str(failures[0]["traceback"]).rstrip() if failures else ""
+            text = _capped(str(failures[0]["traceback"]).rstrip()) if failures else ""
         except (ValueError, KeyError, TypeError, AttributeError, IndexError):
             text = ""
         if not text and sandbox.reason:
@@ -549,9 +552,18 @@ def _parse_report(raw: bytes | None) -> dict | None:
     for entry in report["tests"].values():
         if not isinstance(entry, dict) or not isinstance(entry.get("outcome"), str):
             return None
-        entry.setdefault("message", "")
-        entry["message"] = str(entry["message"])
+        entry["message"] = _capped(str(entry.get("message", "")))
+        entry["exception"] = str(entry.get("exception", ""))[:200]
+    for name, message in list(report["collection_errors"].items()):
+        report["collection_errors"][name] = _capped(str(message))
     return report
+
+
+def _capped(text: str) -> str:
+    """`text` cut at the length the plugin keeps (`MESSAGE_CHARS`), saying how much was left out."""
+    if len(text) <= MESSAGE_CHARS:
+        return text
+    return text[:MESSAGE_CHARS] + f"\n... ({len(text) - MESSAGE_CHARS} more characters)"
 
 
 def _run_problem(sandbox: SandboxResult, report: dict | None, running: str | None, changed: list[str],
@@ -566,7 +578,8 @@ def _run_problem(sandbox: SandboxResult, report: dict | None, running: str | Non
         return f"changed files of the course outside its work folder: {', '.join(changed[:3])}{more}"
     if report is None:
         return (f"pytest ended without writing its report (exit status {sandbox.returncode}){where}: "
-                "a call to os._exit(), a crash, or a test that ended the process; nothing is scored")
+                "a call to os._exit(), a crash, or a test that ended the process (or the report was larger "
+                f"than {_MAX_REPORT_BYTES // 1024 ** 2} MiB); nothing is scored")
     memory = [n for n, t in report["tests"].items() if "MemoryError" in t.get("exception", "")]
     if memory:
         return (f"ran out of memory: {memory[0]} raised MemoryError (each process may use "

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (can_switch_user() and _namespaces_work()),
                                  reason="needs root, setpriv and namespaces: a sandbox user of its own")]
 
-LIMITS = Limits(wall_s=45, cpu_s=8, memory_bytes=int(1.5 * GiB), output_bytes=MiB, processes=96, tmp_bytes=16 * MiB)
+LIMITS = Limits(wall_s=20, cpu_s=4, memory_bytes=int(1.5 * GiB), output_bytes=MiB, processes=96, tmp_bytes=16 * MiB)
 
 SNOOP = r'''
 import os as _os, stat as _stat
@@ -135,6 +135,25 @@ if not _os.environ.get("HOG_STARTED"):
 '''
 
 
+# Rewrites the plugin's report as pytest exits: its first test failed, with a 10 MB message.
+FORGER = r'''
+import atexit as _atexit, json as _json, os as _os
+def _forge():
+    path = _os.environ.get("TITO_GRADE_REPORT")
+    if not path or not _os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        report = _json.load(handle)
+    first = sorted(report["tests"])[0]
+    report["tests"][first].update(outcome="failed", message="x" * (10 * 2**20))
+    with open(path, "w", encoding="utf-8") as handle:
+        _json.dump(report, handle)
+if not _os.environ.get("FORGER_REGISTERED"):
+    _os.environ["FORGER_REGISTERED"] = "1"
+    _atexit.register(_forge)
+'''
+
+
 def at_import(text: str, code: str) -> str:
     """`code` at the top of the notebook's second exported cell: it runs when the package is imported."""
     first, second, rest = text.split("#| export\n", 2)
@@ -170,7 +189,8 @@ def attacked(tmp_path_factory, shared_grading_course):
     reference = course.module("01").notebook.read_text(encoding="utf-8")
     snoop = at_import(reference, f"INSTRUCTOR = {str(course.root)!r}\n" + SNOOP)
     together = _grade(course, _submit(tmp / "together", {"a_hog": at_import(reference, HOG), "b_good": reference,
-                                                         "c_snoop": snoop}), tmp / "out-together")
+                                                         "c_snoop": snoop, "d_forger": at_import(reference, FORGER)}),
+                      tmp / "out-together")
     alone = _grade(course, _submit(tmp / "alone", {"b_good": reference}), tmp / "out-alone")
     return dict(tmp=tmp, together=together, alone=alone)
 
@@ -187,7 +207,7 @@ def test_a_snoop_finds_nothing_secret_and_scores_as_the_reference(attacked):
 
 def test_30_spinners_in_their_own_sessions_are_stopped_at_the_cpu_limit(attacked):
     hog = attacked["together"]["a_hog"]
-    assert hog.score == 0 and hog.reason.startswith("used more than its 8 s of CPU time"), hog.reason
+    assert hog.score == 0 and hog.reason.startswith("used more than its 4 s of CPU time"), hog.reason
 
 
 def test_the_neighbour_of_a_hog_scores_exactly_as_alone(attacked):
@@ -199,3 +219,15 @@ def test_the_neighbour_of_a_hog_scores_exactly_as_alone(attacked):
 
     assert attacked["together"]["b_good"].score == attacked["alone"]["b_good"].score == 10
     assert rows("out-together") == rows("out-alone") and rows("out-alone")
+
+
+def test_a_10mb_message_forged_into_the_report_gives_small_feedback_and_results(attacked):
+    """Each message of the report is cut at the plugin's length on the grader's side (and a report over
+    16 MiB is not read at all): the forger's 10 MB message (it became a 10 MB feedback file) costs it
+    the test it failed, and its feedback and results stay small."""
+    forger, good = attacked["together"]["d_forger"], attacked["together"]["b_good"]
+    assert forger.score < good.score and not forger.reason, forger.reason
+    assert any("more characters)" in t.message for t in forger.tests)
+    out = attacked["tmp"] / "out-together"
+    for path in (out / "feedback" / "d_forger.md", out / "results" / "d_forger.json"):
+        assert path.stat().st_size < 2 * 1024 ** 2, (path, path.stat().st_size)

@@ -378,3 +378,44 @@ def test_a_file_written_to_run_lock_never_reaches_it_or_is_removed_and_named(scr
         assert result.ok, result
     else:
         assert result.reason == f"wrote outside its work folder: /run/lock/{name} (removed)", result
+
+
+@needs_own_user
+def test_a_setuid_program_does_not_raise_the_sandbox_users_rights(scratch, own_user):
+    """A setuid-root program within reach (a leftover copy of Python, as `su` or `passwd` are on every
+    machine) runs with the sandbox user's rights only: no new privileges."""
+    import shutil
+
+    user = own_user
+    work = prepare_workdir(scratch / f"work-{time.monotonic_ns()}", user)
+    setuid = work / "python-setuid"
+    shutil.copy2(os.path.realpath(sys.executable), setuid)
+    os.chown(setuid, 0, 0)
+    setuid.chmod(0o4755)
+    code = f"import subprocess; print(subprocess.run(['./{setuid.name}', '-c', 'import os; print(os.geteuid())'],"\
+           " capture_output=True, text=True).stdout.strip())"
+    result = run_sandboxed([sys.executable, "-c", code], work, SMALL, None, user)
+    assert result.output.strip() == str(user.uid), result.output
+
+
+def test_no_file_descriptor_of_the_grader_is_inherited(scratch, user, tmp_path):
+    """The grader holds files open (the uid locks, reports): none reaches the command; fds 3-1023 are closed."""
+    secret = tmp_path / "held-open"
+    secret.write_text("grader's")
+    held = os.open(secret, os.O_RDONLY)
+    code = """
+import os
+found = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    found.append((fd, os.readlink(f'/proc/self/fd/{fd}')))
+print(found)
+"""
+    try:
+        result, _ = run(scratch, user, code)
+    finally:
+        os.close(held)
+    assert result.output.strip() == "[]", result.output

@@ -225,9 +225,9 @@ def test_a_10mb_message_forged_into_the_report_gives_small_feedback_and_results(
     """Each message of the report is cut at the plugin's length on the grader's side (and a report over
     16 MiB is not read at all): the forger's 10 MB message (it became a 10 MB feedback file) costs it
     the test it failed, and its feedback and results stay small."""
-    forger, good = attacked["together"]["d_forger"], attacked["together"]["b_good"]
-    assert forger.score < good.score and not forger.reason, forger.reason
-    assert any("more characters)" in t.message for t in forger.tests)
     out = attacked["tmp"] / "out-together"
     for path in (out / "feedback" / "d_forger.md", out / "results" / "d_forger.json"):
         assert path.stat().st_size < 2 * 1024 ** 2, (path, path.stat().st_size)
+    forger = attacked["together"]["d_forger"]
+    assert 0 < forger.score < forger.max_score and not forger.reason, forger.reason
+    assert any("more characters)" in t.message for t in forger.tests)

@@ -1,16 +1,15 @@
 #!/usr/bin/env python
-"""tito grade's speed: one full submission (every module, visible and hidden tests), then a class of them.
+"""tito grade's speed: one full submission (every module with graded cases), then a class of them.
 
     python benchmarks/grading.py                                 # 1 submission, then 20; jobs: the CPU count
     python benchmarks/grading.py --students 20 --jobs 2 --write-results
     python benchmarks/grading.py --students 0 --modules 01 05    # one submission, some modules
 
-Every submission holds the reference notebooks, so every test of every module runs to the
+Every submission holds the reference notebooks, so every graded case of every module runs to the
 end (a submission with stubs or broken notebooks is faster: those modules score 0 without
 running). Each (student, module) runs in the sandbox as `tito grade` runs it; the wall-clock
-time of the whole grading is measured, setup included (the scratch course, collecting the
-tests, checking the sandbox user), and each module's own time and peak address space (what
-the memory limit in grading.toml must exceed) are reported.
+time of the whole grading is measured, setup included (the scratch course, describing the
+graded cases, checking the sandbox user), and each module's own time is reported.
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ sys.path.insert(0, str(ROOT))
 
 from tito.course import list_modules, load_settings, resolve_modules  # noqa: E402
 from tito.grade import GradeOptions, GradingRun, grade_submissions  # noqa: E402
-from tito.grade_config import load_config  # noqa: E402
 from tito.grade_report import fmt  # noqa: E402
 from tito.notebook import read_text  # noqa: E402
 from tito.sandbox import describe_isolation  # noqa: E402
@@ -84,9 +82,8 @@ def main() -> int:
             print(f"warning: the reference did not score full marks in {', '.join(bad)}", file=sys.stderr)
         rows = []
         for key, module in one.modules.items():
-            peak = f"{module.peak_bytes / 2**20:,.0f} MiB" if module.peak_bytes else "?"
-            rows.append(f"| {key} | {len(module.tests)} | {module.seconds:.1f} | {peak} |")
-            print(f"  {key}: {len(module.tests)} tests, {module.seconds:.1f} s, peak address space {peak}")
+            rows.append(f"| {key} | {len(module.cases)} | {module.seconds:.1f} |")
+            print(f"  {key}: {len(module.cases)} cases, {module.seconds:.1f} s")
         many = ""
         if args.students:
             wall, setup, students = grade(settings, make_submissions(tmp / "many", args.students, modules), options)
@@ -100,14 +97,12 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     if not args.write_results:
         return 0
-    limit = load_config(settings).limits
-    heaviest = max(one.modules.values(), key=lambda m: m.peak_bytes or 0)
     section = f"""{HEADING}
 
 `python benchmarks/grading.py --students {args.students} --jobs {args.jobs} --write-results`, on {facts['cpu']}
 ({facts['cores']} cores), Python {facts['python']}, NumPy {facts['numpy']}, PyTorch {facts['torch']}
 (with PyTorch installed its comparison tests run too), {facts['date']}. Each submission holds the
-reference notebooks of {len(modules)} module(s), so every test runs to the end. Sandbox:
+reference notebooks of {len(modules)} module(s), so every graded case runs to the end. Sandbox:
 {'; '.join(describe_isolation())}.
 
 | what | wall clock | of which setup | |
@@ -115,15 +110,14 @@ reference notebooks of {len(modules)} module(s), so every test runs to the end. 
 | one submission | {one_wall:.1f} s | {one_setup:.1f} s | {args.jobs} (student, module) runs at a time |
 {many}
 
-Setup is once per run: the scratch reference course and collecting its tests (which tests exist,
-which skip here), and a check that the sandbox's user runs this Python.
+Setup is once per run: the scratch reference course, describing the graded cases on the
+reference, and a check that the sandbox's user runs this Python.
 
-Each module of the single submission (the run's own time: copy, export, pytest in the sandbox), and
-the largest address space its pytest process reached (the memory limit is
-{limit.memory_bytes / 2**30:g} GiB; the heaviest here is {heaviest.module}):
+Each module of the single submission (the run's own time: copy, export, the cases in the sandbox,
+the comparison):
 
-| module | tests graded | seconds | peak address space |
-|---|---|---|---|
+| module | cases graded | seconds |
+|---|---|---|
 """ + "\n".join(rows) + "\n"
     print(f"wrote {_common.write_section(HEADING, section)}")
     return 0

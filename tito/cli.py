@@ -527,7 +527,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     options = GradeOptions(tuple(modules), jobs=args.jobs, cumulative=args.cumulative)
     mode = "cumulative: every module from the student's notebooks" if args.cumulative else \
         "each module on its own, the others from the reference"
-    with console.status("Preparing: the reference course, its hidden tests, the list of tests..."):
+    with console.status("Preparing: the reference course and the graded cases..."):
         run = GradingRun(settings, options).__enter__()
     try:
         console.print(f"Grading {len(submissions)} submission(s) x {len(run.modules)} module(s), {args.jobs} "

@@ -1,25 +1,32 @@
-"""`tito grade`: each (student, module) graded on its own, in a sandbox, against visible and hidden tests.
+"""`tito grade`: each (student, module) graded on its own: the student's code runs the module's graded
+cases in a sandbox, and the grader, which never runs student code, compares what it produced.
 
 One run:
 
-1. **A base course** is built once in a scratch folder: the reference course (package, tests,
-   tito) with the hidden tests (`grading/NN_name/`) and without the mistakes catalogues. Its
-   tests are collected once, there, as the grader: that fixes which tests each module has
-   (a test a student's code stops from being collected still counts, as 0) and which skip on
-   this machine (GPU tests; they count for nobody).
+1. **A base course** is built once in a scratch folder only the grader may enter: the reference
+   course (package, tests, tito), without `grading/` and without the mistakes catalogues. Each
+   module's graded cases (`grading/NN_name/cases.py`) are described there, by the grader on the
+   reference (their names, what each checks, tolerances); the reference's values
+   (`expected.npz`), the catalogued mistakes' values (`mistakes.npz`) and the catalogue itself
+   are read from the instructor's course and stay in the grader's memory.
 2. **Each (student, module)** is first read: a notebook that is missing, does not parse, or
    still has stubs scores 0 with that reason, without running anything. Otherwise a copy of
    the base gets the student's notebook in place of the reference one; the reference's
    package files for that module (and their compiled `.pyc`) are deleted, and the student's
    notebook is exported into the package. So a mistake in module 01 costs points in 01 only.
    `--cumulative` exports every module from the student's notebooks instead (a stub where
-   one is missing or does not export): the "whole framework" grade. Neither puts the
-   reference solution of the graded module anywhere the student's code can read it.
-3. The module's visible and hidden tests run in **one pytest, in the sandbox**
-   (`tito.sandbox`), whose outcomes are read from the report `tito.grade_plugin` writes.
-   A run that breaks a limit (time, CPU, memory, output, files, processes), crashes, ends
-   before writing its report, or changes files outside its work folder scores 0 with the reason.
-4. Each test scores its points (`grading.toml`) when it passed.
+   one is missing or does not export): the "whole framework" grade, with no reference code at all.
+3. **In the sandbox** (`tito.sandbox`), `python -m tito.grade_cases` imports that package and the
+   module's cases file (the only file of `grading/` it is given), runs every case with its seeded
+   generator and writes what it produced (`tito.grade_cases`). A run that breaks a limit (time,
+   CPU, memory, output, files, processes), crashes, or changes files outside its work folder
+   scores 0 with the reason.
+4. **The grader** reads that file as untrusted data and compares each case with the reference's
+   values (`tito.grade_compare`): a case scores its points (`grading.toml`) when every value it
+   produced equals the reference's within the case's tolerance. The feedback is written from what
+   the grader computed, never from text of the student's run (`tito.grade_compare` says what the
+   feedback shows in each mode). The visible tests (`tests/NN_name/`) do not count: anything
+   computed in the student's process can be forged, and students run them with `tito test`.
 
 Grading is deterministic: results depend only on the submissions and the course, never on
 timing or on the order in which jobs finish.
@@ -29,8 +36,10 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,46 +50,43 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .export import export_modules, scan_targets
-from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_test
-from .grade_plugin import COURSE_ENV, MESSAGE_CHARS, REPORT_ENV
+from .grade_cases import IMPORT_FAILED, RAISED
+from .grade_compare import (CaseResult, CaseSpec, ProducedError, compare_case, describe_raised, load_expected,
+                            read_values, split_mistakes)
+from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_case
+from .mistakes import Mistake, load_catalogue
 from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
-from .pytest_plugin import CURRENT_TEST_ENV
 from .release import EDITION_ITEMS, copy_course
 from .sandbox import (STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
                       run_sandboxed)
 from .submissions import Submission, SubmittedNotebook
 
-NOT_RUN = "not run"
-_REPORT = "report.json"
-_CURRENT = "current-test"
-_INLINE_REPORT = "inline.json"
-# The lesson's inline tests as `tito test` runs them (tito.cells), from the notebook's folder, to its first failure.
-_INLINE = ("import os, sys; os.chdir(sys.argv[1]); from tito.cells import main; "
-           "sys.exit(main([sys.argv[2], '--first-failure', '--report', sys.argv[3]]))")
-# What the sandbox writes and the grader reads is capped like its output: a report file past this size is
-# not read (the run scores 0), and each message in it is cut at the plugin's length (the code could have
-# forged the file), so a feedback file stays small whatever the student's code wrote.
-_MAX_REPORT_BYTES = 16 * 1024 * 1024
+CASES_FILE = "cases.py"  # grading/NN_name/cases.py: the module's graded cases (given to the sandbox)
+EXPECTED_FILE = "expected.npz"  # the reference's values (never given to the sandbox)
+MISTAKES_FILE = "mistakes.npz"  # each catalogued mistake's values (never given to the sandbox)
+CASE_HELPERS = "reference_values.py"  # grading/reference_values.py: what cases files import (nothing secret)
+_PRODUCED = "produced.npz"
 _EXPORT_LOCK = threading.Lock()  # nbdev was not written for threads: exports take turns (a fraction of a second each)
 # Run as the sandbox's user before grading: the same Python, its packages, and Python started again.
-_PROBE = ("import subprocess, sys, numpy, pytest, jupytext; "
+_PROBE = ("import subprocess, sys, numpy, jupytext; "
           "subprocess.run([sys.executable, '-c', 'import numpy'], check=True); print(sys.version)")
-_PYTEST_ARGS = ["-q", "-s", "--tb=short", "--color=no", "-o", "console_output_style=classic",
-                "-p", "tito.grade_plugin", "-p", "tito.pytest_plugin"]
+_DESCRIBE_TIMEOUT_S = 600
 
 Progress = Callable[[str, str, "ModuleResult | None"], None]  # (student, module key, result when done)
 
 
-@dataclass
-class GradedTest:
-    nodeid: str
-    hidden: bool  # from grading/, not from tests/
-    outcome: str  # passed, failed, error, skipped, or "not run"
-    message: str  # the first failure message ("" when it passed)
-    points: Fraction
-    max_points: Fraction
+@dataclass(frozen=True)
+class ModuleCases:
+    """A module's graded cases as the grader holds them (nothing of it but `file` goes into a sandbox)."""
+
+    file: Path  # the run's copy of grading/NN_name/cases.py (in the grader's scratch folder)
+    specs: list[CaseSpec]  # in the cases file's order
+    mistakes: dict[str, dict[str, np.ndarray]]  # mistake name -> {"case/label": its value}
+    catalogue: list[Mistake]
 
 
 @dataclass
@@ -88,13 +94,11 @@ class ModuleResult:
     module: str  # "01_tensor"
     max_score: Fraction
     score: Fraction = Fraction(0)
-    reason: str = ""  # why it scored 0 as a whole ("3 stubs left", a broken limit); "" when its tests decided
-    tests: list[GradedTest] = field(default_factory=list)
+    reason: str = ""  # why it scored 0 as a whole ("3 stubs left", a broken limit); "" when its cases decided
+    cases: list[CaseResult] = field(default_factory=list)
     notebook: str = ""  # where the graded notebook was in the submission
     note: str = ""  # e.g. "read from an .ipynb with jupytext"
     seconds: float = 0.0  # not part of any grade: only Gradescope's execution_time
-    peak_bytes: int | None = None  # the largest address space pytest had (benchmarks/grading.py reports it)
-    first_failure: str = ""  # when a test failed: the first failure `tito test` shows (the lesson's inline tests)
 
 
 @dataclass
@@ -150,22 +154,6 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path, onerror=retry)
 
 
-def _read_private_file(path: Path, limit: int) -> bytes | None:
-    """A file the sandboxed code could have replaced: read only if it is a plain file (no link, no fifo) of sane size."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read(limit + 1)
-    finally:
-        os.close(fd)
-
-
 def _manifest(root: Path) -> dict[str, tuple[int, int]]:
     """(size, modification time) of every file under `root` except compiled caches: to see what a run changed."""
     found = {}
@@ -189,7 +177,7 @@ def _changed(before: dict, after: dict) -> list[str]:
 
 
 class GradingRun:
-    """One `tito grade` run: the scratch folder, the base course, the tests it holds, the sandbox users.
+    """One `tito grade` run: the scratch folder, the base course, the graded cases, the sandbox users.
 
     Use as a context manager; the scratch folder is removed at the end, whatever happened.
     """
@@ -208,15 +196,16 @@ class GradingRun:
             self.users.put(user)
         self.isolation = describe_isolation(self.claimed.users[0] is not None)
         self.scratch = Path(tempfile.mkdtemp(prefix="tito-grade-"))
-        self.expected: dict[str, dict[str, str]] = {}  # module -> {nodeid: skip reason, "" when it runs}
-        self.points: dict[str, dict[str, Fraction]] = {}
+        self.cases: dict[str, ModuleCases] = {}  # module -> its graded cases (the grader's, never the sandbox's)
+        self.points: dict[str, dict[str, Fraction]] = {}  # module -> {case: points}
         self.targets = {m.key: sorted(set(scan_targets(m))) for m in self.all_modules}
 
     def __enter__(self) -> GradingRun:
         try:
             self.scratch.chmod(0o711)  # a sandbox user may pass through, not list the jobs of others
             self._build_base()
-            self._collect_tests()
+            self._load_cases()
+            self._check_sandbox_user()
         except BaseException:
             self.__exit__()
             raise
@@ -258,66 +247,87 @@ class GradingRun:
         base = load_settings(self.base)
         with _EXPORT_LOCK:  # the reference package from the notebooks, whatever state the instructor's is in
             export_modules(base, list_modules(base))
-        hidden = self.settings.root / GRADING_DIR
-        if hidden.is_dir():
-            shutil.copytree(hidden, self.base / GRADING_DIR,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "grading.toml", "*.md"))
         self.base.chmod(0o700)  # the grader's alone: a run gets only its hand-out (`hand_out`)
 
-    def hand_out(self, source: Path, dest: Path, module: CourseModule, move: bool) -> None:
-        """Put in `dest` what a run of `module` needs from the course in `source`, and nothing else.
+    def hand_out(self, source: Path, dest: Path, move: bool) -> None:
+        """Put in `dest` what a run needs from the course in `source`, and nothing else: the package (the
+        student's module and, graded on its own, the others' reference) and tito (`tito.grade_cases`).
 
-        It gets: the package, tito (pytest's plugins), the visible tests and the data sets they read
-        (all in the student edition), the course's settings, the graded module's own folder (its
-        notebook: the lesson's inline tests run it) and that module's hidden tests with their shared
-        helpers. Never another module's notebook or hidden tests, a mistakes catalogue (the base has
-        none), grading.toml, or the tool that records expected values. `move`: `source` is a private
-        copy made for this run (moved, not copied).
+        Never a notebook (the reference's or the student's own), the tests, grading/ (the run gets its
+        cases file in its work folder: `_give_cases`), a mistakes catalogue or the course's settings.
+        `move`: `source` is a private copy made for this run (moved, not copied).
         """
-        root = self.settings.root
-        items = [self.settings.lib_path.name, "tito", self.settings.tests_path.name, "datasets",
-                 "pyproject.toml", "settings.ini", module.folder.relative_to(root).as_posix()]
-        hidden = source / GRADING_DIR
-        if hidden.is_dir():
-            items += [f"{GRADING_DIR}/{p.name}" for p in sorted(hidden.glob("*.py")) if p.name != "record_expected.py"]
-            items.append(f"{GRADING_DIR}/{module.key}")
         dest.mkdir()
-        for item in items:
+        for item in (self.settings.lib_path.name, "tito"):
             origin, target = source / item, dest / item
-            if not origin.exists():
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
             if move:
                 os.replace(origin, target)
-            elif origin.is_dir():
-                shutil.copytree(origin, target, symlinks=True)
             else:
-                shutil.copy2(origin, target)
+                shutil.copytree(origin, target, symlinks=True)
 
-    def test_folders(self, course: Path, module: CourseModule) -> list[Path]:
-        folders = [course / self.settings.tests_path.name / module.key, course / GRADING_DIR / module.key]
-        return [f for f in folders if f.is_dir()]
+    def _seen(self, course: Path) -> dict:
+        """What a run sees of the machine's folders: its course (and its work folder), neither the instructor's
+        course nor the rest of the scratch folder (where the machine allows namespaces; `tito.sandbox`)."""
+        return {"visible": [course], "hidden": [self.settings.root, self.scratch]}
 
-    def _collect_tests(self) -> None:
-        """Collect every graded module's tests in the base course, as the grader (this also compiles them)."""
-        folders = [f for m in self.modules for f in self.test_folders(self.base, m)]
-        if not folders:
-            raise CourseError("None of the modules to grade has tests (tests/NN_name or grading/NN_name).")
-        work = prepare_workdir(self.scratch / "collect", None)
-        result, report, _ = self._pytest(self.base, folders, work, None, ["--collect-only"],
-                                         {"PYTHONDONTWRITEBYTECODE": ""})
-        if report is None or report["collection_errors"] or not result.ok:
-            errors = "\n".join(f"{k}: {v}" for k, v in (report or {}).get("collection_errors", {}).items())
-            raise CourseError("The reference course's tests do not collect, so nothing can be graded:\n"
-                              + (errors or result.reason or result.output[-3000:]))
+    def _load_cases(self) -> None:
+        """Each graded module's cases: described on the reference (by the grader), values from the instructor's files."""
+        grading = self.settings.root / GRADING_DIR
+        files = {m.key: grading / m.key / CASES_FILE for m in self.modules}
+        missing = [key for key, path in files.items() if not path.is_file()]
+        if missing:
+            have = [m.number for m in self.modules if m.key not in missing]
+            raise CourseError(
+                f"No graded cases for {', '.join(missing)}: a module is graded by its cases, "
+                f"{GRADING_DIR}/NN_name/{CASES_FILE} with their recorded values (CONTRIBUTING.md: graded cases)."
+                + (f" Grade the others with --modules {' '.join(have)}." if have else ""))
+        for key, path in files.items():
+            if not (path.parent / EXPECTED_FILE).is_file():
+                raise CourseError(f"{path.parent / EXPECTED_FILE} is missing: record the reference's values with "
+                                  f"`python {GRADING_DIR}/record_expected.py {key.split('_', 1)[0]}`.")
+        snapshots = {key: self._snapshot(path) for key, path in files.items()}
+        described = self._describe(list(snapshots.values()))
         for module in self.modules:
-            prefixes = tuple(f.relative_to(self.base).as_posix() + "/" for f in self.test_folders(self.base, module))
-            found = {n: s for n, s in report["collected"].items() if prefixes and n.startswith(prefixes)}
-            self.expected[module.key] = found
-            graded = [n for n, skip in found.items() if not skip]
-            self.points[module.key] = points_per_test(self.config, module.key, graded, list(found))
-        remove_tree(work)
-        self._check_sandbox_user()
+            self.cases[module.key] = self._module_cases(module, files[module.key], snapshots[module.key],
+                                                        described[str(snapshots[module.key])])
+            names = [spec.name for spec in self.cases[module.key].specs]
+            self.points[module.key] = points_per_case(self.config, module.key, names)
+
+    def _snapshot(self, path: Path) -> Path:
+        """A copy of a cases file (and the helpers it imports) in the grader's scratch folder: what the run
+        describes and gives each job, whatever happens to the instructor's files meanwhile."""
+        folder = self.scratch / "cases" / GRADING_DIR / path.parent.name
+        folder.mkdir(parents=True)
+        (self.scratch / "cases").chmod(0o700)  # no sandbox user may read another module's cases
+        shutil.copyfile(path, folder / CASES_FILE)
+        helpers = path.parent.parent / CASE_HELPERS
+        if helpers.is_file() and not (folder.parent / CASE_HELPERS).exists():
+            shutil.copyfile(helpers, folder.parent / CASE_HELPERS)
+        return folder / CASES_FILE
+
+    def _describe(self, files: list[Path]) -> dict[str, dict]:
+        """{cases file: {case: {"what", "tolerance"}}}, read by importing the cases with the reference package
+        (the grader's own process runs no course code; this one runs only the reference's)."""
+        out = self.scratch / "cases" / "described.json"
+        command = [sys.executable, "-m", "tito.grade_cases", "--describe", str(out), *map(str, files)]
+        env = {**os.environ, "PYTHONPATH": str(self.base), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        done = subprocess.run(command, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=_DESCRIBE_TIMEOUT_S)
+        if done.returncode != 0:
+            raise CourseError("The graded cases do not import with the reference package, so nothing can be "
+                              f"graded:\n{(done.stderr or done.stdout)[-3000:]}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+    def _module_cases(self, module: CourseModule, path: Path, snapshot: Path, described: dict[str, dict]) -> ModuleCases:
+        expected = load_expected(path.parent / EXPECTED_FILE)
+        if set(expected) != set(described):
+            raise CourseError(f"{path.parent / EXPECTED_FILE} holds the cases {', '.join(sorted(expected))}, "
+                              f"{path.name} has {', '.join(described)}: record them again with "
+                              f"`python {GRADING_DIR}/record_expected.py {module.number}`.")
+        specs = [CaseSpec(name, info["what"], info["tolerance"], expected[name]) for name, info in described.items()]
+        mistakes_file = path.parent / MISTAKES_FILE
+        mistakes = split_mistakes(read_values(mistakes_file, limit=1024 ** 3)) if mistakes_file.is_file() else {}
+        return ModuleCases(snapshot, specs, mistakes, load_catalogue(module))
 
     def _check_sandbox_user(self) -> None:
         """The sandbox's own user must run this very Python, with its packages, and start it again (tests
@@ -344,23 +354,6 @@ class GradingRun:
     def module_max(self, module: str) -> Fraction:
         return sum(self.points[module].values(), Fraction(0))
 
-    def _pytest(self, course: Path, folders: list[Path], work: Path, user: SandboxUser | None,
-                extra: list[str], env: dict[str, str] | None = None):
-        """pytest on `folders` of `course` in the sandbox; (sandbox result, report or None, running test)."""
-        command = [sys.executable, "-m", "pytest", *map(str, folders), "-c", str(course / "pyproject.toml"),
-                   "--rootdir", str(course), *_PYTEST_ARGS, *extra]
-        environment = {"PYTHONPATH": str(course), REPORT_ENV: str(work / _REPORT), COURSE_ENV: str(course),
-                       CURRENT_TEST_ENV: str(work / _CURRENT), "HYPOTHESIS_PROFILE": "ci", **(env or {})}
-        result = run_sandboxed(command, work, self.limits, environment, user, **self._seen(course))
-        raw = _read_private_file(work / _REPORT, _MAX_REPORT_BYTES)
-        running = _read_private_file(work / _CURRENT, 4096)
-        return result, _parse_report(raw), running.decode("utf-8", "replace") if running else None
-
-    def _seen(self, course: Path) -> dict:
-        """What a run sees of the machine's folders: its course (and work folder), not the instructor's course
-        nor the rest of the scratch folder (where the machine allows namespaces; `tito.sandbox`)."""
-        return {"visible": [course], "hidden": [self.settings.root, self.scratch]}
-
     def job(self, submission: Submission, module: CourseModule, student_course: Path | None,
             problems: dict[str, str]) -> ModuleResult:
         """Grade one (student, module); never raises for what the student wrote."""
@@ -373,8 +366,6 @@ class GradingRun:
         if reason:
             result.reason = reason
             return result
-        if not self.expected[key]:
-            return result  # a module without tests: nothing to run, nothing to score
         user = self.users.get()
         job_dir = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=self.scratch))
         start = time.monotonic()
@@ -384,14 +375,14 @@ class GradingRun:
                 job_dir.chmod(0o750)  # its own user (by its group) and the grader, nobody else
             course = job_dir / "course"
             if student_course is not None:
-                self.hand_out(student_course, course, module, move=False)
+                self.hand_out(student_course, course, move=False)
             else:
                 build = job_dir / "build"  # the whole course, the grader's alone (job_dir is open to the user)
                 shutil.copytree(self.base, build, symlinks=True)
                 build.chmod(0o700)
                 result.reason = self._put_notebook(build, module, notebook)
                 if not result.reason:
-                    self.hand_out(build, course, module, move=True)
+                    self.hand_out(build, course, move=True)
                 remove_tree(build)
             if not result.reason:
                 self._run(course, module, job_dir, user, result)
@@ -446,58 +437,51 @@ class GradingRun:
 
     def _run(self, course: Path, module: CourseModule, job_dir: Path, user: SandboxUser | None,
              result: ModuleResult) -> None:
+        """Run the module's cases on `course` in the sandbox, then compare what they produced (here, trusted)."""
         work = prepare_workdir(job_dir / "work", user)
+        cases = self._give_cases(work, module)
         if user is not None:
             _make_readable(course)
         before = _manifest(course)
-        sandbox, report, running = self._pytest(course, self.test_folders(course, module), work, user, [])
+        sandbox = run_sandboxed([sys.executable, "-m", "tito.grade_cases", str(cases), str(work / _PRODUCED)],
+                                work, self.limits, {"PYTHONPATH": str(course)}, user, **self._seen(course))
         changed = _changed(before, _manifest(course))
-        result.reason = _run_problem(sandbox, report, running, changed, course, self.limits)
-        if report is not None and isinstance(report.get("peak_kib"), int):
-            result.peak_bytes = report["peak_kib"] * 1024
-        if not result.reason:
-            result.tests = self._score(module.key, report)
-            result.score = sum((t.points for t in result.tests), Fraction(0))
-            if any(t.outcome != "passed" for t in result.tests):
-                result.first_failure = self._inline_first_failure(course, module, work, user)
-
-    def _inline_first_failure(self, course: Path, module: CourseModule, work: Path,
-                              user: SandboxUser | None) -> str:
-        """The first failure of the lesson's inline tests, as `tito test` shows it first ("" when they pass).
-
-        The course's catalogued messages name each mistake there (`tito release check` proves it), so
-        the feedback carries it beside the failed tests. Run in the sandbox like the tests; not scored."""
-        notebook = course / module.notebook.relative_to(self.settings.root)
-        command = [sys.executable, "-c", _INLINE, str(notebook.parent), notebook.name, str(work / _INLINE_REPORT)]
-        sandbox = run_sandboxed(command, work, self.limits, {"PYTHONPATH": str(course)}, user, **self._seen(course))
-        raw = _read_private_file(work / _INLINE_REPORT, _MAX_REPORT_BYTES)
+        detail = self.cumulative  # no reference code was in its reach: its own text may reach it back
+        result.reason = _run_problem(sandbox, changed, detail)
+        if result.reason:
+            return
+        graded = self.cases[module.key]
+        allowed = {spec.name: set(spec.expected) for spec in graded.specs}
         try:
-            failures = json.loads(raw or b"{}").get("failures") or []
-            text = _capped(str(failures[0]["traceback"]).rstrip()) if failures else ""
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-            text = ""
-        if not text and sandbox.reason:
-            text = f"(the inline tests did not finish: {sandbox.reason})"
-        return text.replace(str(course) + os.sep, "")
+            produced = read_values(work / _PRODUCED, allowed)
+        except ProducedError as err:
+            result.reason = f"{err}: nothing is scored"
+            return
+        if IMPORT_FAILED in produced:
+            result.reason = f"the package did not import: {describe_raised(produced[IMPORT_FAILED], detail)}"
+            return
+        memory = [s.name for s in graded.specs if _raised_memory_error(produced.get(f"{s.name}/{RAISED}"))]
+        if memory:
+            result.reason = (f"ran out of memory: case {memory[0]} raised MemoryError (each process may use "
+                             f"{self.limits.memory_bytes / 1024 ** 3:g} GiB of address space)")
+            return
+        points = self.points[module.key]
+        result.cases = [compare_case(spec, produced, points[spec.name], detail, graded.mistakes, graded.catalogue)
+                        for spec in graded.specs]
+        result.score = sum((c.points for c in result.cases), Fraction(0))
 
-    def _score(self, module: str, report: dict) -> list[GradedTest]:
-        tests = []
-        errors = report["collection_errors"]
-        for nodeid, points in self.points[module].items():
-            found = report["tests"].get(nodeid)
-            if found is None:
-                path = nodeid.split("::", 1)[0]
-                cause = errors.get(path) or next((m for p, m in errors.items() if path.startswith(p)), "")
-                message = (f"could not be collected: {cause}" if cause else
-                           "did not run (the test session ended before it, or it was not collected)")
-                outcome = NOT_RUN
-            else:
-                outcome, message = found["outcome"], found["message"]
-                if outcome == "skipped":
-                    message = f"skipped: {message}"
-            earned = points if outcome == "passed" else Fraction(0)
-            tests.append(GradedTest(nodeid, nodeid.startswith(GRADING_DIR + "/"), outcome, message, earned, points))
-        return tests
+    def _give_cases(self, work: Path, module: CourseModule) -> Path:
+        """Copy the module's cases file (and the helpers it imports) into `work`, as the course lays them out;
+        nothing else of grading/ (no recorded values, no other module's cases) goes into the sandbox."""
+        source = self.cases[module.key].file
+        folder = work / GRADING_DIR / module.key
+        folder.mkdir(parents=True)
+        shutil.copyfile(source, folder / CASES_FILE)
+        helpers = source.parent.parent / CASE_HELPERS
+        if helpers.is_file():
+            shutil.copyfile(helpers, folder.parent / CASE_HELPERS)
+        _make_readable(work / GRADING_DIR)
+        return folder / CASES_FILE
 
     # -- cumulative: the student's whole framework
 
@@ -538,55 +522,23 @@ def _remove_package_files(copied: Settings, targets: list[str]) -> None:
             cached.unlink()
 
 
-def _parse_report(raw: bytes | None) -> dict | None:
-    """The plugin's report, or None when it is missing or not what the plugin writes."""
-    if raw is None:
-        return None
-    try:
-        report = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(report, dict) or not all(isinstance(report.get(k), dict)
-                                               for k in ("tests", "collection_errors", "collected")):
-        return None
-    for entry in report["tests"].values():
-        if not isinstance(entry, dict) or not isinstance(entry.get("outcome"), str):
-            return None
-        entry["message"] = _capped(str(entry.get("message", "")))
-        entry["exception"] = str(entry.get("exception", ""))[:200]
-    for name, message in list(report["collection_errors"].items()):
-        report["collection_errors"][name] = _capped(str(message))
-    return report
+def _raised_memory_error(raised: np.ndarray | None) -> bool:
+    return raised is not None and str(raised.item()).split(":", 1)[0] == "MemoryError"
 
 
-def _capped(text: str) -> str:
-    """`text` cut at the length the plugin keeps (`MESSAGE_CHARS`), saying how much was left out."""
-    if len(text) <= MESSAGE_CHARS:
-        return text
-    return text[:MESSAGE_CHARS] + f"\n... ({len(text) - MESSAGE_CHARS} more characters)"
+def _run_problem(sandbox: SandboxResult, changed: list[str], detail: bool = True) -> str:
+    """Why a run scores 0 as a whole (a broken limit, changed course files), or "" when its cases decide.
 
-
-def _run_problem(sandbox: SandboxResult, report: dict | None, running: str | None, changed: list[str],
-                 course: Path, limits: Limits) -> str:
-    """Why a run scores 0 as a whole, or "" when its tests decide."""
-    where = f" while running {running}" if running else " while collecting the tests (importing the package)"
+    Without `detail` (other modules' reference code was in the sandbox's reach), nothing the run chose
+    reaches the student: the sandbox's reason up to its first details (the names of the processes it
+    left, of the files it wrote), and how many course files it changed, not their names."""
     if sandbox.reason:
-        hung = "ran past" in sandbox.reason or "CPU time" in sandbox.reason
-        return f"{sandbox.reason}{where if hung or 'printed' in sandbox.reason else ''}"
+        return sandbox.reason if detail else re.split(r":| \(", sandbox.reason, maxsplit=1)[0]
     if changed:
+        if not detail:
+            return f"changed {len(changed)} file(s) of the course outside its work folder"
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         return f"changed files of the course outside its work folder: {', '.join(changed[:3])}{more}"
-    if report is None:
-        return (f"pytest ended without writing its report (exit status {sandbox.returncode}){where}: "
-                "a call to os._exit(), a crash, or a test that ended the process (or the report was larger "
-                f"than {_MAX_REPORT_BYTES // 1024 ** 2} MiB); nothing is scored")
-    memory = [n for n, t in report["tests"].items() if "MemoryError" in t.get("exception", "")]
-    if memory:
-        return (f"ran out of memory: {memory[0]} raised MemoryError (each process may use "
-                f"{limits.memory_bytes / 1024 ** 3:g} GiB of address space)")
-    imported = report.get("tinytorch")
-    if imported and not Path(str(imported)).resolve().is_relative_to(course.resolve()):
-        return f"the tests imported tinytorch from {imported}, outside the scratch course"
     return ""
 
 

@@ -1,10 +1,10 @@
-"""`grading.toml`: each module's weight, the points of its tests, and the sandbox's limits.
+"""`grading.toml`: each module's weight, the points of its graded cases, and the sandbox's limits.
 
-The file lives in `grading/` (beside the hidden tests) or at the course root. Without it
-every test counts one point and a module is worth as many points as it has tests.
+The file lives in `grading/` (beside the graded cases) or at the course root. Without it
+every case counts one point and a module is worth as many points as it has cases.
 
 ```toml
-hidden_visibility = "after_due_date"   # when Gradescope shows hidden tests to students
+hidden_visibility = "after_due_date"   # when Gradescope shows the graded cases' results to students
 
 [limits]                               # per (student, module); these are the defaults
 time_s = 600                           # wall clock
@@ -17,14 +17,11 @@ processes = 128
 
 [modules.01_tensor]
 weight = 10                            # the module's points in the total
-[modules.01_tensor.points]             # points of the tests a key names, shared equally among them
-"tests/01_tensor" = 7                  # a folder, a file, a test (all its parameters), or one test id
-"grading/01_tensor" = 3
+[modules.01_tensor.points]             # points of a case (grading/01_tensor/cases.py), by its name
+"float16" = 2                          # cases not named here count one point each
 ```
 
-A test takes its points from the most specific key that names it (one test id, then a test
-with all its parameters, then the deepest file or folder); tests no key names count one point
-each. With a `weight`, the module's points are scaled to it.
+With a `weight`, the module's points are scaled to it: by default its cases share it equally.
 """
 from __future__ import annotations
 
@@ -42,7 +39,7 @@ from .course import CourseError, Settings, resolve_module
 from .notebook import read_text
 from .sandbox import GiB, MiB, Limits
 
-GRADING_DIR = "grading"  # hidden tests, one folder per module, and grading.toml; instructors only
+GRADING_DIR = "grading"  # graded cases and their values, one folder per module, and grading.toml; instructors only
 CONFIG_FILE = "grading.toml"
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
 _LIMIT_KEYS = {"time_s": ("wall_s", 1), "cpu_s": ("cpu_s", 1), "memory_mb": ("memory_bytes", MiB),
@@ -116,41 +113,17 @@ def load_config(settings: Settings) -> GradingConfig:
     return GradingConfig(path, weights, points, visibility, Limits(**{**defaults, **limits}))
 
 
-def _specificity(key: str, nodeid: str) -> tuple[int, int] | None:
-    """How closely `key` names the test `nodeid`, or None when it does not name it."""
-    if key == nodeid:
-        return (3, len(key))
-    if "::" in key:
-        return (2, len(key)) if nodeid.startswith(key + "[") else None
-    path = nodeid.split("::", 1)[0]
-    return (1, len(key)) if path == key or path.startswith(key + "/") else None
-
-
-def points_per_test(config: GradingConfig, module: str, graded: list[str],
-                    collected: list[str] | None = None) -> dict[str, Fraction]:
-    """Each graded test's points in the module's total (the weight applied).
-
-    `collected` (default `graded`) also holds the tests skipped on this machine (GPU tests):
-    a key that names none of them is a typo, a CourseError; one that names only skipped
-    tests gives no points here.
-    """
+def points_per_case(config: GradingConfig, module: str, cases: list[str]) -> dict[str, Fraction]:
+    """Each graded case's points in the module's total (the weight applied); a key naming no case is an error."""
     keys = config.points.get(module, {})
-
-    def owner(nodeid: str) -> str | None:
-        scored = [(s, k) for k in keys if (s := _specificity(k, nodeid)) is not None]
-        return max(scored)[1] if scored else None
-
-    named = {owner(n) for n in (collected if collected is not None else graded)}
-    unused = sorted(k for k in keys if k not in named)
-    if unused:
+    unknown = sorted(k for k in keys if k not in cases)
+    if unknown:
         where = config.path or CONFIG_FILE
-        raise CourseError(f"{where}: [modules.{module}.points] {unused[0]!r} names no test of {module} "
-                          "(give a folder, a file, a test or a test id, relative to the course root).")
-    owners = {n: owner(n) for n in graded}
-    shares = {k: sum(1 for o in owners.values() if o == k) for k in keys}
-    points = {n: (keys[o] / shares[o] if o else Fraction(1)) for n, o in owners.items()}
+        raise CourseError(f"{where}: [modules.{module}.points] {unknown[0]!r} is not a graded case of {module} "
+                          f"(its cases: {', '.join(cases)}).")
+    points = {case: keys.get(case, Fraction(1)) for case in cases}
     weight = config.weights.get(module)
     total = sum(points.values(), Fraction(0))
     if weight is not None and total:
-        points = {n: p * weight / total for n, p in points.items()}
+        points = {case: p * weight / total for case, p in points.items()}
     return points

@@ -3,14 +3,19 @@
 In `--out` (default `grades/`):
 
 * `grades.csv`: one row per student, one column per module and the total; the row
-  `(max points)` first. `grades_long.csv`: one row per (student, module, test) with its
+  `(max points)` first. `grades_long.csv`: one row per (student, module, graded case) with its
   points, for spreadsheets. Both hold only points and outcomes, so the same submissions
   give byte-identical files.
-* `feedback/<student>.md`: per module the score and why: each failed test with its first
-  failure message (the course's messages name the cause), or the reason the module scored 0.
-* `results/<student>.json`: Gradescope's results format (`score`, and `tests` with `name`,
-  `score`, `max_score`, `output`, `visibility`): one entry per module and test file, hidden
-  tests with `hidden_visibility` from grading.toml (default `after_due_date`).
+* `feedback/<student>.md`: per module the score and why: each failed case with what the grader
+  found (and the catalogued mistake its values match), or the reason the module scored 0.
+  Written only from what the grader computed (`tito.grade_compare`); byte-identical across runs.
+* `results/<student>.json`: Gradescope's results format (`score`, `output`, and `tests` with
+  `name`, `score`, `max_score`, `output`, `visibility`). Every entry that carries points is a
+  graded case with `hidden_visibility` (grading.toml; default `after_due_date`), and so is the
+  whole result (`visibility`); what is visible before (one entry per module that says which
+  notebook was graded or why it scored 0 as a whole, and the top-level `output`) holds no
+  number that depends on a case's outcome. `execution_time` is the one field that changes
+  from run to run (seconds spent, for Gradescope).
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
-from .grade import ModuleResult, StudentResult, GradedTest
+from .grade import ModuleResult, StudentResult
+from .grade_compare import CaseResult
 
 MAX_ROW = "(max points)"
 FAILURES_SHOWN = 25  # per module in the feedback; the rest are counted
@@ -52,20 +58,18 @@ def grades_csv(students: list[StudentResult]) -> str:
     return _csv_text(rows)
 
 
-def grades_long_csv(students: list[StudentResult], expected: dict[str, dict[str, Fraction]]) -> str:
-    """Student x module x test x points; a module that scored 0 as a whole lists its tests as not run, with why."""
-    rows = [["student", "module", "test", "visibility", "outcome", "points", "max_points", "reason"]]
+def grades_long_csv(students: list[StudentResult], points: dict[str, dict[str, Fraction]]) -> str:
+    """Student x module x case x points; a module that scored 0 as a whole lists its cases as not run, with why."""
+    rows = [["student", "module", "case", "outcome", "points", "max_points", "reason"]]
     for student in students:
         for key, module in student.modules.items():
-            if module.tests:
-                for test in module.tests:
-                    rows.append([student.name, key, test.nodeid, "hidden" if test.hidden else "visible",
-                                 test.outcome, fmt(test.points), fmt(test.max_points), ""])
+            if module.cases:
+                for case in module.cases:
+                    rows.append([student.name, key, case.name, "passed" if case.passed else "failed",
+                                 fmt(case.points), fmt(case.max_points), ""])
                 continue
-            for nodeid, points in expected.get(key, {}).items():
-                hidden = nodeid.startswith("grading/")
-                rows.append([student.name, key, nodeid, "hidden" if hidden else "visible", "not run", "0",
-                             fmt(points), module.reason])
+            for name, max_points in points.get(key, {}).items():
+                rows.append([student.name, key, name, "not run", "0", fmt(max_points), module.reason])
     return _csv_text(rows)
 
 
@@ -77,18 +81,22 @@ def _fence(text: str) -> str:
     return f"{fence}\n{text.rstrip()}\n{fence}"
 
 
-def _failures(module: ModuleResult) -> list[GradedTest]:
-    return [t for t in module.tests if t.outcome != "passed"]
+def _failures(module: ModuleResult) -> list[CaseResult]:
+    return [c for c in module.cases if not c.passed]
 
 
 def module_summary(module: ModuleResult) -> str:
-    """One line: "3 of 200 tests failed", or the reason it scored 0 as a whole."""
+    """One line: "3 of 11 cases failed", or the reason it scored 0 as a whole."""
     if module.reason:
         return module.reason
-    if not module.tests:
-        return "no tests"
+    if not module.cases:
+        return "no graded cases"
     failed = len(_failures(module))
-    return f"all {len(module.tests)} tests passed" if not failed else f"{failed} of {len(module.tests)} tests failed"
+    return f"all {len(module.cases)} cases passed" if not failed else f"{failed} of {len(module.cases)} cases failed"
+
+
+def _case_line(case: CaseResult) -> str:
+    return f"case `{case.name}` ({case.what}; {fmt(case.max_points)} point(s)): {case.message}"
 
 
 def feedback_markdown(student: StudentResult) -> str:
@@ -112,78 +120,79 @@ def feedback_markdown(student: StudentResult) -> str:
         if not failures:
             lines.append(module_summary(module) + ".")
             continue
-        if module.first_failure:
-            lines += [f"What `tito test {key}` shows you first (the inline tests in your notebook):", "",
-                      _fence(module.first_failure), ""]
-        lines.append(f"{module_summary(module)}. Each failed test with its first message:")
-        for test in failures[:FAILURES_SHOWN]:
-            kind = "hidden test " if test.hidden else ""
-            lines += ["", f"- {kind}`{test.nodeid}` ({test.outcome}, {fmt(test.max_points)} point(s))", "",
-                      _fence(test.message or "(no message)")]
+        lines.append(f"{module_summary(module)} (run `tito test {key.split('_', 1)[0]}` to see the lesson's "
+                     "own tests). What differs from the reference in each:")
+        lines += [""] + [f"- {_case_line(case)}" for case in failures[:FAILURES_SHOWN]]
         if len(failures) > FAILURES_SHOWN:
-            lines += ["", f"... and {len(failures) - FAILURES_SHOWN} more failed tests."]
+            lines += ["", f"... and {len(failures) - FAILURES_SHOWN} more failed cases."]
     if student.ignored:
         shown = ", ".join(f"`{p}`" for p in student.ignored[:IGNORED_SHOWN])
         more = f" and {len(student.ignored) - IGNORED_SHOWN} more" if len(student.ignored) > IGNORED_SHOWN else ""
         lines += ["", "## Not used from your submission", "",
                   "Only the lesson notebooks (`modules/NN_name/name_dev.py`) are graded, with the course's own "
-                  f"tests and package. These files were ignored: {shown}{more}."]
+                  f"package and graded cases. These files were ignored: {shown}{more}."]
     return "\n".join(lines) + "\n"
 
 
-def _file_entries(key: str, module: ModuleResult, hidden_visibility: str) -> list[dict]:
-    """Gradescope test entries for one module: one per test file (hidden files with their own visibility)."""
-    if module.reason or not module.tests:
-        return [{"name": f"{key}", "score": float(module.score),
-                 "max_score": float(module.max_score),
-                 "output": module.reason or "no tests", "visibility": "visible"}]
-    files: dict[str, list[GradedTest]] = {}
-    for test in module.tests:
-        files.setdefault(test.nodeid.split("::", 1)[0], []).append(test)
-    entries = []
-    first = ([f"What `tito test {key}` shows you first (the inline tests in your notebook):", module.first_failure, ""]
-             if module.first_failure else [])
-    for path, tests in files.items():
-        failures = [t for t in tests if t.outcome != "passed"]
-        output = [f"{len(tests) - len(failures)} of {len(tests)} tests passed."]
-        if first and not tests[0].hidden:  # once per module, in its first visible entry
-            output, first = first + output, []
-        for test in failures[:FAILURES_SHOWN]:
-            output += ["", f"{test.nodeid} ({test.outcome}):", test.message or "(no message)"]
-        if len(failures) > FAILURES_SHOWN:
-            output += ["", f"... and {len(failures) - FAILURES_SHOWN} more failed tests."]
-        hidden = tests[0].hidden
-        entries.append({
-            "name": f"{key}: {'hidden tests ' if hidden else ''}{path}",
-            "score": float(sum((t.points for t in tests), Fraction(0))),
-            "max_score": float(sum((t.max_points for t in tests), Fraction(0))),
-            "output": "\n".join(output),
-            "visibility": hidden_visibility if hidden else "visible",
-        })
+def _module_entries(key: str, module: ModuleResult, points: dict[str, Fraction],
+                    hidden_visibility: str) -> list[dict]:
+    """Gradescope entries for one module: a visible one without points (which notebook was graded, or why the
+    module scored 0 as a whole: facts of the submission, not of any case's outcome), then one per graded case."""
+    if module.reason:
+        said = module.reason
+    else:
+        said = f"Graded `{module.notebook}`" + (f" ({module.note})" if module.note else "") + "."
+    entries = [{"name": f"{key}: your notebook", "score": 0.0, "max_score": 0.0, "output": said,
+                "visibility": "visible"}]
+    results = {case.name: case for case in module.cases}
+    for name, max_points in points.items():
+        case = results.get(name)
+        if case is None:
+            output = f"not run: {module.reason}" if module.reason else "not run"
+        else:
+            output = f"{case.what}: " + ("passed." if case.passed else case.message)
+        entries.append({"name": f"{key}: case {name}", "score": float(case.points if case else 0),
+                        "max_score": float(max_points), "output": output, "visibility": hidden_visibility})
     return entries
 
 
-def gradescope_results(student: StudentResult, hidden_visibility: str = "after_due_date") -> dict:
-    """Gradescope's results.json for one student (the fields its autograder harness reads)."""
-    tests = [e for key, module in student.modules.items() for e in _file_entries(key, module, hidden_visibility)]
-    summary = [f"Total: {fmt(student.total)} / {fmt(student.max_total)}"]
-    summary += [f"{key}: {fmt(m.score)} / {fmt(m.max_score)} ({module_summary(m)})" for key, m in student.modules.items()]
+def gradescope_results(student: StudentResult, points: dict[str, dict[str, Fraction]],
+                       hidden_visibility: str = "after_due_date") -> dict:
+    """Gradescope's results.json for one student (the fields its autograder harness reads).
+
+    Before `hidden_visibility` lets a student see the cases, nothing visible says how a case went:
+    the top-level `output` names the modules, the graded notebooks and only reasons that come from
+    the submission itself ("3 stubs left", a broken limit)."""
+    tests = [e for key, module in student.modules.items()
+             for e in _module_entries(key, module, points.get(key, {}), hidden_visibility)]
+    shown = hidden_visibility == "visible"
+    summary = [f"Total: {fmt(student.total)} / {fmt(student.max_total)}" if shown else
+               f"The graded cases' results and scores are shown {hidden_visibility.replace('_', ' ')}."]
+    for key, module in student.modules.items():
+        if shown:
+            summary.append(f"{key}: {fmt(module.score)} / {fmt(module.max_score)} ({module_summary(module)})")
+        else:
+            summary.append(f"{key}: " + (f"scored 0: {module.reason}" if module.reason else
+                                         f"graded `{module.notebook}`"))
     if student.error:
         summary.append(f"The submission could not be read: {student.error}")
     if student.ignored:
         summary.append(f"Ignored {len(student.ignored)} file(s) that are not lesson notebooks "
-                       f"(the course's own tests and package are used): {', '.join(student.ignored[:IGNORED_SHOWN])}"
+                       f"(the course's own package and cases are used): {', '.join(student.ignored[:IGNORED_SHOWN])}"
                        + (" ..." if len(student.ignored) > IGNORED_SHOWN else ""))
-    return {
+    results = {
         "score": float(student.total),
         "execution_time": int(round(sum(m.seconds for m in student.modules.values()))),
         "output": "\n".join(summary),
         "stdout_visibility": "hidden",
         "tests": tests,
     }
+    if not shown:
+        results["visibility"] = hidden_visibility  # the whole result, its total score included
+    return results
 
 
-def write_outputs(out: Path, students: list[StudentResult], expected: dict[str, dict[str, Fraction]],
+def write_outputs(out: Path, students: list[StudentResult], points: dict[str, dict[str, Fraction]],
                   hidden_visibility: str = "after_due_date") -> list[Path]:
     """Write every output file into `out` (created); the paths written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -195,9 +204,9 @@ def write_outputs(out: Path, students: list[StudentResult], expected: dict[str, 
         written.append(path)
 
     write(out / "grades.csv", grades_csv(students))
-    write(out / "grades_long.csv", grades_long_csv(students, expected))
+    write(out / "grades_long.csv", grades_long_csv(students, points))
     for student in students:
         write(out / "feedback" / f"{student.name}.md", feedback_markdown(student))
         write(out / "results" / f"{student.name}.json",
-              json.dumps(gradescope_results(student, hidden_visibility), indent=2, ensure_ascii=False) + "\n")
+              json.dumps(gradescope_results(student, points, hidden_visibility), indent=2, ensure_ascii=False) + "\n")
     return written

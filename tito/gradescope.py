@@ -7,7 +7,7 @@ submission, with the student's files in `/autograder/submission`; it reads
 
 The bundle holds:
 
-* `course/`: the reference course (package, tests, tito) with the hidden tests and
+* `course/`: the reference course (package, tests, tito) with the graded cases, their values and
   `grading.toml`, without the mistakes catalogues; `tito grade` runs from it, as on the
   instructor's machine, so the same sandbox and the same scoring apply;
 * `requirements.txt`: what `setup.sh` installs from the package index into a virtual

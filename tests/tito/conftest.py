@@ -216,24 +216,22 @@ def shared_course(tmp_path_factory) -> CourseCopy:
 GRADING_TOML = """
 [modules.01_tensor]
 weight = 10
-points = { "tests/01_tensor" = 7, "grading/01_tensor" = 3 }
 """
 
 
 def add_grading(course: CourseCopy) -> CourseCopy:
-    """Module 01's hidden tests (grading/) and a grading.toml for module 01 alone, in a course copy."""
+    """Module 01's graded cases and their recorded values (grading/) and a grading.toml for module 01 alone."""
     course.root.parent.chmod(0o755)  # a sandbox user of its own walks through to the scratch folders
     hidden = course.root / "grading"
     shutil.copytree(REPO / "grading" / "01_tensor", hidden / "01_tensor", ignore=IGNORE)
-    for name in ("conftest.py", "reference_values.py"):
-        shutil.copy2(REPO / "grading" / name, hidden / name)
+    shutil.copy2(REPO / "grading" / "reference_values.py", hidden / "reference_values.py")
     (hidden / "grading.toml").write_text(GRADING_TOML, encoding="utf-8")
     return course
 
 
 @pytest.fixture
 def grading_course(course: CourseCopy) -> CourseCopy:
-    """A course copy with module 01's hidden tests and points: enough to grade module 01 end to end."""
+    """A course copy with module 01's graded cases and points: enough to grade module 01 end to end."""
     return add_grading(course)
 
 

@@ -17,8 +17,9 @@ import jupytext
 import pytest
 
 from tito.course import CourseError
-from tito.grade import ModuleResult, StudentResult, GradedTest, _parse_report, _run_problem
-from tito.grade_config import GradingConfig, load_config, points_per_test
+from tito.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
+from tito.grade_compare import CaseResult
+from tito.grade_config import GradingConfig, load_config, points_per_case
 from tito.grade_report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
 from tito.release import EDITION_ITEMS, write_student_edition
 from tito.sandbox import Limits, SandboxResult
@@ -137,37 +138,30 @@ def test_two_entries_for_one_student_are_refused(modules, subs):
 # ---------------------------------------------------------------------------- points
 
 
-def test_without_grading_toml_every_test_is_one_point():
-    points = points_per_test(GradingConfig(None), "01_tensor", ["tests/a.py::t1", "tests/a.py::t2"])
-    assert points == {"tests/a.py::t1": 1, "tests/a.py::t2": 1}
+def test_without_grading_toml_every_case_is_one_point():
+    assert points_per_case(GradingConfig(None), "01_tensor", ["views", "float16"]) == {"views": 1, "float16": 1}
 
 
-def test_keys_give_points_to_the_tests_they_name_shared_equally_the_weight_scales():
-    tests = ["tests/01/test_a.py::t[1]", "tests/01/test_a.py::t[2]", "tests/01/test_a.py::u",
-             "tests/01/test_b.py::v", "grading/01/test_h.py::w[x]", "grading/01/test_h.py::w[y]"]
-    config = GradingConfig(None, {}, {"01": {"tests/01": F(6), "tests/01/test_a.py::t": F(4),
-                                             "grading/01/test_h.py::w[y]": F(3)}})
-    points = points_per_test(config, "01", tests)
-    assert points == {tests[0]: 2, tests[1]: 2, tests[2]: 3, tests[3]: 3, tests[4]: 1, tests[5]: 3}
-    weighted = points_per_test(GradingConfig(None, {"01": F(7)}, config.points), "01", tests)
-    assert sum(weighted.values()) == 7 and weighted[tests[5]] == F(3 * 7, 14)
+def test_points_name_cases_and_the_weight_scales_them():
+    config = GradingConfig(None, {}, {"01": {"float16": F(3)}})
+    assert points_per_case(config, "01", ["views", "float16", "masks"]) == {"views": 1, "float16": 3, "masks": 1}
+    weighted = points_per_case(GradingConfig(None, {"01": F(10)}, config.points), "01", ["views", "float16", "masks"])
+    assert weighted == {"views": 2, "float16": 6, "masks": 2}
 
 
-def test_a_key_that_names_no_test_is_an_error_unless_its_tests_skip_here():
-    config = GradingConfig(Path("grading.toml"), {}, {"01": {"tests/01/test_gpu.py": F(5)}})
-    with pytest.raises(CourseError, match="'tests/01/test_gpu.py' names no test of 01"):
-        points_per_test(config, "01", ["tests/01/test_a.py::t"])
-    points = points_per_test(config, "01", ["tests/01/test_a.py::t"], ["tests/01/test_a.py::t", "tests/01/test_gpu.py::g"])
-    assert points == {"tests/01/test_a.py::t": 1}
+def test_a_key_that_names_no_case_is_an_error_that_lists_the_cases():
+    config = GradingConfig(Path("grading.toml"), {}, {"01": {"tests/01_tensor": F(5)}})
+    with pytest.raises(CourseError, match="'tests/01_tensor' is not a graded case of 01 \\(its cases: views, masks\\)"):
+        points_per_case(config, "01", ["views", "masks"])
 
 
 def test_grading_toml_is_checked(course):
     path = course.root / "grading" / "grading.toml"
     path.parent.mkdir()
-    path.write_text('[modules.01]\nweight = 5\npoints = { "tests/01_tensor" = 2 }\n[limits]\ntime_s = 30\n'
+    path.write_text('[modules.01]\nweight = 5\npoints = { "views" = 2 }\n[limits]\ntime_s = 30\n'
                     'memory_mb = 512\n', encoding="utf-8")
     config = load_config(course.settings)
-    assert config.weights == {"01_tensor": 5} and config.points == {"01_tensor": {"tests/01_tensor": 2}}
+    assert config.weights == {"01_tensor": 5} and config.points == {"01_tensor": {"views": 2}}
     assert config.limits.wall_s == 30 == config.limits.cpu_s and config.limits.memory_bytes == 512 * 2**20
     for bad, message in (("[modules.99]\n", "Unknown module '99'"), ("[limits]\ntime_s = -1\n", "positive number"),
                          ('hidden_visibility = "later"\n', "use one of visible"), ("[modules.01]\nweight = 'x'\n",
@@ -188,46 +182,55 @@ def _sandbox(**changes) -> SandboxResult:
     return SandboxResult(**{**values, **changes})
 
 
-def _report(**tests) -> dict:
-    return {"exitstatus": 1, "tinytorch": None, "collection_errors": {}, "collected": {},
-            "tests": {k: {"outcome": v[0], "message": v[1], "exception": v[2]} for k, v in tests.items()}}
+def test_what_zeroes_a_whole_module():
+    assert _run_problem(_sandbox(), []) == ""
+    assert _run_problem(_sandbox(reason="ran past its 5 s wall-clock limit"), []) == "ran past its 5 s wall-clock limit"
+    assert _run_problem(_sandbox(), ["tests/a.py"]) == "changed files of the course outside its work folder: tests/a.py"
+    many = _run_problem(_sandbox(), ["a", "b", "c", "d", "e"])
+    assert many == "changed files of the course outside its work folder: a, b, c and 2 more"
 
 
-def test_a_report_the_code_could_have_forged_is_read_defensively():
-    assert _parse_report(None) is None and _parse_report(b"\xff") is None and _parse_report(b"[1]") is None
-    assert _parse_report(b'{"tests": {"a": 1}, "collection_errors": {}, "collected": {}}') is None
-    good = json.dumps(_report(a=("passed", "", ""))).encode()
-    assert _parse_report(good)["tests"]["a"]["outcome"] == "passed"
+def test_with_other_modules_reference_in_reach_no_name_the_run_chose_reaches_the_student():
+    left = _sandbox(reason="left 2 process(es) running when it ended (def attention(q, k, v); they were killed)")
+    assert _run_problem(left, [], detail=False) == "left 2 process(es) running when it ended"
+    wrote = _sandbox(reason="wrote outside its work folder: /tmp/return q @ k.T (removed)")
+    assert _run_problem(wrote, [], detail=False) == "wrote outside its work folder"
+    assert _run_problem(_sandbox(), ["tinytorch/secret name.py"], detail=False) == (
+        "changed 1 file(s) of the course outside its work folder")
+    assert _run_problem(left, [], detail=True) == left.reason
 
 
-def test_what_zeroes_a_whole_module(tmp_path):
-    limits = Limits()
-    ok = _report(a=("passed", "", ""))
-    assert _run_problem(_sandbox(), ok, None, [], tmp_path, limits) == ""
-    hung = _run_problem(_sandbox(reason="ran past its 5 s wall-clock limit"), None, "tests/x.py::t", [], tmp_path, limits)
-    assert hung == "ran past its 5 s wall-clock limit while running tests/x.py::t"
-    assert "while collecting the tests" in _run_problem(_sandbox(reason="used more than its 5 s of CPU time"),
-                                                        None, None, [], tmp_path, limits)
-    assert _run_problem(_sandbox(), None, None, [], tmp_path, limits).startswith(
-        "pytest ended without writing its report (exit status 0)")
-    assert _run_problem(_sandbox(), ok, None, ["tests/a.py"], tmp_path, limits).startswith(
-        "changed files of the course outside its work folder: tests/a.py")
-    memory = _report(a=("failed", "MemoryError: x", "_ArrayMemoryError"))
-    assert _run_problem(_sandbox(), memory, None, [], tmp_path, limits).startswith("ran out of memory: a raised")
-    elsewhere = {**ok, "tinytorch": "/somewhere/tinytorch/__init__.py"}
-    assert "outside the scratch course" in _run_problem(_sandbox(), elsewhere, None, [], tmp_path, limits)
+def test_a_module_without_graded_cases_is_refused_naming_it_and_the_others(grading_course):
+    grading_course.add_module("02_toy", grading_course.TOY)
+    options = GradeOptions((grading_course.module("01"), grading_course.module("02")), jobs=1)
+    with pytest.raises(CourseError, match=r"No graded cases for 02_toy: .* Grade the others with --modules 01\."):
+        with GradingRun(grading_course.settings, options):
+            pass
+
+
+def test_recorded_values_that_do_not_match_the_cases_are_refused(grading_course):
+    cases = grading_course.root / "grading" / "01_tensor" / "cases.py"
+    cases.write_text(cases.read_text(encoding="utf-8").replace('"views":', '"renamed-views":'), encoding="utf-8")
+    options = GradeOptions((grading_course.module("01"),), jobs=1)
+    with pytest.raises(CourseError, match="record them again with `python grading/record_expected.py 01`"):
+        with GradingRun(grading_course.settings, options):
+            pass
 
 
 # ---------------------------------------------------------------------------- outputs
 
 
+POINTS = {"01_tensor": {"views": F(7, 3), "float16": F(14, 3), "masks": F(3)},
+          "02_activations": {"relu": F(10)}}
+
+
 def _students() -> list[StudentResult]:
-    tests = [GradedTest("tests/01_tensor/test_a.py::t", False, "passed", "", F(7, 3), F(7, 3)),
-             GradedTest("tests/01_tensor/test_a.py::u", False, "failed", "AssertionError: keep the input's dtype",
+    cases = [CaseResult("views", "reshape values", True, "", F(7, 3), F(7, 3)),
+             CaseResult("float16", "float16 stays float16", False, "out has the wrong dtype: keep the input's dtype",
                         F(0), F(14, 3)),
-             GradedTest("grading/01_tensor/test_h.py::w", True, "failed", "AssertionError: hidden", F(0), F(3))]
+             CaseResult("masks", "masks", False, "raised ValueError", F(0), F(3))]
     alice = StudentResult("alice", "alice.zip", {
-        "01_tensor": ModuleResult("01_tensor", F(10), F(7, 3), tests=tests, notebook="m/tensor_dev.py"),
+        "01_tensor": ModuleResult("01_tensor", F(10), F(7, 3), cases=cases, notebook="m/tensor_dev.py"),
         "02_activations": ModuleResult("02_activations", F(10), reason="6 stubs left"),
     }, ignored=["conftest.py"])
     bob = StudentResult("bob", "bob", {"01_tensor": ModuleResult("01_tensor", F(10), F(10)),
@@ -242,31 +245,60 @@ def test_points_are_printed_the_same_way_every_time():
 def test_the_grade_book_has_one_row_per_student_and_the_maxima_first():
     assert grades_csv(_students()) == ("student,01_tensor,02_activations,total\n(max points),10,10,20\n"
                                        "alice,2.33,0,2.33\nbob,10,10,20\n")
-    long = grades_long_csv(_students()[:1], {"02_activations": {"tests/02/test_b.py::x": F(10)}}).splitlines()
-    assert long[1] == "alice,01_tensor,tests/01_tensor/test_a.py::t,visible,passed,2.33,2.33,"
-    assert long[3] == "alice,01_tensor,grading/01_tensor/test_h.py::w,hidden,failed,0,3,"
-    assert long[4] == "alice,02_activations,tests/02/test_b.py::x,visible,not run,0,10,6 stubs left"
+    long = grades_long_csv(_students()[:1], POINTS).splitlines()
+    assert long[0] == "student,module,case,outcome,points,max_points,reason"
+    assert long[1:] == ["alice,01_tensor,views,passed,2.33,2.33,", "alice,01_tensor,float16,failed,0,4.67,",
+                        "alice,01_tensor,masks,failed,0,3,", "alice,02_activations,relu,not run,0,10,6 stubs left"]
 
 
-def test_feedback_names_each_failure_its_message_and_the_reasons():
+def test_feedback_names_each_failed_case_what_differs_and_the_reasons():
     text = feedback_markdown(_students()[0])
     assert "**Total: 2.33 / 20**" in text and "| 02_activations | 0 / 10 | 6 stubs left |" in text
-    assert "`tests/01_tensor/test_a.py::u` (failed, 4.67 point(s))" in text
-    assert "AssertionError: keep the input's dtype" in text and "- hidden test `grading/01_tensor" in text
+    assert "| 01_tensor | 2.33 / 10 | 2 of 3 cases failed |" in text
+    assert ("- case `float16` (float16 stays float16; 4.67 point(s)): out has the wrong dtype: keep the input's "
+            "dtype") in text and "- case `masks` (masks; 3 point(s)): raised ValueError" in text
+    assert "`views`" not in text  # passed
     assert "**Scored 0:** 6 stubs left" in text and "`conftest.py`" in text
 
 
 def test_gradescope_results_have_the_fields_gradescope_reads():
-    results = gradescope_results(_students()[0], "after_due_date")
+    results = gradescope_results(_students()[0], POINTS, "after_due_date")
     assert results["score"] == pytest.approx(7 / 3)
     assert sum(t["score"] for t in results["tests"]) == pytest.approx(results["score"])
     for test in results["tests"]:
         assert set(test) == {"name", "score", "max_score", "output", "visibility"}
         assert isinstance(test["score"], float) and isinstance(test["max_score"], float)
         assert test["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
-    hidden = [t for t in results["tests"] if "hidden" in t["name"]]
-    assert [t["visibility"] for t in hidden] == ["after_due_date"] and "AssertionError: hidden" in hidden[0]["output"]
+    cases = {t["name"]: t for t in results["tests"] if ": case " in t["name"]}
+    assert list(cases) == ["01_tensor: case views", "01_tensor: case float16", "01_tensor: case masks",
+                           "02_activations: case relu"]
+    assert all(t["visibility"] == "after_due_date" for t in cases.values())
+    assert cases["01_tensor: case masks"]["output"] == "masks: raised ValueError"
+    assert cases["02_activations: case relu"]["output"] == "not run: 6 stubs left"
     json.dumps(results)
+
+
+def _visible(results: dict) -> list:
+    """What a student sees of a Gradescope result before the due date."""
+    return [results["output"]] + [t for t in results["tests"] if t["visibility"] == "visible"]
+
+
+def test_nothing_visible_before_the_due_date_depends_on_how_a_case_went():
+    """Two submissions whose cases went differently (3 of 10 points, and full marks) look the same before the due
+    date: the visible entries carry no points, the top-level output no number, the whole result is hidden."""
+    alice = _students()[0]
+    perfect = StudentResult("alice", "alice.zip", {
+        "01_tensor": ModuleResult("01_tensor", F(10), F(10), notebook="m/tensor_dev.py",
+                                  cases=[CaseResult(n, "x", True, "", p, p) for n, p in POINTS["01_tensor"].items()]),
+        "02_activations": alice.modules["02_activations"]}, ignored=["conftest.py"])
+    seen = [gradescope_results(s, POINTS, "after_due_date") for s in (alice, perfect)]
+    assert seen[0]["score"] != seen[1]["score"]
+    assert _visible(seen[0]) == _visible(seen[1])
+    assert all(r["visibility"] == "after_due_date" for r in seen)
+    assert all(t["max_score"] == 0 for r in seen for t in r["tests"] if t["visibility"] == "visible")
+    assert "2.33" not in seen[0]["output"] and "/ 20" not in seen[0]["output"]
+    shown = gradescope_results(alice, POINTS, "visible")  # an instructor who shows everything sees the total
+    assert "visibility" not in shown and "Total: 2.33 / 20" in shown["output"]
 
 
 # ---------------------------------------------------------------------------- the student edition
@@ -276,12 +308,13 @@ def test_the_student_edition_never_carries_grading(course, tmp_path):
     assert "grading" not in EDITION_ITEMS and "grading.toml" not in EDITION_ITEMS
     hidden = course.root / "grading" / "01_tensor"
     hidden.mkdir(parents=True)
-    (hidden / "test_hidden.py").write_text("def test_x():\n    pass\n", encoding="utf-8")
+    (hidden / "cases.py").write_text("CASES = {}\n", encoding="utf-8")
+    (hidden / "expected.npz").write_bytes(b"")
     (course.root / "grading" / "grading.toml").write_text("", encoding="utf-8")
     (course.root / "grading.toml").write_text("", encoding="utf-8")
     edition = write_student_edition(course.settings, tmp_path / "student").dest
     found = [p.relative_to(edition).as_posix() for p in edition.rglob("*") if "grading" in p.name]
-    assert found == [] and not any("test_hidden" in p.name for p in edition.rglob("*"))
+    assert found == [] and not any(p.name in ("cases.py", "expected.npz") for p in edition.rglob("*"))
     assert os.path.isdir(edition / "tests" / "01_tensor")
 
 

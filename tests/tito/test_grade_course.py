@@ -1,14 +1,12 @@
-"""tito grade on the whole course (every module, visible and hidden tests, in the sandbox).
+"""tito grade on the whole course: every module with graded cases, in the sandbox, compared by the grader.
 
-Two submissions hold the reference notebooks with one catalogued mistake (the first of each
-catalogue) in every other module: one in the odd modules, one in the even ones. So every
-module is graded once with its mistake and once as the reference, next to neighbours that
-are correct in one run and wrong in the other:
-
-* the reference notebook of every module scores full marks (acceptance: the reference
-  edition, submitted as a student, scores full marks), whatever the other modules hold;
-* the mistake costs points in its own module only, and the feedback names its cause;
-* a fresh `tito release student` edition scores 0 in every module, "N stubs left".
+* Two submissions hold the reference notebooks with one catalogued mistake in every other module
+  (one in the odd modules, one in the even ones): the reference notebook of every module scores
+  full marks whatever the other modules hold, and a mistake costs points in its own module only.
+* Every catalogued mistake that a graded case tells apart (its recorded values differ from the
+  reference's; `grading/record_expected.py` lists the others) is submitted on its own: it loses
+  points, and the feedback names it (its `what` and `message` from the catalogue).
+* A fresh `tito release student` edition scores 0 in every module, "N stubs left".
 """
 from __future__ import annotations
 
@@ -19,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from tito.course import list_modules, load_settings
-from tito.grade import GradeOptions, GradingRun, grade_submissions
+from tito.grade import CASES_FILE, GradeOptions, GradingRun, grade_submissions
+from tito.grade_compare import case_problems
+from tito.grade_config import GRADING_DIR
 from tito.grade_report import write_outputs
 from tito.mistakes import load_catalogue
 from tito.notebook import read_text
@@ -30,8 +30,21 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = load_settings(REPO)
-MODULES = list_modules(SETTINGS)
+MODULES = [m for m in list_modules(SETTINGS) if (REPO / GRADING_DIR / m.key / CASES_FILE).is_file()]
 WITH_MISTAKE = {0: "mistakes_in_even_modules", 1: "mistakes_in_odd_modules"}
+
+
+def _told_apart(run: GradingRun, key: str) -> list[str]:
+    """The catalogued mistakes of `key` whose recorded values some case does not accept."""
+    graded = run.cases[key]
+    return [m.name for m in graded.catalogue if m.name in graded.mistakes
+            and any(case_problems(spec, graded.mistakes[m.name], False) for spec in graded.specs)]
+
+
+def _write(folder: Path, module, text: str) -> None:
+    lesson = folder / "modules" / module.key / module.notebook.name
+    lesson.parent.mkdir(parents=True)
+    lesson.write_text(text, encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -39,23 +52,29 @@ def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("course-grade")
     tmp.chmod(0o755)
     submissions = tmp / "submissions"
-    mistakes = {}
-    for parity, name in WITH_MISTAKE.items():
-        for module in MODULES:
-            text = read_text(module.notebook)
-            if int(module.number) % 2 == parity:
-                mistakes[module.key] = load_catalogue(module)[0]
-                text = mistakes[module.key].apply(text)
-            lesson = submissions / name / "modules" / module.key / module.notebook.name
-            lesson.parent.mkdir(parents=True)
-            lesson.write_text(text, encoding="utf-8")
-    edition = write_student_edition(SETTINGS, tmp / "edition").dest
-    shutil.copytree(edition, submissions / "student_edition")
-    options = GradeOptions(jobs=2)
+    options = GradeOptions(tuple(MODULES), jobs=2)
     with GradingRun(SETTINGS, options) as run:
+        catalogues = {m.key: {c.name: c for c in load_catalogue(m)} for m in MODULES}
+        told_apart = {m.key: _told_apart(run, m.key) for m in MODULES}
+        mistakes = {}
+        for parity, name in WITH_MISTAKE.items():
+            for module in MODULES:
+                text = read_text(module.notebook)
+                if int(module.number) % 2 == parity:
+                    mistakes[module.key] = catalogues[module.key][told_apart[module.key][0]]
+                    text = mistakes[module.key].apply(text)
+                _write(submissions / name, module, text)
+        alone = {}  # every other mistake a case tells apart, alone: only its module's notebook
+        for module in MODULES:
+            for mistake_name in told_apart[module.key][1:]:
+                name = f"{module.number}-{mistake_name}"
+                alone[name] = (module.key, catalogues[module.key][mistake_name])
+                _write(submissions / name, module, alone[name][1].apply(read_text(module.notebook)))
+        edition = write_student_edition(SETTINGS, tmp / "edition").dest
+        shutil.copytree(edition, submissions / "student_edition")
         students = grade_submissions(SETTINGS, collect_submissions(submissions, MODULES), options, run=run)
         write_outputs(tmp / "grades", students, run.points)
-    return {s.name: s for s in students}, mistakes, tmp / "grades"
+    return {s.name: s for s in students}, mistakes, alone, tmp / "grades"
 
 
 def _with_mistake(module) -> str:
@@ -66,21 +85,42 @@ def _reference(module) -> str:
     return WITH_MISTAKE[1 - int(module.number) % 2]
 
 
+def _section(out: Path, student: str, key: str) -> str:
+    feedback = (out / "feedback" / f"{student}.md").read_text(encoding="utf-8")
+    return feedback.split(f"## {key}:", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_four_modules_with_cases_are_graded():
+    assert [m.number for m in MODULES] >= ["01", "05", "12", "13"]
+
+
 @pytest.mark.parametrize("module", MODULES, ids=[m.key for m in MODULES])
 def test_the_reference_scores_full_marks(graded, module):
     result = graded[0][_reference(module)].modules[module.key]
-    failures = [f"{t.nodeid}: {t.message}" for t in result.tests if t.outcome != "passed"]
+    failures = [f"{c.name}: {c.message}" for c in result.cases if not c.passed]
     assert result.score == result.max_score > 0 and not result.reason, result.reason or failures[:3]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.key for m in MODULES])
-def test_a_catalogued_mistake_costs_points_in_its_module_and_the_feedback_names_it(graded, module):
-    students, mistakes, out = graded
+def test_a_catalogued_mistake_costs_points_in_its_module_only_and_the_feedback_names_it(graded, module):
+    students, mistakes, _, out = graded
     result = students[_with_mistake(module)].modules[module.key]
-    assert 0 < result.score < result.max_score and not result.reason, result.reason
-    feedback = (out / "feedback" / f"{_with_mistake(module)}.md").read_text(encoding="utf-8")
-    section = feedback.split(f"## {module.key}:", 1)[1].split("\n## ", 1)[0]
+    assert 0 <= result.score < result.max_score and not result.reason, result.reason
+    section = _section(out, _with_mistake(module), module.key)
+    assert f"catalogued mistake, {mistakes[module.key].name}: {mistakes[module.key].what}" in section
     assert mistakes[module.key].message in section
+
+
+def test_every_mistake_a_case_tells_apart_loses_points_and_is_named(graded):
+    students, _, alone, out = graded
+    assert len(alone) >= 40
+    unnamed = []
+    for name, (key, mistake) in alone.items():
+        result = students[name].modules[key]
+        assert result.score < result.max_score and not result.reason, (name, result.reason)
+        if f"catalogued mistake, {mistake.name}: {mistake.what} ({mistake.message})" not in _section(out, name, key):
+            unnamed.append(name)
+    assert unnamed == []
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.key for m in MODULES])

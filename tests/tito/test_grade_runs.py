@@ -1,14 +1,19 @@
 """tito grade end to end on module 01: hostile submissions, each its own test, graded in one run.
 
 One grading run (two at a time) holds a correct submission, one with a catalogued mistake,
-and one of each kind of hostile code. Each must end within its limits and score 0 (or what
-it really earned) with the reason, and the two ordinary submissions must grade exactly as
-they do alone. Hostile code sits inside the lesson's own solution blocks (or at the top of
-an exported cell), where a student would put it.
+a gutted one (every solution block `pass`), and one of each kind of hostile code. Each must
+end within its limits and score 0 (or what it really earned) with the reason; each attack on
+the score itself (forging what pytest or the cases' runner reports, reading the reference)
+scores no more than the gutted submission it is added to; and the two ordinary submissions
+must grade exactly as they do alone. Hostile code sits inside the lesson's own solution
+blocks, at the top of an exported cell, or in an exported cell of its own at the end, where a
+student would put it.
 """
 from __future__ import annotations
 
 import csv
+import json
+import re
 import shutil
 import uuid
 import zipfile
@@ -26,6 +31,7 @@ from tito.submissions import collect_submissions
 pytestmark = pytest.mark.slow
 
 LIMITS = Limits(wall_s=60, cpu_s=6, memory_bytes=int(1.5 * GiB), output_bytes=2 ** 20, processes=64)
+MISTAKE = "mean-upcasts"  # a catalogued mistake of module 01 that a graded case tells apart (its values are recorded)
 MARK = f"0.000{uuid.uuid4().int % 10 ** 9}"  # `sleep 120 0.000NNN`: the hostile children, findable after the run
 def with_code(text: str, owner: str, code: str) -> str:
     """The notebook with `code` as the first lines of the solution block of `owner` (e.g. "Tensor.matmul")."""
@@ -42,10 +48,100 @@ def at_import(text: str, code: str) -> str:
     return first + "#| export\n" + second + "#| export\n" + code.strip("\n") + "\n" + rest
 
 
+def gutted(text: str) -> str:
+    """Every solution block's body replaced by `pass`: no stubs left, so it runs, and its code does nothing."""
+    lines = text.splitlines(keepends=True)
+    for block in reversed(find_solution_blocks(text, Path("x"))):
+        lines[block.begin_line: block.end_line - 1] = [block.indent + "pass\n"]
+    return "".join(lines)
+
+
+def at_end(text: str, code: str) -> str:
+    """The notebook with an exported cell of `code` at its end (it runs after every definition, at import)."""
+    return text.rstrip("\n") + "\n\n\n# %%\n#| export\n" + code.strip("\n") + "\n"
+
+
+FORGE_VALUES = """
+import atexit as _atexit, os as _os, sys as _sys
+def _forge():
+    import numpy
+    from tito.grade_cases import load_cases, produce, save_values
+    rng = numpy.random.default_rng(0)
+    made = produce(load_cases(_sys.argv[1]))
+    save_values(_sys.argv[2], {k: (rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
+                               for k, v in made.items() if not k.endswith("!raised")})
+    _os._exit(0)
+_atexit.register(_forge)
+"""
+
+
+def attacks(reference: str, instructor_grading: Path) -> dict[str, str]:
+    """Gutted code that attacks the score: each must score what gutted code scores."""
+    empty = gutted(reference)
+    return {
+        "gutted": empty,
+        "rewrites_pytest_report": at_end(empty, """
+import atexit as _atexit, json as _json, os as _os
+def _forge_report():  # what rewrote pytest's report at exit when the grader read it
+    report = {"exitstatus": 0, "tests": {}, "collection_errors": {}, "collected": {}}
+    for name in (_os.environ.get("TITO_GRADE_REPORT"), "report.json"):
+        if name:
+            with open(name, "w") as handle:
+                _json.dump(report, handle)
+_atexit.register(_forge_report)
+"""),
+        "patches_testreport": at_end(empty, """
+try:
+    import _pytest.reports as _reports
+    _reports.TestReport.passed = property(lambda self: True)
+    _reports.TestReport.outcome = "passed"
+except Exception:
+    pass
+"""),
+        "registers_a_plugin": at_end(empty, """
+import os as _os
+_os.environ["PYTEST_PLUGINS"] = "pass_everything"
+with open("pass_everything.py", "w") as _handle:
+    _handle.write("def pytest_runtest_logreport(report):\\n    report.outcome = 'passed'\\n")
+"""),
+        "forges_values_and_exits": at_end(empty, FORGE_VALUES),
+        "forges_values_at_import": at_end(empty, FORGE_VALUES.replace("_atexit.register(_forge)", "_forge()")),
+        "reads_the_reference": at_end(empty, f"""
+from pathlib import Path as _Path
+_course = _Path(__file__).resolve().parents[2]
+_found = []
+for _path in [_course.parent.parent / "base" / "tinytorch" / "core" / "tensor.py",
+              *_course.parent.parent.glob("*/course/tinytorch/core/tensor.py"),
+              _Path({str(instructor_grading.parent / "tinytorch" / "core" / "tensor.py")!r})]:
+    try:
+        _found.append(_path.read_text())
+    except OSError:
+        pass
+for _source in _found:
+    if "def matmul" in _source and sum(_line.strip() == "pass" for _line in _source.splitlines()) < 3:
+        exec(compile(_source, "reference", "exec"), globals())  # the reference's definitions replace the gutted ones
+        break
+"""),
+        "reads_the_recorded_values": at_end(empty, FORGE_VALUES.replace(
+            "    made = produce(load_cases(_sys.argv[1]))", f"""    made = {{}}
+    for path in [{str(instructor_grading / "01_tensor" / "expected.npz")!r},
+                 {str(instructor_grading / "01_tensor" / "mistakes.npz")!r}, "../grading/01_tensor/expected.npz"]:
+        try:
+            made = dict(numpy.load(path))
+            break
+        except OSError:
+            pass
+    if made:
+        save_values(_sys.argv[2], made)
+        _os._exit(0)""")),
+    }
+
+
 def hostile_notebooks(reference: str, mistake: str, instructor_grading: Path) -> dict[str, str]:
     return {
         "good": reference,
         "mistake": mistake,
+        **attacks(reference, instructor_grading),
         "hang_at_import": at_import(reference, "while True:\n    pass"),
         "hang_in_solution": with_code(reference, "Tensor.matmul", "while True:\n    pass"),
         "allocates_50gb": with_code(reference, "Tensor.matmul", "np.ones(50 * 2**30, dtype=np.uint8)"),
@@ -67,8 +163,8 @@ try:
 except OSError:
     pass
 try:
-    with open({str(instructor_grading / "01_tensor" / "test_hidden_tensor.py")!r}, "w") as handle:
-        handle.write("def test_nothing():\\n    pass\\n")
+    with open({str(instructor_grading / "01_tensor" / "cases.py")!r}, "w") as handle:
+        handle.write("CASES = {{}}\\n")
     open({str(instructor_grading / "planted.py")!r}, "w").write("x = 1\\n")
 except OSError:
     pass
@@ -109,7 +205,7 @@ def hostile(tmp_path_factory, shared_grading_course):
     course = shared_grading_course
     module = course.module("01")
     reference = module.notebook.read_text(encoding="utf-8")
-    mistake = load_catalogue(module)[0]
+    [mistake] = [m for m in load_catalogue(module) if m.name == MISTAKE]
     notebooks = hostile_notebooks(reference, mistake.apply(reference), course.root / "grading")
     hidden_before = _snapshot(course.root / "grading")
     write_submissions(tmp / "all", notebooks, mistake.apply(reference))
@@ -146,7 +242,7 @@ def _module(hostile, name: str):
 def test_a_correct_submission_scores_full_marks(hostile):
     good = _module(hostile, "good")
     assert good.score == good.max_score == 10 and not good.reason
-    assert sum(t.hidden for t in good.tests) >= 10  # the hidden tests ran with the visible ones
+    assert len(good.cases) == 11 and all(c.passed for c in good.cases)
 
 
 def test_a_catalogued_mistake_loses_points_and_the_feedback_names_the_cause(hostile):
@@ -155,20 +251,17 @@ def test_a_catalogued_mistake_loses_points_and_the_feedback_names_the_cause(host
     assert hostile["mistake"].message in _feedback(hostile, "mistake")
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("hang_at_import", "while collecting the tests"),
-    ("hang_in_solution", "while running tests/01_tensor/test_tensor.py::test_matmul"),
-])
-def test_an_infinite_loop_is_stopped_and_scores_0(hostile, name, reason):
+@pytest.mark.parametrize("name", ["hang_at_import", "hang_in_solution"])
+def test_an_infinite_loop_is_stopped_and_scores_0(hostile, name):
     module = _module(hostile, name)
-    assert module.score == 0 and reason in module.reason, module.reason
+    assert module.score == 0
     assert module.reason.startswith(("used more than its 6 s of CPU time", "ran past its 60 s wall-clock limit"))
     assert module.seconds < LIMITS.wall_s + 30
 
 
 def test_a_50gb_allocation_fails_and_scores_0(hostile):
     module = _module(hostile, "allocates_50gb")
-    assert module.score == 0 and module.reason.startswith("ran out of memory: tests/01_tensor/"), module.reason
+    assert module.score == 0 and module.reason.startswith("ran out of memory: case "), module.reason
 
 
 def test_200_children_are_all_gone_after_grading_and_score_0(hostile):
@@ -191,14 +284,32 @@ def test_100mb_of_printing_is_stopped_and_scores_0(hostile):
 
 def test_os_exit_in_a_solution_scores_nothing(hostile):
     module = _module(hostile, "os_exit")
-    assert module.score == 0 and module.reason.startswith("pytest ended without writing its report"), module.reason
+    assert module.score == 0 and module.reason == (
+        "it wrote no values (the run ended before the cases finished): nothing is scored"), module.reason
+
+
+@pytest.mark.parametrize("name", ["rewrites_pytest_report", "patches_testreport", "registers_a_plugin",
+                                  "forges_values_and_exits", "forges_values_at_import", "reads_the_reference",
+                                  "reads_the_recorded_values"])
+def test_an_attack_on_the_score_scores_no_more_than_the_gutted_code_it_is_added_to(hostile, name):
+    """The score is computed outside the sandbox from the values the code produced, against values it cannot
+    read: forging what pytest reports (it no longer runs), forging the values file, or reading the reference
+    (the graded module's solution in the scratch base, the recorded values) earns nothing."""
+    module, gutted_module = _module(hostile, name), _module(hostile, "gutted")
+    assert module.score <= gutted_module.score < module.max_score, (module.score, module.reason)
+    why = module.reason or " ".join(c.message for c in module.cases if not c.passed)
+    assert why, "no reason in the feedback"
+    assert (module.reason or "wrong values" in why or "raised" in why or "missing" in why), why
+    section = _feedback(hostile, name).split("## 01_tensor:", 1)[1]
+    assert (module.reason or "cases failed") in section
 
 
 def test_deleting_and_writing_outside_the_work_folder(hostile):
     module = _module(hostile, "vandal")
     if not can_switch_user():  # the grader's own user: it could, and it is caught afterwards
-        assert module.score == 0 and module.reason.startswith("changed files of the course"), module.reason
-        assert "grading/01_tensor/test_hidden_tensor.py" in hostile["changed"]  # reported to the instructor
+        assert module.score == 0, module.reason
+        assert re.fullmatch(r"changed \d+ file\(s\) of the course outside its work folder", module.reason)
+        assert "grading/01_tensor/cases.py" in hostile["changed"]  # reported to the instructor
         return  # not root: student code ran as the grader's user and wrote grading/; reported and scored 0 (above)
     assert hostile["hidden_after"] == hostile["hidden_before"] and hostile["changed"] == []
     good = _module(hostile, "good")
@@ -220,9 +331,14 @@ def test_the_others_grade_exactly_as_alone_and_every_run_gives_the_same_files(ho
         with open(tmp / out / "grades_long.csv", newline="", encoding="utf-8") as handle:
             return [row for row in csv.reader(handle) if row[0] in names]
 
-    assert rows("out-all") == rows("out-alone") and len(rows("out-alone")) > 400
-    for name in ("grades.csv", "grades_long.csv"):
+    assert rows("out-all") == rows("out-alone") and len(rows("out-alone")) == 2 * 11
+    for name in ("grades.csv", "grades_long.csv", "feedback/good.md", "feedback/mistake.md"):
         assert (tmp / "out-alone" / name).read_bytes() == (tmp / "out-again" / name).read_bytes()
+    for name in ("good", "mistake"):  # the results too, but for the one field that says how long it took
+        results = [json.loads((tmp / out / "results" / f"{name}.json").read_text(encoding="utf-8"))
+                   for out in ("out-alone", "out-again")]
+        assert [{k: v for k, v in r.items() if k != "execution_time"} for r in results] == [
+            {k: v for k, v in results[1].items() if k != "execution_time"}] * 2
     lines = (tmp / "out-all" / "grades.csv").read_text(encoding="utf-8").splitlines()
     assert lines[0] == "student,01_tensor,total" and lines[1] == "(max points),10,10"
 

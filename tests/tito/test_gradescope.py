@@ -35,7 +35,8 @@ def test_the_bundle_installs_itself_and_grades_three_submissions(grading_course,
     module = grading_course.module("01")
     bundle = build_bundle(grading_course.settings, tmp_path / "autograder.zip", [module]).path
     names = zipfile.ZipFile(bundle).namelist()
-    assert {"setup.sh", "run_autograder", "requirements.txt", "course/grading/01_tensor/test_hidden_tensor.py",
+    assert {"setup.sh", "run_autograder", "requirements.txt", "course/grading/01_tensor/cases.py",
+            "course/grading/01_tensor/expected.npz", "course/grading/01_tensor/mistakes.npz",
             "course/grading/grading.toml", "course/tinytorch/core/tensor.py"} <= set(names)
     assert not any(n.endswith("mistakes.toml") or n.startswith("course/tests/tito/") for n in names)
 
@@ -48,7 +49,7 @@ def test_the_bundle_installs_itself_and_grades_three_submissions(grading_course,
     assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
 
     reference = module.notebook.read_text(encoding="utf-8")
-    mistake = load_catalogue(module)[0]
+    [mistake] = [m for m in load_catalogue(module) if m.name == "mean-upcasts"]  # a case tells it apart
     submissions = {
         "reference": {"tensor_dev.py": reference},  # a loose file, as a student uploads it
         "student_edition": {"modules/01_tensor/tensor_dev.py":
@@ -70,8 +71,9 @@ def test_the_bundle_installs_itself_and_grades_three_submissions(grading_course,
         check_results(results[name])
 
     assert results["reference"]["score"] == 10.0
-    hidden = [t for t in results["reference"]["tests"] if "hidden" in t["name"]]
-    assert hidden and all(t["visibility"] == "after_due_date" for t in hidden)
+    cases = [t for t in results["reference"]["tests"] if t["max_score"] > 0]
+    assert len(cases) == 11 and all(t["visibility"] == "after_due_date" for t in cases)
+    assert results["reference"]["visibility"] == "after_due_date"
     assert results["student_edition"]["score"] == 0.0 and "16 stubs left" in results["student_edition"]["output"]
     assert 0 < results["mistake"]["score"] < 10
     assert mistake.message in "".join(t["output"] for t in results["mistake"]["tests"])

@@ -1,14 +1,13 @@
-"""Module 12, hidden tests: attention on seeded shapes, masks and weights the visible tests never use.
+"""Module 12, graded cases: attention on seeded shapes, masks and weights the visible tests never use.
 
-Each case runs on the student's package and is compared with the reference's values and
-gradients, recorded by `python grading/record_expected.py`.
+Each case runs on the student's package in the sandbox (`tito.grade_cases`); the grader compares
+its values and gradients with the reference's, recorded by `python grading/record_expected.py`.
 """
 import numpy as np
-import pytest
-from reference_values import FLOAT16_TOLERANCE, check, load_expected
+from reference_values import FLOAT16_TOLERANCE
 
-from tinytorch.core.attention import (MultiHeadAttention, create_causal_mask, create_padding_mask, flash_attention,
-                                      scaled_dot_product_attention)
+from tinytorch.core.attention import (MultiHeadAttention, SelfAttention, composed_attention, create_causal_mask,
+                                      create_padding_mask, flash_attention, scaled_dot_product_attention)
 from tinytorch.core.tensor import Tensor
 
 
@@ -105,6 +104,56 @@ def _flash_causal(rng):
     return {"out": out, "dK": K.grad}
 
 
+def _composed(rng):
+    """composed_attention (built from Tensor ops): a mask and the causal triangle together, the default scale, a
+    fully blocked query, and float16 scores past float16's range."""
+    Q, K, V = leaves(rng, (2, 4, 6), (2, 5, 6), (2, 5, 3))
+    mask = rng.random((4, 5)) > 0.4
+    mask[:, 0] = True
+    mask[3] = False  # query 3 sees nothing
+    out, weights = composed_attention(Q, K, V, mask=mask, is_causal=True)
+    (out * Tensor(rng.standard_normal(out.shape))).sum().backward()
+    big = [Tensor((rng.standard_normal((1, 3, 8)) * 200).astype(np.float16)) for _ in range(3)]
+    out16, weights16 = composed_attention(*big)
+    return {"out": out, "weights": weights, "dQ": Q.grad, "dK": K.grad, "dV": V.grad,
+            "float16_out": out16, "float16_weights": weights16}
+
+
+def _dropout(rng):
+    """scaled_dot_product_attention with dropout 0.4 (a seeded mask): output, the weights as applied, gradients
+    through the output and through the weights; with training=False the same call has no dropout."""
+    Q, K, V = leaves(rng, (2, 5, 4), (2, 6, 4), (2, 6, 3))
+    out, weights = scaled_dot_product_attention(Q, K, V, dropout_p=0.4, rng=7)
+    cotangent = Tensor(rng.standard_normal(out.shape))
+    weights_cotangent = Tensor(rng.standard_normal(weights.shape))
+    ((out * cotangent).sum() + (weights * weights_cotangent).sum()).backward()
+    evaluated, eval_weights = scaled_dot_product_attention(Q, K, V, dropout_p=0.4, rng=7, training=False)
+    return {"out": out, "weights": weights, "dQ": Q.grad, "dK": K.grad, "dV": V.grad,
+            "cotangent_untouched": weights_cotangent, "eval_out": evaluated, "eval_weights": eval_weights}
+
+
+def _weights_sum_dropout(rng):
+    """A loss that is the sum of the weights returned with dropout: the gradient that reaches their rule is a
+    broadcast view (read-only) that the rule must not scale in place."""
+    Q, K, V = leaves(rng, (3, 4), (5, 4), (5, 2))
+    _, weights = scaled_dot_product_attention(Q, K, V, dropout_p=0.3, rng=11)
+    weights.sum().backward()
+    return {"weights": weights, "dQ": Q.grad, "dK": K.grad}
+
+
+def _modules_in_eval(rng):
+    """MultiHeadAttention(dropout=0.5) after .eval() has no dropout; SelfAttention(causal=True) is causal."""
+    mha = MultiHeadAttention(8, 2, dropout=0.5)
+    _set_weights(mha, rng)
+    mha.eval()
+    x = Tensor(rng.standard_normal((2, 4, 8)).astype(np.float32))
+    out, weights = mha(x)
+    causal = SelfAttention(8, 2, causal=True)
+    _set_weights(causal.attention, rng)
+    causal_out, causal_weights = causal(x)
+    return {"eval_out": out, "eval_weights": weights, "causal_out": causal_out, "causal_weights": causal_weights}
+
+
 CASES = {
     "sdpa-mask": (_sdpa_mask, "scaled_dot_product_attention with a (2,1,5,7) boolean mask: output, weights, gradients"),
     "sdpa-causal-scale": (_sdpa_causal_scale, "is_causal=True with scale=0.3: output, weights, gradients"),
@@ -116,9 +165,11 @@ CASES = {
     "multi-head-masks": (_multi_head_masks, "MultiHeadAttention(8, 2) with is_causal and a (B, Tq, Tk) mask"),
     "flash": (_flash, "flash_attention with a mask, block_size 5 (not a divisor of 13): output and gradients"),
     "flash-causal": (_flash_causal, "flash_attention with is_causal, 4-D inputs, block_size 4"),
+    "composed": (_composed, "composed_attention with a mask and is_causal together, the default 1/sqrt(d_k) scale, "
+                            "a fully blocked query, float16 scores past float16's range"),
+    "dropout": (_dropout, "scaled_dot_product_attention with dropout 0.4 (seeded): output, weights, gradients, "
+                          "and no dropout with training=False"),
+    "weights-sum-dropout": (_weights_sum_dropout, "the gradient of the sum of the weights returned with dropout"),
+    "modules-in-eval": (_modules_in_eval, "MultiHeadAttention with dropout after .eval(), SelfAttention(causal=True)"),
 }
 
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_matches_the_reference(name):
-    check(name, CASES[name], load_expected(__file__))

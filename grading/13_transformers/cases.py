@@ -1,16 +1,16 @@
-"""Module 13, hidden tests: LayerNorm, the block and the GPT on seeded weights and sizes the visible tests never use.
+"""Module 13, graded cases: LayerNorm, the block and the GPT on seeded weights and sizes the visible tests never use.
 
 Weights are drawn from the case's generator and set with load_state_dict (or drawn by the
 model's own seeded initialisation, whose order the lesson fixes), then outputs, losses,
-gradients and greedy generations are compared with the reference's, recorded by
+gradients and greedy generations are compared (by the grader) with the reference's, recorded by
 `python grading/record_expected.py`.
 """
 import numpy as np
-import pytest
-from reference_values import check, load_expected
 
+from tinytorch.core.autograd import no_grad
 from tinytorch.core.tensor import Tensor
-from tinytorch.models.transformer import GPT, MLP, LayerNorm, TransformerBlock, layer_norm
+from tinytorch.models.transformer import (GPT, MLP, LayerNorm, TransformerBlock, cached_causal_mask, layer_norm,
+                                         next_token_probs, sample_next_token)
 
 
 def randomise(model, rng, scale=0.2):
@@ -86,6 +86,38 @@ def _greedy_generation(rng):
     return {"cached": cached, "plain": plain, "single": single}
 
 
+def _layer_norm_huge(rng):
+    """layer_norm of float32 rows near 1e20: their squares overflow float32, the normalised rows must not."""
+    x = Tensor((rng.standard_normal((3, 6)) * 1e20).astype(np.float32))
+    return {"out": layer_norm(x, Tensor(np.ones(6, dtype=np.float32)), None)}
+
+
+def _sampling(rng):
+    """The KV cache's causal mask, the next-token probabilities at a temperature, and seeded sampling."""
+    logits = rng.standard_normal((8, 7)) * 2.0
+    return {"cached_mask_3_after_2": cached_causal_mask(3, 2), "cached_mask_2_after_0": cached_causal_mask(2, 0),
+            "probs_t05": next_token_probs(logits, temperature=0.5), "probs_top3": next_token_probs(logits, 1.0, top_k=3),
+            "sampled_t08": sample_next_token(logits, temperature=0.8, rng=3),
+            "sampled_top2": sample_next_token(logits, temperature=1.3, top_k=2, rng=4)}
+
+
+def _dropout_everywhere(rng):
+    """GPT(dropout=0.3, seed=5): in training every dropout (embeddings, attention output, MLP) draws from the
+    model's seeded generator; after .eval() none does, also on the KV-cache path."""
+    training = GPT(vocab_size=11, embed_dim=8, num_layers=2, num_heads=2, max_seq_len=6, dropout=0.3, seed=5)
+    idx = rng.integers(0, 11, (2, 5))
+    logits, _ = training(idx)
+    evaluated = GPT(vocab_size=11, embed_dim=8, num_layers=2, num_heads=2, max_seq_len=6, dropout=0.3, seed=5)
+    evaluated.eval()
+    prompt = rng.integers(0, 11, (2, 3))
+    eval_logits, _ = evaluated(idx)
+    with no_grad():  # the cache is for generation
+        cached_logits, _ = evaluated(prompt, cache=evaluated.make_cache(2))
+    return {"training_logits": logits, "eval_logits": eval_logits, "eval_cached_logits": cached_logits,
+            "eval_generated_cached": evaluated.generate(prompt, 5, temperature=0.0, use_cache=True),
+            "eval_generated_plain": evaluated.generate(prompt, 5, temperature=0.0, use_cache=False)}
+
+
 CASES = {
     "layer-norm": (_layer_norm, "LayerNorm(7) with drawn weight and bias: output and gradients"),
     "layer-norm-trailing": (_layer_norm_trailing, "layer_norm over the last two axes, no bias, eps=1e-3"),
@@ -95,9 +127,9 @@ CASES = {
     "gpt-untied": (_gpt_untied, "GPT with tie_weights=False: logits, and loss None without targets"),
     "gpt-initialisation": (_gpt_initialisation, "GPT(seed=...) initialisation (drawn in modules() order, GPT-2's scales)"),
     "greedy-generation": (_greedy_generation, "greedy generate() with and without the KV cache, past the context"),
+    "layer-norm-huge": (_layer_norm_huge, "layer_norm of float32 rows near 1e20 (their squares overflow float32)"),
+    "sampling": (_sampling, "cached_causal_mask, next_token_probs with temperature and top_k, seeded sampling"),
+    "dropout-everywhere": (_dropout_everywhere, "GPT(dropout=0.3, seed=5): dropout after the embeddings, on the "
+                                                "attention output and in the MLP in training, none after .eval()"),
 }
 
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_matches_the_reference(name):
-    check(name, CASES[name], load_expected(__file__))

@@ -15,23 +15,30 @@ What the command gets:
 * its own process group and session, `work` as its folder, HOME and TMPDIR, no standard
   input, and an environment built from nothing (no proxy settings, no tokens, no PYTHONPATH
   but the one the caller gives; one BLAS/OpenMP thread);
-* limits: wall-clock time (the group is killed), CPU time (of the command and the children it
-  waited for, read from /proc twice a second; `RLIMIT_CPU` where there is no /proc), address space
-  (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size of any one file it
-  writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it runs), what it
-  prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* limits: wall-clock time (the group is killed), CPU time (of everything it starts, read twice a
+  second: below), address space (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size
+  of any one file it writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it
+  runs), what it prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* its own cgroup v2 group where root can make one (`ControlGroup`): every process it starts stays
+  in it, setsid and double forks included, so their CPU time (exited ones too) is counted together
+  and all of them are killed together; the group also caps processes and memory where the machine
+  delegates those controllers. Without one, the CPU time is summed over its processes, each as last
+  read (`_CpuLedger`);
 * when it ends, every process it started is killed, also those that left its process group
-  (`setsid`, double forks): they are found by their user (below) or else by a mark in their
-  environment, and counted as a violation; if tito itself is killed outright (SIGKILL, where no
+  (`setsid`, double forks): they are found by their group, their user (below) or else by a mark in
+  their environment, and counted as a violation; if tito itself is killed outright (SIGKILL, where no
   clean-up can run), the kernel kills the command with it (Linux's parent-death signal; the
   command's own children are not covered by that backstop);
 * where tito runs as root and `setpriv` exists: its own unprivileged user (a uid from
   `SANDBOX_UID_BASE` up that no account or process has, claimed for the run: `SandboxUsers`;
   no groups, no capabilities, no new privileges, at most `Limits.processes` processes), so it
   cannot write the grader's files or signal other processes; and, where the machine allows
-  namespaces, a network namespace of its own (no network) and a mount namespace in which, of
-  the folders other users cannot enter (root's home), only Python's installation is visible.
-  Files it leaves in /tmp, /var/tmp or /dev/shm are removed and counted as a violation.
+  namespaces, a network namespace of its own (no network) and a mount namespace in which /dev/shm
+  and /run/lock (and, when the caller says what the run needs, `visible`, also /tmp and /var/tmp)
+  are private tmpfs of `Limits.tmp_bytes`, the `hidden` folders (the instructor's course) show
+  empty, and of the folders other users cannot enter (root's home) only Python's installation is
+  visible (`covers`). Files it leaves in a shared temporary folder are removed and counted as a
+  violation.
 
 What it does not do: code inside the process can still do anything that process can do, e.g.
 forge the result files the command writes (pytest's report) or read files every user may
@@ -353,8 +360,11 @@ def describe_isolation(switch_user: bool | None = None) -> list[str]:
                 "own process group, limits on time, CPU, memory, file sizes and output"]
     found = ["own unprivileged user (no groups, no capabilities, no new privileges)",
              "own process group, limits on time, CPU, memory, file sizes, output and processes"]
-    found.append("no network, and of root's private folders only Python's (own namespaces)" if _namespaces_work()
-                 else "network reachable (this machine does not allow namespaces)")
+    found.append("no network, private temporary folders, the course and other runs out of sight, of root's "
+                 "private folders only Python's (own namespaces)" if _namespaces_work()
+                 else "network reachable, temporary folders shared (this machine does not allow namespaces)")
+    found.append("CPU time of every process it starts counted together (cgroup v2)" if _cgroup_parent()
+                 else "CPU time summed over its processes as read twice a second (no writable cgroup v2)")
     return found
 
 

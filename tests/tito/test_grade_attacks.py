@@ -208,3 +208,71 @@ def test_the_neighbour_of_a_hog_scores_exactly_as_alone(attacked):
 
     assert attacked["together"]["b_good"].score == attacked["alone"]["b_good"].score == 10
     assert rows("out-together") == rows("out-alone") and rows("out-alone")
+
+
+# In --cumulative mode: looks through its whole hand-out for any line of another module's reference solution.
+REFERENCE_HUNT = r'''
+import os as _os
+def _hunt():
+    own = _os.environ.get("PYTHONPATH", "").split(":")[0]
+    found = []
+    for folder, dirs, files in _os.walk(own):
+        for name in files:
+            try:
+                with open(_os.path.join(folder, name), encoding="utf-8") as handle:
+                    text = {line.strip() for line in handle}
+            except (OSError, UnicodeDecodeError):
+                continue
+            hits = text & REFERENCE_LINES
+            if hits:
+                found.append(f"{_os.path.join(folder, name)}: {sorted(hits)[0]}")
+    return found
+_found = _hunt()
+if _found:
+    raise ImportError("REFERENCE FOUND " + "; ".join(_found[:5]))
+'''
+
+
+def _reference_lines(course) -> set[str]:
+    """Lines (stripped, 40 characters or more) found only inside the solution blocks of modules 02-20."""
+    from tito.course import list_modules
+    from tito.notebook import find_solution_blocks
+
+    inside, outside = set(), set()
+    for module in list_modules(course.settings):
+        text = module.notebook.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        blocks = find_solution_blocks(text, module.notebook)
+        solution = {n for b in blocks for n in range(b.begin_line, b.end_line - 1)}  # 0-based body lines
+        for number, line in enumerate(lines):
+            target = inside if number in solution and module.key != "01_tensor" else outside
+            target.add(line.strip())
+    return {line for line in inside - outside if len(line) >= 40}
+
+
+def test_cumulative_mode_hands_out_no_reference_code(tmp_path, new_course):
+    """--cumulative: every module comes from the student's notebooks (a stub where one is missing), so no
+    line of any other module's reference solution is anywhere the run can read. The course has all 20
+    modules; the submission holds module 01 alone, so the 19 others are stubs."""
+    import shutil
+
+    course = new_course("cumulative")
+    course.root.parent.chmod(0o755)  # a sandbox user of its own walks through to the scratch folders
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    for folder in sorted((REPO / "modules").iterdir()):
+        if folder.is_dir() and not (course.root / "modules" / folder.name).exists():
+            shutil.copytree(folder, course.root / "modules" / folder.name, ignore=ignore)
+    shutil.copytree(REPO / "grading" / "01_tensor", course.root / "grading" / "01_tensor", ignore=ignore)
+    shutil.copy2(REPO / "grading" / "reference_values.py", course.root / "grading" / "reference_values.py")
+    course = type(course)(course.root)  # settings read again: 20 modules
+    module = course.module("01")
+    lines = _reference_lines(course)
+    assert len(lines) > 100  # the hunt has something to find: every module but 01 has solutions
+    reference = module.notebook.read_text(encoding="utf-8")
+    hunter = at_import(reference, f"REFERENCE_LINES = set({sorted(lines)!r})\n" + REFERENCE_HUNT)
+    options = GradeOptions((module,), jobs=1, cumulative=True, limits=LIMITS)
+    with GradingRun(course.settings, options) as run:
+        found = collect_submissions(_submit(tmp_path / "subs", {"hunter": hunter}), [module])
+        [student] = grade_submissions(course.settings, found, options, run=run)
+    graded = student.modules["01_tensor"]
+    assert graded.score == graded.max_score and not graded.reason, _messages(graded)

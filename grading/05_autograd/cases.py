@@ -4,6 +4,8 @@ Each case runs forward and backward on the student's engine (the earlier modules
 reference's when modules are graded on their own); the grader compares its values and
 gradients with the reference's, recorded by `python grading/record_expected.py`.
 """
+import weakref
+
 import numpy as np
 
 from tinytorch.core.activations import gelu, log_softmax, relu, sigmoid, softmax, tanh
@@ -139,7 +141,17 @@ def _engine(rng):
     (hidden * kept).sum().backward()
     square = w * w
     const = Tensor(rng.standard_normal(4))
-    return {"float32_leaf_grad": a32.grad, "float64_leaf_grad": b64.grad,
+    chain = Tensor(rng.standard_normal(4), requires_grad=True)
+    link = chain
+    for _ in range(6):
+        link = (link * 0.5).exp()
+    alive = _Alive()
+    OP_LISTENERS.append(alive)
+    try:
+        link.sum().backward()
+    finally:
+        OP_LISTENERS.remove(alive)
+    return {"gradients_released": max(alive.counts) <= 2, "float32_leaf_grad": a32.grad, "float64_leaf_grad": b64.grad,
             "shared_gradient_arrays": np.shares_memory(x.grad.data, y.grad.data),
             "intermediate_has_grad": hidden.grad is not None, "retained_grad": kept.grad,
             "order_of_w_times_w": len(topological_order(square)), "order_with_a_constant": len(topological_order(w * const))}
@@ -234,6 +246,24 @@ def _gradcheck_catches(rng):
     return found
 
 
+class _Alive:
+    """A listener that counts, as each rule starts, how many gradients handed to earlier rules are still alive:
+    the engine keeps a gradient only until its rule has run (a chain of 13 ops must not keep 12)."""
+
+    def __init__(self):
+        self.refs, self.counts = [], []
+
+    def op_recorded(self, op, out, inputs, saved):
+        pass
+
+    def rule_started(self, node, grad):
+        self.counts.append(sum(ref() is not None for ref in self.refs))
+        self.refs.append(weakref.ref(grad))
+
+    def rule_finished(self, node, grad, grads):
+        pass
+
+
 class _Heard:
     """A listener (tinytorch.core.tensor.OP_LISTENERS, as the profiler is): the rules the engine ran, in order."""
 
@@ -265,7 +295,8 @@ CASES = {
     "no-grad-detach": (_no_grad_and_detach, "no_grad records nothing; detach stops the gradient"),
     "gradcheck": (_gradcheck_agrees, "gradcheck returns True for a correct op"),
     "engine-writes": (_engine, "the engine writes .grad on leaves (and retain_grad) only, in each input's dtype, "
-                               "never one array for two tensors; topological order lists each tensor once"),
+                               "never one array for two tensors, each released once its rule ran; topological order "
+                               "lists each tensor once"),
     "rule-corners": (_rule_corners, "pow at a zero exponent, relu at 0, float16 binary cross-entropy at p = 1, "
                                     "sum over one axis of a square matrix"),
     "no-grad-modes": (_no_grad_modes, "no_grad restores the mode it found: nested, entered twice, decorator that raises"),

@@ -72,7 +72,7 @@ def test_the_bundle_installs_itself_and_grades_three_submissions(grading_course,
 
     assert results["reference"]["score"] == 10.0
     cases = [t for t in results["reference"]["tests"] if t["max_score"] > 0]
-    assert len(cases) == 11 and all(t["visibility"] == "after_due_date" for t in cases)
+    assert len(cases) > 10 and all(t["visibility"] == "after_due_date" for t in cases)
     assert results["reference"]["visibility"] == "after_due_date"
     assert results["student_edition"]["score"] == 0.0 and "16 stubs left" in results["student_edition"]["output"]
     assert 0 < results["mistake"]["score"] < 10

@@ -13,7 +13,8 @@ memory_mb = 3072                       # address space of each process (RLIMIT_A
 file_mb = 64                           # the largest file it may write
 disk_mb = 512                          # everything it writes together
 output_mb = 1                          # what it prints
-processes = 128
+processes = 128                        # at once, of its own user (and of the whole run, where cgroups allow)
+tmp_mb = 64                            # each private /tmp, /var/tmp, /dev/shm, /run/lock (own namespaces)
 
 [modules.01_tensor]
 weight = 10                            # the module's points in the total
@@ -44,7 +45,7 @@ CONFIG_FILE = "grading.toml"
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
 _LIMIT_KEYS = {"time_s": ("wall_s", 1), "cpu_s": ("cpu_s", 1), "memory_mb": ("memory_bytes", MiB),
                "file_mb": ("file_bytes", MiB), "disk_mb": ("disk_bytes", MiB),
-               "output_mb": ("output_bytes", MiB), "processes": ("processes", 1)}
+               "output_mb": ("output_bytes", MiB), "processes": ("processes", 1), "tmp_mb": ("tmp_bytes", MiB)}
 DEFAULT_LIMITS = Limits(wall_s=600, cpu_s=600, memory_bytes=3 * GiB)
 
 

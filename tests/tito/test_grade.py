@@ -159,10 +159,11 @@ def test_grading_toml_is_checked(course):
     path = course.root / "grading" / "grading.toml"
     path.parent.mkdir()
     path.write_text('[modules.01]\nweight = 5\npoints = { "views" = 2 }\n[limits]\ntime_s = 30\n'
-                    'memory_mb = 512\n', encoding="utf-8")
+                    'memory_mb = 512\ntmp_mb = 8\n', encoding="utf-8")
     config = load_config(course.settings)
     assert config.weights == {"01_tensor": 5} and config.points == {"01_tensor": {"views": 2}}
     assert config.limits.wall_s == 30 == config.limits.cpu_s and config.limits.memory_bytes == 512 * 2**20
+    assert config.limits.tmp_bytes == 8 * 2**20  # each private temporary folder of a run
     for bad, message in (("[modules.99]\n", "Unknown module '99'"), ("[limits]\ntime_s = -1\n", "positive number"),
                          ('hidden_visibility = "later"\n', "use one of visible"), ("[modules.01]\nweight = 'x'\n",
                                                                                      "must be a number")):

@@ -108,6 +108,9 @@ def _members(entry: Path):
                     raise ValueError(_too_many(len(found)))
         yield found, lambda member: _read_capped(open(entry / member.name, "rb"))
     elif entry.name.lower().endswith(".zip"):
+        declared = _zip_declared_count(entry)  # before zipfile reads the whole central directory into memory
+        if declared is not None and declared > MAX_MEMBERS:
+            raise ValueError(_too_many(declared))
         with zipfile.ZipFile(entry) as archive:
             infos = {info.filename: info for info in archive.infolist() if not info.is_dir()}
             _check_totals(len(infos), sum(i.file_size for i in infos.values()))
@@ -126,6 +129,19 @@ def _members(entry: Path):
                              _refusal(name) if m.isfile() else ("a link" if m.issym() or m.islnk() else "not a file"))
                      for name, m in sorted(members.items())]
             yield found, lambda member: _read_capped(archive.extractfile(members[member.name]))
+
+
+def _zip_declared_count(path: Path) -> int | None:
+    """The member count a zip's end record declares (65,535 stands for "more": zip64), or None without one."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        handle.seek(max(0, size - 65_557))  # the end record (22 bytes) and a comment of at most 65,535
+        tail = handle.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return None  # zipfile will say it is not a zip
+    return int.from_bytes(tail[at + 10: at + 12], "little")
 
 
 def _too_many(count: int) -> str:

@@ -410,6 +410,20 @@ def test_of_many_copies_of_a_lesson_only_the_chosen_one_is_read(course, subs):
     assert peak < 200 * 1024 * 1024, peak
 
 
+def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(course, modules, subs, monkeypatch):
+    """The count in the zip's end record is checked before zipfile reads the central directory (whose
+    entries would all be held in memory)."""
+    import tito.submissions as submissions
+
+    monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
+    read = []
+    monkeypatch.setattr(submissions.zipfile, "ZipFile", lambda *a, **k: read.append(a) or pytest.fail("index read"))
+    _zip_of_copies(subs / "many.zip", [f"f{i}.txt" for i in range(60)], b"x")
+    [many] = collect_submissions(subs, modules)
+    assert many.error == ("many.zip could not be read: it holds more than 50 files (60 counted): "
+                          "submit the lesson notebooks only") and read == []
+
+
 def test_too_many_members_are_refused_before_reading(course, modules, subs, monkeypatch):
     import tito.submissions as submissions
 

@@ -447,6 +447,47 @@ def cmd_release_check(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- grade
 
 
+def grades_tables(students: list, keys: list[str], width: int) -> list[Table]:
+    """The grade book as tables no wider than `width`: one row per student, one column per module (its full
+    name); modules that do not fit beside each other go to the next table, the total to the last one."""
+    from .grade_report import fmt
+
+    def cell(module) -> str:
+        colour = "green" if module.score == module.max_score else ("red" if module.reason else "yellow")
+        return f"[{colour}]{fmt(module.score)}[/]"
+
+    names = [escape(s.name) for s in students]
+    first = min(max([len("student"), *(len(s.name) for s in students)]) + 4, width // 3)  # borders and padding
+    columns = [*keys, "total"]
+    widths = {k: max([len(k), *(len(fmt(s.modules[k].score)) for s in students),
+                      *(len(fmt(s.modules[k].max_score)) for s in students[:1])]) + 3 for k in keys}
+    widths["total"] = max([5, *(len(fmt(s.total)) for s in students), *(len(fmt(s.max_total)) for s in students[:1])]) + 3
+    chunks, current, used = [], [], first
+    for column in columns:
+        if current and used + widths[column] > width:
+            chunks.append(current)
+            current, used = [], first
+        current.append(column)
+        used += widths[column]
+    chunks.append(current)
+    tables = []
+    for number, chunk in enumerate(chunks, 1):
+        title = "Grades" if len(chunks) == 1 else f"Grades ({number} of {len(chunks)})"
+        table = Table(title=title)
+        table.add_column("student", overflow="fold")
+        for column in chunk:
+            table.add_column(column, justify="right", no_wrap=True)
+        if students:
+            top = students[0]
+            table.add_row("[dim](max)[/]", *(f"[dim]{fmt(top.max_total if c == 'total' else top.modules[c].max_score)}[/]"
+                                             for c in chunk))
+        for student, name in zip(students, names):
+            table.add_row(name, *(f"[bold]{fmt(student.total)}[/]" if c == "total" else cell(student.modules[c])
+                                  for c in chunk))
+        tables.append(table)
+    return tables
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -505,27 +546,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if kept is not None:
         console.print(f"[yellow]Note:[/] the earlier grades held files tito grade does not write; all of them were "
                       f"kept in {escape(_rel(kept))}.", highlight=False)
-    table = Table(title="Grades")
-    table.add_column("student")
-    keys = [m.key for m in run.modules]
-    for key in keys:
-        table.add_column(key.split("_", 1)[0], justify="right")
-    table.add_column("total", justify="right")
-    if students:
-        first = students[0]
-        table.add_row("[dim](max)[/]", *(f"[dim]{fmt(first.modules[k].max_score)}[/]" for k in keys),
-                      f"[dim]{fmt(first.max_total)}[/]")
-    for student in students:
-        cells = []
-        for key in keys:
-            module = student.modules[key]
-            colour = "green" if module.score == module.max_score else ("red" if module.reason else "yellow")
-            cells.append(f"[{colour}]{fmt(module.score)}[/]")
-        table.add_row(escape(student.name), *cells, f"[bold]{fmt(student.total)}[/]")
-    from rich.measure import Measurement
-
-    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
-    console.print(table, width=max(console.width, needed))  # every column whole, even on a narrow terminal
+    for table in grades_tables(students, [m.key for m in run.modules], console.width):
+        console.print(table)
     zeroed = [(s.name, k, m.reason) for s in students for k, m in s.modules.items() if m.reason]
     for name, key, reason in zeroed[:20]:
         console.print(f"  {escape(name)} {key}: 0, {escape(reason)}", highlight=False)

@@ -236,8 +236,28 @@ class GradingRun:
         base = load_settings(self.base)
         with _EXPORT_LOCK:  # the reference package from the notebooks, whatever state the instructor's is in
             export_modules(base, list_modules(base))
-        _make_readable(self.base)
-        self.base.chmod(0o700)  # the grader copies it for each job; no sandbox user may enter it
+        self.base.chmod(0o700)  # the grader's alone: a run gets only its hand-out (`hand_out`)
+
+    def hand_out(self, source: Path, dest: Path, move: bool) -> None:
+        """Put in `dest` what a run needs from the course in `source`, and nothing else: the package (the
+        student's module and, graded on its own, the others' reference) and tito (`tito.grade_cases`).
+
+        Never a notebook (the reference's or the student's own), the tests, grading/ (the run gets its
+        cases file in its work folder: `_give_cases`), a mistakes catalogue or the course's settings.
+        `move`: `source` is a private copy made for this run (moved, not copied).
+        """
+        dest.mkdir()
+        for item in (self.settings.lib_path.name, "tito"):
+            origin, target = source / item, dest / item
+            if move:
+                os.replace(origin, target)
+            else:
+                shutil.copytree(origin, target, symlinks=True)
+
+    def _seen(self, course: Path) -> dict:
+        """What a run sees of the machine's folders: its course (and its work folder), neither the instructor's
+        course nor the rest of the scratch folder (where the machine allows namespaces; `tito.sandbox`)."""
+        return {"visible": [course], "hidden": [self.settings.root, self.scratch]}
 
     def _load_cases(self) -> None:
         """Each graded module's cases: described on the reference (by the grader), values from the instructor's files."""
@@ -305,7 +325,8 @@ class GradingRun:
         if user is None:
             return
         work = prepare_workdir(self.scratch / "probe", user)
-        probe = run_sandboxed([sys.executable, "-c", _PROBE], work, self.limits, user=user)
+        probe = run_sandboxed([sys.executable, "-c", _PROBE], work, self.limits, user=user, visible=[],
+                              hidden=[self.settings.root, self.scratch])
         remove_tree(work)
         if probe.ok and probe.returncode == 0 and probe.output.strip() == sys.version:
             return
@@ -343,10 +364,15 @@ class GradingRun:
                 job_dir.chmod(0o750)  # its own user (by its group) and the grader, nobody else
             course = job_dir / "course"
             if student_course is not None:
-                shutil.copytree(student_course, course, symlinks=True)
+                self.hand_out(student_course, course, move=False)
             else:
-                shutil.copytree(self.base, course, symlinks=True)
-                result.reason = self._put_notebook(course, module, notebook)
+                build = job_dir / "build"  # the whole course, the grader's alone (job_dir is open to the user)
+                shutil.copytree(self.base, build, symlinks=True)
+                build.chmod(0o700)
+                result.reason = self._put_notebook(build, module, notebook)
+                if not result.reason:
+                    self.hand_out(build, course, move=True)
+                remove_tree(build)
             if not result.reason:
                 self._run(course, module, job_dir, user, result)
         finally:
@@ -407,7 +433,7 @@ class GradingRun:
             _make_readable(course)
         before = _manifest(course)
         sandbox = run_sandboxed([sys.executable, "-m", "tito.grade_cases", str(cases), str(work / _PRODUCED)],
-                                work, self.limits, {"PYTHONPATH": str(course)}, user)
+                                work, self.limits, {"PYTHONPATH": str(course)}, user, **self._seen(course))
         changed = _changed(before, _manifest(course))
         detail = self.cumulative  # no reference code was in its reach: its own text may reach it back
         result.reason = _run_problem(sandbox, changed, detail)

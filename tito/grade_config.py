@@ -13,7 +13,8 @@ memory_mb = 3072                       # address space of each process (RLIMIT_A
 file_mb = 64                           # the largest file it may write
 disk_mb = 512                          # everything it writes together
 output_mb = 1                          # what it prints
-processes = 128
+processes = 128                        # at once, of its own user (and of the whole run, where cgroups allow)
+tmp_mb = 64                            # each private /tmp, /var/tmp, /dev/shm, /run/lock (own namespaces)
 
 [modules.01_tensor]
 weight = 10                            # the module's points in the total
@@ -45,12 +46,12 @@ CONFIG_FILE = "grading.toml"
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")  # Gradescope's words
 _LIMIT_KEYS = {"time_s": ("wall_s", 1), "cpu_s": ("cpu_s", 1), "memory_mb": ("memory_bytes", MiB),
                "file_mb": ("file_bytes", MiB), "disk_mb": ("disk_bytes", MiB),
-               "output_mb": ("output_bytes", MiB), "processes": ("processes", 1)}
+               "output_mb": ("output_bytes", MiB), "processes": ("processes", 1), "tmp_mb": ("tmp_bytes", MiB)}
 # The largest value of each limit (in its unit): a day of time, what a 64-bit limit holds, a million processes.
 _LIMIT_MAX = {"wall_s": 86400, "cpu_s": 86400, "memory_bytes": 2 ** 62, "file_bytes": 2 ** 62, "disk_bytes": 2 ** 62,
-              "output_bytes": 2 ** 62, "processes": 10 ** 6}
+              "output_bytes": 2 ** 62, "processes": 10 ** 6, "tmp_bytes": 2 ** 62}
 _LIMIT_EXAMPLE = {"time_s": 600, "cpu_s": 600, "memory_mb": 3072, "file_mb": 64, "disk_mb": 512, "output_mb": 1,
-                  "processes": 128}
+                  "processes": 128, "tmp_mb": 64}
 DEFAULT_LIMITS = Limits(wall_s=600, cpu_s=600, memory_bytes=3 * GiB)
 
 

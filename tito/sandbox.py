@@ -15,23 +15,30 @@ What the command gets:
 * its own process group and session, `work` as its folder, HOME and TMPDIR, no standard
   input, and an environment built from nothing (no proxy settings, no tokens, no PYTHONPATH
   but the one the caller gives; one BLAS/OpenMP thread);
-* limits: wall-clock time (the group is killed), CPU time (of the command and the children it
-  waited for, read from /proc twice a second; `RLIMIT_CPU` where there is no /proc), address space
-  (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size of any one file it
-  writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it runs), what it
-  prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* limits: wall-clock time (the group is killed), CPU time (of everything it starts, read twice a
+  second: below), address space (`RLIMIT_AS`: an allocation past it is a `MemoryError`), the size
+  of any one file it writes (`RLIMIT_FSIZE`), all it writes in `work` together (checked while it
+  runs), what it prints (stdout and stderr together; the run is stopped past the limit), no core files;
+* its own cgroup v2 group where root can make one (`ControlGroup`): every process it starts stays
+  in it, setsid and double forks included, so their CPU time (exited ones too) is counted together
+  and all of them are killed together; the group also caps processes and memory where the machine
+  delegates those controllers. Without one, the CPU time is summed over its processes, each as last
+  read (`_CpuLedger`);
 * when it ends, every process it started is killed, also those that left its process group
-  (`setsid`, double forks): they are found by their user (below) or else by a mark in their
-  environment, and counted as a violation; if tito itself is killed outright (SIGKILL, where no
+  (`setsid`, double forks): they are found by their group, their user (below) or else by a mark in
+  their environment, and counted as a violation; if tito itself is killed outright (SIGKILL, where no
   clean-up can run), the kernel kills the command with it (Linux's parent-death signal; the
   command's own children are not covered by that backstop);
 * where tito runs as root and `setpriv` exists: its own unprivileged user (a uid from
   `SANDBOX_UID_BASE` up that no account or process has, claimed for the run: `SandboxUsers`;
   no groups, no capabilities, no new privileges, at most `Limits.processes` processes), so it
   cannot write the grader's files or signal other processes; and, where the machine allows
-  namespaces, a network namespace of its own (no network) and a mount namespace in which, of
-  the folders other users cannot enter (root's home), only Python's installation is visible.
-  Files it leaves in /tmp, /var/tmp or /dev/shm are removed and counted as a violation.
+  namespaces, a network namespace of its own (no network) and a mount namespace in which /dev/shm
+  and /run/lock (and, when the caller says what the run needs, `visible`, also /tmp and /var/tmp)
+  are private tmpfs of `Limits.tmp_bytes`, the `hidden` folders (the instructor's course) show
+  empty, and of the folders other users cannot enter (root's home) only Python's installation is
+  visible (`covers`). Files it leaves in a shared temporary folder are removed and counted as a
+  violation.
 
 What it does not do: code inside the process can still do anything that process can do, e.g.
 forge the result files the command writes (pytest's report) or read files every user may
@@ -62,17 +69,26 @@ MiB = 1024 ** 2
 GiB = 1024 ** 3
 SANDBOX_UID_BASE = 64000  # users of their own are uids from here up (no account needed; SandboxUsers)
 SANDBOX_MARK_ENV = "TITO_SANDBOX"  # every sandboxed process carries TITO_SANDBOX=<run id>
-_SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+# The folders every user may write (`find / -writable` as a sandbox user found these and no other;
+# /var/lock and /run/shm are links to two of them): in the sandbox's mount namespace each is a private,
+# size-limited tmpfs; where there are no namespaces, what the run's own user leaves there is removed and counted.
+_SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/run/shm")
 _POLL_S = 0.05
 _DISK_CHECK_S = 0.5  # how often the files written and the CPU time used are looked at
 _MAX_FILES = 50_000
 
 # Runs before the command, as a tiny Python without site-packages (and as root when the run
-# has a user of its own): private network and mount namespaces where it can (with the folders
-# Python needs made reachable, below), the limits, then exec: the command keeps the pid tito waits for.
+# has a user of its own): into its control group (every process it starts is counted there),
+# private network and mount namespaces where it can, the limits, then exec: the command keeps
+# the pid tito waits for. Each "cover" puts an empty tmpfs of its own over a folder, with some
+# paths of the real one bound back into it: the tmpfs is built on a stage in the work folder,
+# then moved over the folder (so a folder that holds the work folder itself, /tmp, can be covered).
 _SHIM = r"""
 import ctypes, json, os, resource, sys
 setup = json.loads(sys.argv[1])
+if setup.get("cgroup"):
+    with open(os.path.join(setup["cgroup"], "cgroup.procs"), "w") as handle:
+        handle.write(str(os.getpid()))
 if setup["namespaces"]:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -82,18 +98,26 @@ if setup["namespaces"]:
             os._exit(125)
     call(libc.unshare(0x00020000 | 0x40000000), "unshare (mount and network namespaces)")
     call(libc.mount(None, b"/", None, 0x4000 | 0x40000, None), "making every mount private")  # MS_REC|MS_PRIVATE
-    for number, (hidden, exposed) in enumerate(setup["expose"]):
-        staged = []
-        for index, path in enumerate(exposed):
-            stage = os.path.join(os.getcwd(), ".tito-mount-%d-%d" % (number, index))
-            os.mkdir(stage, 0o700)
-            call(libc.mount(path.encode(), stage.encode(), None, 4096 | 0x4000, None), "bind " + path)  # MS_BIND|MS_REC
-            staged.append((stage, path))
-        call(libc.mount(b"tmpfs", hidden.encode(), b"tmpfs", 0, b"mode=755,size=1m"), "tmpfs on " + hidden)
-        for stage, path in staged:
-            os.makedirs(path, 0o755, exist_ok=True)
-            call(libc.mount(stage.encode(), path.encode(), None, 8192, None), "move to " + path)  # MS_MOVE
-            os.rmdir(stage)
+    work = os.getcwd()
+    for number, cover in enumerate(setup["covers"]):
+        stage = os.path.join(work, ".tito-stage-%d" % number)
+        os.mkdir(stage, 0o700)
+        options = "mode=%s,size=%d" % (cover["mode"], cover["bytes"])
+        call(libc.mount(b"tmpfs", stage.encode(), b"tmpfs", 2 | 4, options.encode()),  # MS_NOSUID|MS_NODEV
+             "tmpfs for " + cover["path"])
+        for path in cover["expose"]:
+            inside = os.path.join(stage, os.path.relpath(path, cover["path"]))
+            if os.path.isdir(path):
+                os.makedirs(inside, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(inside), 0o755, exist_ok=True)
+                open(inside, "w").close()
+            call(libc.mount(path.encode(), inside.encode(), None, 4096 | 0x4000, None), "bind " + path)  # MS_BIND|MS_REC
+        call(libc.mount(stage.encode(), cover["path"].encode(), None, 8192, None), "move to " + cover["path"])  # MS_MOVE
+        os.chdir(work)  # through the new mounts
+        if os.path.ismount(stage):  # the work folder was bound with its mounts: the stage came along
+            libc.umount2(stage.encode(), 2)  # MNT_DETACH
+        os.rmdir(stage)
 for name, (soft, hard) in setup["rlimits"].items():
     resource.setrlimit(getattr(resource, name), (soft, hard))
 os.execvp(sys.argv[2], sys.argv[2:])
@@ -122,6 +146,7 @@ class Limits:
     disk_bytes: int = 512 * MiB  # everything in its work folder together
     output_bytes: int = 1 * MiB  # what it prints, stdout and stderr together
     processes: int = 128  # processes and threads of its user at once (RLIMIT_NPROC; own user only)
+    tmp_bytes: int = 64 * MiB  # each private temporary folder (/tmp, /var/tmp, /dev/shm, /run/lock; namespaces only)
 
 
 @dataclass(frozen=True)
@@ -198,12 +223,56 @@ def exposures(paths: list[str]) -> list[tuple[str, list[str]]]:
     return [(h, sorted(plan[h])) for h in hidden if not any(h != o and h.startswith(o + "/") for o in hidden)]
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def shared_tmp_folders() -> list[str]:
+    """The folders every user may write (/tmp, /var/tmp, /dev/shm, /run/lock), each once (links resolved)."""
+    found = []
+    for folder in _SHARED_TMP:
+        real = os.path.realpath(folder)
+        if os.path.isdir(real) and real not in found:
+            found.append(real)
+    return found
+
+
+def covers(needed: list[str], private_tmp: list[str], hidden: list[str], tmp_bytes: int) -> list[dict]:
+    """The mounts of a run's own namespace: what each covered folder shows ("expose"), outer folders first.
+
+    `needed`: what the run must reach (its work folder, the paths it was given, Python's installation).
+    `private_tmp`: shared temporary folders that become an empty tmpfs of `tmp_bytes`, writable by all.
+    `hidden`: folders that become an empty read-only-looking tmpfs; and, from `exposures`, root's
+    private folders on the way to Python. In each, only the `needed` paths inside it are bound back.
+    """
+    needed = [os.path.realpath(p) for p in needed]
+    plan = {os.path.realpath(f): ("1777", tmp_bytes) for f in private_tmp}
+    for folder in hidden:
+        plan.setdefault(os.path.realpath(folder), ("755", MiB))
+    for folder, _ in exposures(python_paths()):
+        plan.setdefault(folder, ("755", MiB))
+    chosen = []
+    for folder in sorted(plan, key=lambda f: (f.count("/"), f)):
+        # a folder inside a covered one is gone already, unless it lies inside a path bound back there
+        outer = [c for c in chosen if _inside(folder, c["path"])]
+        if outer and not any(_inside(folder, e) for c in outer for e in c["expose"]):
+            continue
+        mode, size = plan[folder]
+        expose = sorted(p for p in needed if _inside(p, folder) and p != folder)
+        # one entry per tree: a path inside another exposed one comes with it
+        expose = [p for p in expose if not any(q != p and _inside(p, q) for q in expose)]
+        if any(p == folder for p in needed):
+            continue  # the run needs this whole folder: nothing to cover
+        chosen.append({"path": folder, "mode": mode, "bytes": size, "expose": expose})
+    return chosen
+
+
 @lru_cache(maxsize=None)
 def _namespaces_work() -> bool:
     """Whether this machine lets root make mount and network namespaces (a locked-down container may not)."""
     if os.geteuid() != 0 or not Path("/proc/self/ns/mnt").exists():
         return False
-    setup = {"namespaces": True, "expose": [], "rlimits": {}}
+    setup = {"namespaces": True, "covers": [], "rlimits": {}}
     try:
         done = subprocess.run([sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), "true"],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60, cwd="/")
@@ -291,8 +360,11 @@ def describe_isolation(switch_user: bool | None = None) -> list[str]:
                 "own process group, limits on time, CPU, memory, file sizes and output"]
     found = ["own unprivileged user (no groups, no capabilities, no new privileges)",
              "own process group, limits on time, CPU, memory, file sizes, output and processes"]
-    found.append("no network, and of root's private folders only Python's (own namespaces)" if _namespaces_work()
-                 else "network reachable (this machine does not allow namespaces)")
+    found.append("no network, private temporary folders, the course and other runs out of sight, of root's "
+                 "private folders only Python's (own namespaces)" if _namespaces_work()
+                 else "network reachable, temporary folders shared (this machine does not allow namespaces)")
+    found.append("CPU time of every process it starts counted together (cgroup v2)" if _cgroup_parent()
+                 else "CPU time summed over its processes as read twice a second (no writable cgroup v2)")
     return found
 
 
@@ -376,6 +448,16 @@ def _live_processes(pgid: int, user: SandboxUser | None, mark: bytes) -> list[in
     return found
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended: it only waits for its parent to read its status)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            line = handle.read().decode("ascii", "replace")
+    except OSError:
+        return False
+    return line[line.rfind(")") + 2:][:1] not in ("Z", "X", "")
+
+
 def _command_name(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -385,11 +467,14 @@ def _command_name(pid: int) -> str:
         return f"pid {pid}"
 
 
-def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes) -> list[str]:
-    """Kill every process of the run (see `_live_processes`); the commands of those that were alive."""
+def _kill_everything(pgid: int, user: SandboxUser | None, mark: bytes,
+                     group: ControlGroup | None = None) -> list[str]:
+    """Kill every process of the run (see `_live_processes`, and its control group); the commands of those alive."""
     seen: dict[int, str] = {}
     for _ in range(200):  # a process that forks while we kill is caught on a later round
         alive = _live_processes(pgid, user, mark)  # counted (and named) before they are killed
+        if group is not None:
+            alive += [pid for pid in group.pids() if pid not in alive and _running(pid)]
         for pid in alive:
             seen.setdefault(pid, _command_name(pid))
         try:
@@ -452,6 +537,139 @@ def _remove_strays(user: SandboxUser | None) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+# ---------------------------------------------------------------------------- counting all it starts
+
+
+@lru_cache(maxsize=None)
+def _cgroup_parent() -> str | None:
+    """The grader's own cgroup v2 group, where root may make a group per run; None where it cannot."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+            mounts = [line.split() for line in handle]
+        with open("/proc/self/cgroup", encoding="utf-8") as handle:
+            own = next((line.strip()[3:] for line in handle if line.startswith("0::")), None)
+    except OSError:
+        return None
+    root = next((m[4] for m in mounts if "-" in m and m[m.index("-") + 1] == "cgroup2"), None)
+    if root is None or own is None:
+        return None
+    parent = os.path.join(root, own.lstrip("/"))
+    probe = os.path.join(parent, f"tito-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe)
+        usable = os.path.exists(os.path.join(probe, "cpu.stat"))
+        os.rmdir(probe)
+    except OSError:
+        return None
+    return parent if usable else None
+
+
+class ControlGroup:
+    """A cgroup v2 group of its own for one run: every process the run starts stays in it (setsid and
+    double forks included), so their CPU time is counted together (`cpu.stat`, exited ones too) and
+    all of them can be found and killed. Where the machine delegates the controllers, also a limit on
+    processes (`pids.max`) and memory (`memory.max`) for the whole run.
+
+    `ControlGroup.create(limits)` is None where there is no writable cgroup v2 (not root, cgroup v1 only).
+    """
+
+    def __init__(self, path: str, limited: tuple[str, ...]):
+        self.path, self.limited = path, limited
+
+    @classmethod
+    def create(cls, limits: Limits) -> ControlGroup | None:
+        parent = _cgroup_parent()
+        if parent is None:
+            return None
+        path = os.path.join(parent, f"tito-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+        except OSError:
+            return None
+        limited = []
+        for name, value in (("pids.max", limits.processes), ("memory.max", limits.memory_bytes),
+                            ("memory.swap.max", 0)):
+            try:
+                with open(os.path.join(path, name), "w") as handle:
+                    handle.write(str(value))
+                limited.append(name)
+            except OSError:
+                continue  # the controller is not delegated here: the per-process limits stay
+        return cls(path, tuple(limited))
+
+    def cpu_seconds(self) -> float | None:
+        try:
+            with open(os.path.join(self.path, "cpu.stat"), encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1]) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as handle:
+                return [int(line) for line in handle if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def kill(self) -> None:
+        try:
+            with open(os.path.join(self.path, "cgroup.kill"), "w") as handle:
+                handle.write("1")
+        except OSError:
+            pass
+        for pid in self.pids():  # kernels before 5.14 have no cgroup.kill
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def remove(self) -> None:
+        """Kill what is left and remove the group (it can be removed once its last process is gone)."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            self.kill()
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+class _CpuLedger:
+    """Without a control group: the CPU time of every process of the run seen so far (by its user, or by its
+    mark), each process's own time as last read, so children in sessions of their own count too. A process
+    that starts and ends between two readings (half a second) is missed, unless its parent waited for it."""
+
+    def __init__(self):
+        self.seen: dict[int, float] = {}
+
+    def total(self, main_pid: int, pgid: int, user: SandboxUser | None, mark: bytes) -> float | None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        for pid in _live_processes(pgid, user, mark):
+            own = _own_cpu_ticks(pid)
+            if own is not None:
+                self.seen[pid] = max(self.seen.get(pid, 0.0), own / ticks)
+        main = _cpu_seconds(main_pid)
+        return max(sum(self.seen.values()), main or 0.0)
+
+
+def _own_cpu_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            line = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    fields = line[line.rfind(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
 # ---------------------------------------------------------------------------- running
 
 
@@ -483,16 +701,31 @@ def _rlimits(limits: Limits, user: SandboxUser | None) -> dict[str, tuple[int, i
     return chosen
 
 
-def _command_line(command: list[str], limits: Limits, user: SandboxUser | None) -> list[str]:
-    setup = {"namespaces": False, "expose": [], "rlimits": _rlimits(limits, user)}
+def _command_line(command: list[str], limits: Limits, user: SandboxUser | None, workdir: Path,
+                  visible: list[Path] | None, hidden: list[Path], group: ControlGroup | None) -> list[str]:
+    setup = {"namespaces": False, "covers": [], "rlimits": _rlimits(limits, user),
+             "cgroup": group.path if group else None}
     prefix: list[str] = []
     if user is not None:
         if _namespaces_work():
-            setup.update(namespaces=True, expose=exposures(python_paths()))
+            setup.update(namespaces=True, covers=_run_covers(workdir, visible, hidden, limits))
         prefix = [_setpriv(), f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups",
                   "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
     backstop = [sys.executable, "-I", "-S", "-c", _DIE_WITH_TITO, str(os.getpid())] if sys.platform == "linux" else []
     return [sys.executable, "-I", "-S", "-c", _SHIM, json.dumps(setup), *prefix, *backstop, *command]
+
+
+def _run_covers(workdir: Path, visible: list[Path] | None, hidden: list[Path], limits: Limits) -> list[dict]:
+    """The private mounts of one run. `visible` None (the judge's runs): /tmp and /var/tmp stay shared
+    (what it leaves there is removed and counted); else every shared temporary folder is private."""
+    shared = shared_tmp_folders()
+    if visible is None:
+        keep = {os.path.realpath(f) for f in ("/tmp", "/var/tmp")}
+        private = [f for f in shared if f not in keep]
+    else:
+        private = shared
+    needed = [str(workdir), *map(str, visible or []), *python_paths()]
+    return covers(needed, private, [str(h) for h in hidden], limits.tmp_bytes)
 
 
 def _signal_reason(number: int, limits: Limits) -> str:
@@ -533,21 +766,44 @@ class _OutputReader(threading.Thread):
 
 
 def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
-                  env: dict[str, str] | None = None, user: SandboxUser | None = None) -> SandboxResult:
+                  env: dict[str, str] | None = None, user: SandboxUser | None = None, *,
+                  visible: list[Path] | None = None, hidden: list[Path] = ()) -> SandboxResult:
     """Run `command` in `workdir` (made by `prepare_workdir`) under `limits`; never raises for what the command does.
 
     `env` adds to the scratch environment (`scratch_env`), e.g. {"PYTHONPATH": course}.
     `user` (one of `SandboxUsers(n).users`) is the user it runs as; None runs it as the grader itself.
+    `visible` (with a user of its own, where namespaces work): the paths besides `workdir` the run needs
+    (e.g. its course); then /tmp and /var/tmp are private too, and only those paths show inside them.
+    `hidden`: folders the run must not see (e.g. the instructor's course): each shows as an empty folder,
+    with only the paths it needs (its work folder, `visible`, Python's installation) bound back.
     The result's `reason` says which limit it broke (the first one noticed), or that it left
     processes or files behind; "" means it ended by itself and within every limit.
     """
     run_id = uuid.uuid4().hex
     mark = f"{SANDBOX_MARK_ENV}={run_id}".encode()
     environment = scratch_env(workdir, {**(env or {}), SANDBOX_MARK_ENV: run_id})
+    group = ControlGroup.create(limits)
+    ledger = _CpuLedger()
     start = time.monotonic()
-    process = subprocess.Popen(_command_line(command, limits, user), cwd=workdir, env=environment,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True, close_fds=True)
+    try:
+        process = subprocess.Popen(_command_line(command, limits, user, workdir, visible, list(hidden), group),
+                                   cwd=workdir, env=environment, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
+    try:
+        return _watch(process, workdir, limits, user, mark, group, ledger, start)
+    finally:
+        if group is not None:
+            group.remove()
+
+
+def _watch(process: subprocess.Popen, workdir: Path, limits: Limits, user: SandboxUser | None, mark: bytes,
+           group: ControlGroup | None, ledger: _CpuLedger, start: float) -> SandboxResult:
+    """Wait for the run, stop it at the first limit it breaks, kill all it left; its result."""
     reader = _OutputReader(process.stdout, limits.output_bytes)
     reader.start()
     reason = ""
@@ -568,7 +824,10 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
             elif now >= next_disk_check:
                 next_disk_check = now + _DISK_CHECK_S
                 used, entries = _disk_usage(workdir)
-                cpu_used = _cpu_seconds(process.pid)
+                # everything it started: its control group, or else each of its processes as last seen
+                cpu_used = group.cpu_seconds() if group is not None else None
+                if cpu_used is None:
+                    cpu_used = ledger.total(process.pid, process.pid, user, mark)
                 if cpu_used is not None and cpu_used > limits.cpu_s:
                     reason = f"used more than its {limits.cpu_s:g} s of CPU time"
                 elif used > limits.disk_bytes:
@@ -576,16 +835,16 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
                 elif entries > _MAX_FILES:
                     reason = f"created more than {_MAX_FILES:,} files"
             if reason:
-                _kill_everything(process.pid, user, mark)
+                _kill_everything(process.pid, user, mark, group)
                 _, status, rusage = os.wait4(process.pid, 0)
                 break
             reader.flooded.wait(_POLL_S)
     finally:
         if status is None:  # interrupted (Ctrl-C): nothing may outlive the grader
-            _kill_everything(process.pid, user, mark)
+            _kill_everything(process.pid, user, mark, group)
             process.wait()
     process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4; tell Popen
-    left = _kill_everything(process.pid, user, mark)
+    left = _kill_everything(process.pid, user, mark, group)
     reader.join(timeout=5)
     process.stdout.close()
     seconds = time.monotonic() - start
@@ -601,5 +860,7 @@ def run_sandboxed(command: list[str], workdir: Path, limits: Limits = Limits(),
     if not reason and strays:
         reason = f"wrote outside its work folder: {', '.join(strays[:3])} (removed)"
     cpu = (rusage.ru_utime + rusage.ru_stime) if rusage else 0.0
+    counted = group.cpu_seconds() if group is not None else None
+    cpu = max(cpu, counted or 0.0, sum(ledger.seen.values()))  # everything it started, as far as it was counted
     output = reader.kept.decode("utf-8", "replace")
     return SandboxResult(returncode, reason, output, seconds, cpu, len(left), strays)

@@ -86,8 +86,9 @@ def test_zip_and_tar_gz_are_read_in_memory_and_links_are_not_followed(course, mo
         archive.addfile(info, io.BytesIO(text))
     alice, bob = collect_submissions(subs, modules)
     assert alice.name == "alice" and alice.notebooks["01_tensor"].text == text.decode()
-    assert alice.ignored == ["escape.py"]  # named, never written anywhere
-    assert bob.notebooks["01_tensor"].path == "copy/01_tensor/tensor_dev.py"  # the link was skipped
+    assert alice.ignored == ["../../escape.py (refused: `..` in its name)"]  # named, never read nor written
+    assert bob.notebooks["01_tensor"].path == "copy/01_tensor/tensor_dev.py"  # the link was refused
+    assert bob.ignored == ["modules/01_tensor/tensor_dev.py (refused: a link)"]
     assert not (subs.parent / "escape.py").exists() and not (subs / "escape.py").exists()
 
 
@@ -158,10 +159,11 @@ def test_grading_toml_is_checked(course):
     path = course.root / "grading" / "grading.toml"
     path.parent.mkdir()
     path.write_text('[modules.01]\nweight = 5\npoints = { "views" = 2 }\n[limits]\ntime_s = 30\n'
-                    'memory_mb = 512\n', encoding="utf-8")
+                    'memory_mb = 512\ntmp_mb = 8\n', encoding="utf-8")
     config = load_config(course.settings)
     assert config.weights == {"01_tensor": 5} and config.points == {"01_tensor": {"views": 2}}
     assert config.limits.wall_s == 30 == config.limits.cpu_s and config.limits.memory_bytes == 512 * 2**20
+    assert config.limits.tmp_bytes == 8 * 2**20  # each private temporary folder of a run
     for bad, message in (("[modules.99]\n", "Unknown module '99'"), ("[limits]\ntime_s = -1\n", "positive number"),
                          ('hidden_visibility = "later"\n', "use one of visible"), ("[modules.01]\nweight = 'x'\n",
                                                                                      "must be a number")):
@@ -315,3 +317,158 @@ def test_the_student_edition_never_carries_grading(course, tmp_path):
     found = [p.relative_to(edition).as_posix() for p in edition.rglob("*") if "grading" in p.name]
     assert found == [] and not any(p.name in ("cases.py", "expected.npz") for p in edition.rglob("*"))
     assert os.path.isdir(edition / "tests" / "01_tensor")
+
+
+# ---------------------------------------------------------------------------- archives (issue 29)
+
+
+def test_links_dotdot_and_absolute_names_are_refused_with_the_reason(course, modules, subs):
+    """A lesson notebook that is a link, or whose name climbs out (`..`) or is absolute, is never read."""
+    text = _notebook(course).encode()
+    link = zipfile.ZipInfo("modules/01_tensor/tensor_dev.py")
+    link.external_attr = (0o120777 << 16)  # a symbolic link, as `zip -y` stores one
+    for student, name, content in (("carl", "../modules/01_tensor/tensor_dev.py", text),
+                                   ("dora", "/abs/01_tensor/tensor_dev.py", text), ("ed", link, b"/etc/passwd")):
+        with zipfile.ZipFile(subs / f"{student}.zip", "w") as archive:
+            archive.writestr(name, content)
+    carl, dora, ed = collect_submissions(subs, modules)
+    assert carl.ignored == ["../modules/01_tensor/tensor_dev.py (refused: `..` in its name)"]
+    assert [s.notebooks for s in (carl, dora, ed)] == [{}, {}, {}]
+    assert [s.problems["01_tensor"] for s in (carl, dora, ed)] == [
+        "its notebook was refused: ../modules/01_tensor/tensor_dev.py has `..` in its name",
+        "its notebook was refused: /abs/01_tensor/tensor_dev.py is an absolute path",
+        "its notebook was refused: modules/01_tensor/tensor_dev.py is a link"]
+
+
+def _zip_of_copies(path: Path, names: list[str], data: bytes) -> None:
+    """A zip whose members all hold `data`, compressed once (zipfile would compress each copy again:
+    a minute for 2 GB); the layout is the zip format's own (local headers, central directory, end record)."""
+    import struct
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = packer.compress(data) + packer.flush()
+    crc = zlib.crc32(data)
+    local, central = bytearray(), bytearray()
+    for name in names:
+        encoded = name.encode()
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0, crc, len(packed), len(data),
+                               len(encoded), 0, 0, 0, 0, 0, len(local)) + encoded
+        local += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0, crc, len(packed), len(data),
+                             len(encoded), 0) + encoded + packed
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(names), len(names), len(central), len(local), 0)
+    path.write_bytes(bytes(local + central + end))
+
+
+MEASURE_PEAK = """
+import resource, sys, time
+from pathlib import Path
+from tito.course import list_modules, load_settings
+from tito.submissions import read_submission
+modules = list_modules(load_settings(Path(sys.argv[1])))
+start = time.monotonic()
+submission = read_submission(Path(sys.argv[2]), modules)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(time.monotonic() - start)
+print(submission.error or sorted(submission.notebooks))
+"""
+
+
+def _peak(course, archive: Path) -> tuple[int, float, str]:
+    """(peak resident bytes, seconds, error or notebooks) of a fresh grader process reading `archive`."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MEASURE_PEAK, str(course.root), str(archive)], capture_output=True,
+                          text=True, timeout=120, env={**course.env(), "PYTHONPATH": str(course.root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak, seconds, what = done.stdout.splitlines()
+    return int(peak), float(seconds), what
+
+
+def test_a_zip_bomb_of_250_notebooks_is_refused_before_reading_with_bounded_memory(course, subs):
+    """250 copies of an 8 MB notebook in a 2 MB zip (2 GB unpacked): refused from the index, quickly,
+    the grader's peak memory that of Python itself (it held every copy before: 2.1 GB)."""
+    notebook = b"# %%\n" + b"x" * (8 * 1024 * 1024 - 5)
+    _zip_of_copies(subs / "bomb.zip", [f"copy{i}/modules/01_tensor/tensor_dev.py" for i in range(250)], notebook)
+    with zipfile.ZipFile(subs / "bomb.zip") as archive:  # a well-formed zip: the first copy reads back whole
+        assert archive.read("copy0/modules/01_tensor/tensor_dev.py") == notebook
+    assert (subs / "bomb.zip").stat().st_size < 3 * 1024 * 1024
+    peak, seconds, what = _peak(course, subs / "bomb.zip")
+    assert what == ("bomb.zip could not be read: it unpacks to 2,097,152,000 bytes, more than the 1,073,741,824 a "
+                    "submission may hold: submit the lesson notebooks only")
+    assert peak < 200 * 1024 * 1024 and seconds < 10, (peak, seconds)
+
+
+def test_of_many_copies_of_a_lesson_only_the_chosen_one_is_read(course, subs):
+    """100 copies of a 4 MB notebook (400 MB unpacked, under the limit): one is read; peak memory stays low."""
+    notebook = _notebook(course).encode() + b"# " + b"x" * (4 * 1024 * 1024) + b"\n"
+    _zip_of_copies(subs / "copies.zip", [f"copy{i:03d}/modules/01_tensor/tensor_dev.py" for i in range(100)],
+                   notebook)
+    peak, seconds, what = _peak(course, subs / "copies.zip")
+    assert what == "['01_tensor']"
+    assert peak < 200 * 1024 * 1024, peak
+
+
+def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(course, modules, subs, monkeypatch):
+    """The count in the zip's end record is checked before zipfile reads the central directory (whose
+    entries would all be held in memory)."""
+    import tito.submissions as submissions
+
+    monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
+    read = []
+    monkeypatch.setattr(submissions.zipfile, "ZipFile", lambda *a, **k: read.append(a) or pytest.fail("index read"))
+    _zip_of_copies(subs / "many.zip", [f"f{i}.txt" for i in range(60)], b"x")
+    [many] = collect_submissions(subs, modules)
+    assert many.error == ("many.zip could not be read: it holds more than 50 files (60 counted): "
+                          "submit the lesson notebooks only") and read == []
+
+
+def test_too_many_members_are_refused_before_reading(course, modules, subs, monkeypatch):
+    import tito.submissions as submissions
+
+    monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
+    with tarfile.open(subs / "many.tar.gz", "w:gz") as archive:
+        for index in range(60):
+            info = tarfile.TarInfo(f"f{index}.txt")
+            archive.addfile(info, io.BytesIO(b""))
+    [many] = collect_submissions(subs, modules)
+    assert many.error == ("many.tar.gz could not be read: it holds more than 50 files (51 counted): "
+                          "submit the lesson notebooks only")
+
+
+# ---------------------------------------------------------------------------- the summary table (issue 29)
+
+
+@pytest.mark.parametrize("where", ["terminal", "file"])
+def test_the_summary_of_20_modules_is_readable_in_100_columns(where, monkeypatch):
+    """20 modules, COLUMNS=100: every module's full name and every score whole, no line wider than 100
+    (the modules that do not fit go to a second table), in a terminal and in a file."""
+    import io
+
+    from rich.console import Console
+
+    from tito.cli import grades_tables
+    from tito.course import list_modules, load_settings
+
+    keys = [m.key for m in list_modules(load_settings(Path(__file__).resolve().parents[2]))]
+    assert len(keys) == 20
+    students = []
+    for index, name in enumerate(["alice", "bob_with_a_long_name", "carol"]):
+        modules = {k: ModuleResult(k, F(10), score=F(10 * ((n + index) % 3), 3)) for n, k in enumerate(keys)}
+        students.append(StudentResult(name, f"{name}.zip", modules, []))
+    monkeypatch.setenv("COLUMNS", "100")
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=where == "terminal", color_system=None)
+    assert console.width == 100
+    for table in grades_tables(students, keys, console.width):
+        console.print(table)
+    text = buffer.getvalue()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100 and "…" not in text
+    for key in keys:
+        assert f" {key} " in text, key
+    for student in students:
+        row = " ".join(line for line in lines if line.startswith("│ " + student.name[:10]))
+        cells = [c.strip() for c in row.replace("│", "|").split("|") if c.strip() and c.strip() != student.name]
+        assert cells == [fmt(student.modules[k].score) for k in keys] + [fmt(student.total)], row

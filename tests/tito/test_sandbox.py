@@ -278,3 +278,144 @@ def test_a_grader_killed_outright_takes_the_command_with_it(scratch, who):
     if alive:
         os.kill(command_pid, signal.SIGKILL)
     assert not alive, "the sandboxed command outlived a grader killed with SIGKILL"
+
+
+# ---------------------------------------------------------------------------- issue 29: counted, private, every writable place
+
+needs_namespaces = pytest.mark.skipif(not (can_switch_user() and _namespaces_work()),
+                                      reason="needs root, setpriv and mount namespaces (private temporary folders)")
+SPINNERS = """
+import os, time
+for _ in range(30):  # 30 spinning children, each in a session of its own: not in the process group
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                pass
+        os._exit(0)
+    os.waitpid(middle, 0)  # the double fork: nobody waits for the spinner
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("counting", ["control group", "per process"])
+def test_cpu_of_children_in_their_own_sessions_counts_against_the_run(scratch, user, counting, monkeypatch):
+    """Spinners that left the process group (setsid, double fork) and that nobody waits for: their CPU time
+    is the run's (a control group, or each process as last seen), so the run stops at its CPU limit, not
+    at its wall-clock limit while starving every other run on the machine."""
+    import tito.sandbox as sandbox
+
+    if counting == "control group" and sandbox.ControlGroup.create(SMALL) is None:
+        pytest.skip("no writable cgroup v2 here (not root, or cgroup v1 only)")
+    if counting == "per process":
+        monkeypatch.setattr(sandbox.ControlGroup, "create", classmethod(lambda cls, limits: None))
+    start = time.monotonic()
+    result, _ = run(scratch, user, SPINNERS, Limits(wall_s=60, cpu_s=3, processes=64))
+    assert result.reason == "used more than its 3 s of CPU time", result
+    assert time.monotonic() - start < 20 and result.cpu_seconds >= 3
+
+
+@needs_namespaces
+def test_every_place_the_sandbox_user_can_write_is_its_own(scratch, own_user):
+    """`find / -writable` as the sandbox user, inside the sandbox: only its work folder and its private
+    temporary folders (each an empty tmpfs of its own), nothing shared with the machine or other runs."""
+    code = ("import subprocess; print(subprocess.run(['find', '/', '(', '-path', '/proc', '-o', '-path', '/sys', ')',"
+            " '-prune', '-o', '-writable', '!', '-type', 'l', '!', '-type', 'c', '-print'], capture_output=True,"
+            " text=True).stdout)")
+    result, work = _run_private(scratch, own_user, code, Limits(wall_s=120, cpu_s=120, memory_bytes=GiB))
+    writable = [p for p in result.output.splitlines() if p]
+    private = [os.path.realpath(p) for p in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")]
+    outside = [p for p in writable if not p.startswith(str(work)) and not any(
+        p == f or p.startswith(f + "/") for f in private)]
+    assert str(work) in writable and outside == [], outside
+
+
+def _run_private(scratch: Path, user, code: str, limits: Limits = SMALL):
+    """A run as `tito grade` starts one: every shared temporary folder private (visible=[])."""
+    work = prepare_workdir(scratch / f"work-{time.monotonic_ns()}", user)
+    return run_sandboxed([sys.executable, "-c", code], work, limits, None, user, visible=[]), work
+
+
+@needs_namespaces
+def test_dev_shm_is_a_private_tmpfs_of_limited_size(scratch, own_user):
+    """128 MiB into /dev/shm with a 16 MiB limit: stopped at the limit (no space), nothing in the real one."""
+    code = """
+import errno, os
+written = 0
+try:
+    with open('/dev/shm/fill', 'wb') as handle:
+        for _ in range(32):
+            handle.write(b'x' * (4 * 2**20)); handle.flush(); written += 4 * 2**20
+except OSError as err:
+    print(errno.errorcode[err.errno])
+print(written)
+"""
+    limits = Limits(wall_s=60, cpu_s=30, memory_bytes=GiB, file_bytes=256 * MiB, tmp_bytes=16 * MiB)
+    before = set(os.listdir("/dev/shm"))
+    result, _ = _run_private(scratch, own_user, code, limits)
+    lines = result.output.splitlines()
+    assert lines[0] == "ENOSPC" and int(lines[1]) <= 16 * MiB, result
+    assert set(os.listdir("/dev/shm")) == before
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["private", "shared"])
+@needs_namespaces
+def test_a_file_written_to_run_lock_never_reaches_it_or_is_removed_and_named(scratch, own_user, private,
+                                                                            monkeypatch):
+    """/run/lock (= /var/lock) is writable by every user. In the sandbox's namespace it is a private tmpfs
+    (the file never reaches the machine's); where it stays shared (no namespaces), the file is removed
+    and the reason names it."""
+    import tito.sandbox as sandbox
+
+    if not private:
+        monkeypatch.setattr(sandbox, "shared_tmp_folders", lambda: [])
+    name = f"tito-stray-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"open('/var/lock/{name}', 'w').write('x'); print('written')"
+    result, _ = _run_private(scratch, own_user, code)
+    assert result.output == "written\n" and not os.path.exists(f"/run/lock/{name}")
+    if private:
+        assert result.ok, result
+    else:
+        assert result.reason == f"wrote outside its work folder: /run/lock/{name} (removed)", result
+
+
+@needs_own_user
+def test_a_setuid_program_does_not_raise_the_sandbox_users_rights(scratch, own_user):
+    """A setuid-root program within reach (a leftover copy of Python, as `su` or `passwd` are on every
+    machine) runs with the sandbox user's rights only: no new privileges."""
+    import shutil
+
+    user = own_user
+    work = prepare_workdir(scratch / f"work-{time.monotonic_ns()}", user)
+    setuid = work / "python-setuid"
+    shutil.copy2(os.path.realpath(sys.executable), setuid)
+    os.chown(setuid, 0, 0)
+    setuid.chmod(0o4755)
+    code = f"import subprocess; print(subprocess.run(['./{setuid.name}', '-c', 'import os; print(os.geteuid())'],"\
+           " capture_output=True, text=True).stdout.strip())"
+    result = run_sandboxed([sys.executable, "-c", code], work, SMALL, None, user)
+    assert result.output.strip() == str(user.uid), result.output
+
+
+def test_no_file_descriptor_of_the_grader_is_inherited(scratch, user, tmp_path):
+    """The grader holds files open (the uid locks, reports): none reaches the command; fds 3-1023 are closed."""
+    secret = tmp_path / "held-open"
+    secret.write_text("grader's")
+    held = os.open(secret, os.O_RDONLY)
+    code = """
+import os
+found = []
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    found.append((fd, os.readlink(f'/proc/self/fd/{fd}')))
+print(found)
+"""
+    try:
+        result, _ = run(scratch, user, code)
+    finally:
+        os.close(held)
+    assert result.output.strip() == "[]", result.output

@@ -357,8 +357,15 @@ def _pruned_class(base: type, names: tuple) -> type:
     name)`, and assigning to it is refused. Made once per (base, names) and reused."""
     key = (base, names)
     if key not in _PRUNED_CLASSES:
+        def read(self: Module, name: str) -> Tensor:
+            value = masked_weight(self, name)
+            if not isinstance(value, Tensor):  # named here, not as "'NoneType' object has no attribute ..." later
+                raise TypeError(f"masked_weight(module, {name!r}) returned {type(value).__name__}, not a Tensor: "
+                                f"return {name}_orig * {name}_mask (one recorded multiply of the two Tensors)")
+            return value
+
         def computed(name: str) -> property:
-            return property(lambda self: masked_weight(self, name),
+            return property(lambda self: read(self, name),
                             doc=f"{name}_orig * {name}_mask (a recorded multiply, made on every read)")
 
         def __setattr__(self, attr: str, value: Any) -> None:

@@ -16,7 +16,7 @@ batches (200 of 12 x 64 characters, those of the shakespeare milestone; 10 with 
                        table is the first and the last layer: module 15 measures what 4 bits there cost)
 and saved as module 07's checkpoint, whose size on disk is measured.
 
-Passes when: int8 weight-only within 0.00025 of the fp32 loss, int8 dynamic within 0.05, int4 weight-only
+Passes when: int8 weight-only within 0.00025 of the fp32 loss, int8 dynamic within 0.002, int4 weight-only
 within 0.015; the weights of each variant use the bits its name says (int3 called int4 fails, so does int6
 called int8); and the int8 checkpoint at least 3.5x smaller than the fp32 one. The loss bounds sit between the
 right width's measured increase and its nearest wrong width's (int6 for int8, int3 for int4; the measurements
@@ -64,8 +64,9 @@ VARIANTS = [("fp32", None),
 # int4: 0.015, about twice int4's increase and half int3's. int8: 0.00025, between int8's and int6's; the margin
 # is small (int6 costs 0.0002 more than int8), so the exact check is the bits the weights use (bits_used), which
 # also holds in --fast mode, where 200 iterations leave weights that lose almost nothing at any width (measured on
-# 10 batches: int8 +0.0001, int6 +0.0002, int4 +0.0003, int3 +0.0025 per channel). int8 dynamic: DYNAMIC_NOTE.
-MAX_LOSS_INCREASE = {"int8 weight-only": 0.00025, "int8 dynamic": 0.05, "int4 weight-only": 0.015}
+# 10 batches: int8 +0.0001, int6 +0.0002, int4 +0.0003, int3 +0.0025 per channel). int8 dynamic (its activations
+# quantized too) measured +0.00056 on the trained model: 0.002, under the int4 weights' +0.0067 (it was 0.05).
+MAX_LOSS_INCREASE = {"int8 weight-only": 0.00025, "int8 dynamic": 0.002, "int4 weight-only": 0.015}
 MIN_INT8_RATIO = 3.5
 # The widths --widths measures (weight-only, per output channel and per tensor)
 WIDTHS = (8, 6, 5, 4, 3)

@@ -265,7 +265,13 @@ def test_unit_magnitude_mask():
         "ties at the threshold: the entry first in C order is pruned first; sort with "
         "np.argsort(..., kind=\"stable\") (the default quicksort puts equal values in no particular order)")
     first = magnitude_mask(example, 0.5)
-    again = magnitude_mask(example * 0 + 1.0, 0.2, keep=first)  # all equal now: only the count decides
+    try:
+        again = magnitude_mask(example * 0 + 1.0, 0.2, keep=first)  # all equal now: only the count decides
+    except (ValueError, IndexError) as err:  # NumPy's message names shapes, not the slip: name it
+        raise AssertionError(
+            f"weights of shape {example.shape} with an earlier keep-mask of shape {first.shape} raised {err!r}: the "
+            f"scores and the new mask are flat ({example.size},) arrays; flatten the keep-mask too (keep.ravel()) "
+            "before indexing the scores with it or ANDing it with the mask") from None
     assert np.array_equal(again, first), "a pruned weight stays pruned, even when amount is smaller than before"
     more = magnitude_mask(np.where(first, example, 0.0), 4 / 6, keep=first)
     assert (~more).sum() == 4 and not (more & ~first).any(), "already-pruned weights count towards the total"

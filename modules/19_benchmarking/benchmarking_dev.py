@@ -749,7 +749,15 @@ def test_unit_quality_metrics():
     labels = np.arange(200) % 10
     features = np.eye(10, dtype=np.float32)[labels]  # one-hot: the logits ARE the answer
     identity = lambda x: x  # noqa: E731
-    assert accuracy(identity, features, labels, batch_size=64) == 1.0, "a model outputting the answer scores 1.0"
+    try:
+        perfect = accuracy(identity, features, labels, batch_size=64)
+    except ValueError as err:  # NumPy's message names shapes, not the slip: name it
+        if "broadcast" not in str(err):
+            raise
+        raise AssertionError(
+            f"batches of 64 examples, logits (64, 10), labels (64,) raised {err!r}: one prediction per example is the "
+            "argmax over the classes (axis=-1, the last axis), shape (64,); axis 0 is the batch") from None
+    assert perfect == 1.0, f"a model outputting the answer scores 1.0, got {perfect}"
     chance = accuracy(RandomLogits(10), features, labels)
     assert 0.03 <= chance <= 0.17, f"random logits over 10 classes score about 0.1, got {chance}"
     print(f"✓ lm_validation_loss and accuracy: equal logits ln(V) = {loss:.4f}, oracle {good:.2g}, "

@@ -695,7 +695,14 @@ def test_unit_per_channel():
         "never divide by the scales (x / s and x·(1/s) differ in the last bit)")
     observer.observe(np.array([[0.0, 0.0, -3.0]], dtype=np.float32))
     assert np.array_equal(observer.min_val, np.float32([-0.05, -2.0, -3.0])), f"running min per channel: got {observer.min_val}"
-    ones = quantize_per_channel(np.ones((2, 3, 4), np.float32), [0.5, 0.25, 1.0], [0, 1, -1], axis=-2).numpy()
+    try:
+        ones = quantize_per_channel(np.ones((2, 3, 4), np.float32), [0.5, 0.25, 1.0], [0, 1, -1], axis=-2).numpy()
+    except ValueError as err:  # NumPy's own message names shapes, not the slip: name it
+        if "broadcast" not in str(err):
+            raise
+        raise AssertionError(
+            f"x of shape (2, 3, 4) with 3 scales along axis=-2 raised {err!r}: scales of shape (3,) broadcast along "
+            "the LAST axis (4 here); reshape them (and the zero points) to (1, 3, 1), -1 at the channel axis") from None
     assert np.array_equal(ones[0, :, 0], [2, 5, 0]), f"axis=-2 is the middle axis here: expected [2, 5, 0], got {ones[0, :, 0]}"
     print("✓ per channel: ranges over the other axes, scales broadcast along the axis (0 and 1), inverse scale and two "
           "roundings as PyTorch, running min/max, negative axis")

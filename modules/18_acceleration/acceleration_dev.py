@@ -941,6 +941,24 @@ class CountingArray(np.ndarray):
         return np.asarray(self) @ np.asarray(other)
 
 
+def blocked_matmul_slip(got: np.ndarray, a: np.ndarray, b: np.ndarray, tile: int) -> str:
+    """Why blocked_matmul(a, b, tile) gave `got` instead of a @ b, told from what it computed."""
+    (m, k), n = a.shape, b.shape[1]
+    whole = lambda size: size // tile * tile  # noqa: E731  the part of an axis that whole tiles cover
+    skipped = [f"{axis} {whole(size)}..{size - 1}" for axis, size, edge in
+               (("rows", m, got[whole(m):, :]), ("columns", n, got[:, whole(n):]))
+               if size % tile and not edge.any()]
+    if k % tile and np.allclose(got[:whole(m), :whole(n)], (a[:, :whole(k)] @ b[:whole(k), :])[:whole(m), :whole(n)]):
+        skipped.append(f"depth {whole(k)}..{k - 1}")
+    if skipped:
+        return (f"the edge tiles were skipped ({', '.join(skipped)} are missing): when tile does not divide a size, "
+                "the last tile is smaller, and range(0, size, tile) includes it")
+    last = (k - 1) // tile * tile
+    if k > tile and np.allclose(got, a[:, last:] @ b[last:, :]):
+        return "only the last tile depth is in the output: add every tile depth p (+=), do not assign (=)"
+    return "add every tile depth p (+=), and start from zeros"
+
+
 def test_unit_blocked_matmul():
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((10, 7)), rng.standard_normal((7, 9))
@@ -948,8 +966,8 @@ def test_unit_blocked_matmul():
         got = blocked_matmul(a, b, tile)
         assert got.shape == (10, 9), f"tile {tile}: expected shape (10, 9), got {got.shape}"
         assert np.allclose(got, a @ b, atol=1e-12), (
-            f"tile {tile}: differs from a @ b by up to {np.abs(got - a @ b).max():.2e}: add every tile depth p "
-            "(+=), and start from zeros")
+            f"tile {tile}: differs from a @ b by up to {np.abs(got - a @ b).max():.2e}: "
+            + blocked_matmul_slip(got, a, b, tile))
     CountingArray.products = 0
     blocked_matmul(a.view(CountingArray), b, 3)
     expected = math.ceil(10 / 3) * math.ceil(9 / 3) * math.ceil(7 / 3)

@@ -336,13 +336,18 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float | None = No
 def test_unit_quality_verdict():
     assert quality_verdict(1.5, 1.5, 0.25) == "", \
         "a loss equal to the baseline's passes: the bar is baseline + margin (the margin added, not subtracted)"
-    assert quality_verdict(1.75, 1.5, 0.25) == "", \
-        "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
+    reason = quality_verdict(1.625, 1.5, 0.25)
+    assert reason == "", (
+        f"1.625 is under the bar 1.5 + 0.25 = 1.75, got {reason!r}: "
+        + ("your bar is the baseline alone: the margin was left out (bar = baseline + margin)"
+           if "quality bar 1.5000" in reason else "the bar is baseline + margin (the margin added, not subtracted)"))
+    reason = quality_verdict(1.75, 1.5, 0.25)
+    assert reason == "", (
+        f"a loss exactly AT the bar (1.5 + 0.25) passes, got {reason!r}: "
+        + ("'at most' is <=, not <" if "quality bar 1.7500" in reason else "the bar is baseline + margin"))
     reason = quality_verdict(1.875, 1.5, 0.25)
     assert "above the quality bar" in reason and "1.7500" in reason, \
         f"1.875 > 1.5 + 0.25 must be refused with the bar in the reason, got {reason!r}"
-    assert quality_verdict(1.625, 1.5, 0.25) == "", \
-        "1.625 is below the bar 1.75: add the margin to the baseline (baseline + margin), not subtract it"
     assert quality_verdict(float("nan"), 1.5) != "", "a nan loss is never under the bar"
     print("✓ quality_verdict: at the bar passes, above it is refused with the reason")
 

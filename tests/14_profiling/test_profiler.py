@@ -126,6 +126,26 @@ def test_calls_and_times_of_each_phase(fake, demo_ops):
         f"backward times {d.backward_s} and {s.backward_s}, expected 3.0 and 0.5: add `elapsed` to stats.backward_s")
 
 
+
+def test_a_repeated_op_adds_up_its_calls(fake, demo_ops):
+    # demo_double twice in a row: forward 0.25 (before the first op) + 2 + 2 s, backward 3 + 3 s, FLOPs 10 + 10
+    # and 20 + 20, bytes 32 + 32 each way. A row that keeps only the last call's numbers (=, not +=) halves them.
+    double, total = demo_ops
+    x = Tensor(np.ones(4), requires_grad=True)
+    with Profiler() as prof:
+        fake.advance(0.25)
+        total(double(double(x))).backward()
+    d = prof.by_op()["demo_double"]
+    got = {"calls": d.calls, "forward_s": d.forward_s, "forward_flops": d.forward_flops, "forward_bytes": d.forward_bytes,
+           "backward_calls": d.backward_calls, "backward_s": d.backward_s, "backward_flops": d.backward_flops,
+           "backward_bytes": d.backward_bytes}
+    expected = {"calls": 2, "forward_s": 4.25, "forward_flops": 20, "forward_bytes": 64,
+                "backward_calls": 2, "backward_s": 6.0, "backward_flops": 40, "backward_bytes": 64}
+    overwritten = [name for name in expected if got[name] != expected[name]]
+    assert not overwritten, (
+        f"demo_double called twice: {', '.join(f'{n} {got[n]} (expected {expected[n]})' for n in overwritten)}: "
+        "a repeated op's row must ADD each call's numbers (+=), not overwrite them with the last call's")
+
 def test_rows_add_up_to_the_wall_time(fake, demo_ops):
     prof = profile_demo(fake, *demo_ops)
     ops = sum(s.total_s for s in prof.by_op().values())

@@ -85,6 +85,22 @@ def test_step_after_unscale_does_not_unscale_again():
         "1): step() unscales only when unscale_ was not called since the last update()")
 
 
+def test_found_inf_remembers_an_inf_in_any_gradient():
+    # The inf is in the FIRST parameter's gradient, the last one is finite: a found_inf that is set from each
+    # gradient in turn (found_inf = not finite) forgets it, step() runs, and the first weight becomes -inf.
+    first, last = parameter(), parameter()
+    optimizer = SGD([first, last], lr=1.0)
+    scaler = GradScaler(init_scale=2.0)
+    first.grad = Tensor(np.array([1.0, np.inf, 1.0], np.float32))
+    last.grad = Tensor(np.ones(3, np.float32))
+    scaler.unscale_(optimizer)
+    taken = scaler.step(optimizer)
+    assert taken is False and np.array_equal(first.numpy(), np.zeros(3)), (
+        f"step() returned {taken} and the first weight became {first.numpy()} with an inf in the FIRST of two "
+        "gradients (the last one finite): found_inf must remember an inf in ANY gradient (set it once one is found, "
+        "never overwrite it with the last gradient's answer)")
+
+
 # ---- step and update: the sequence ---------------------------------------------------------------------------------
 def test_skips_a_step_with_inf_and_with_nan():
     for bad in (np.inf, -np.inf, np.nan):

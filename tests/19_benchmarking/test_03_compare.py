@@ -12,7 +12,9 @@ def spread(name, centre, unit="s", n=15):
 def test_ratio_is_a_over_b():
     result = compare(spread("a", 3.0), spread("b", 1.0))
     assert result.ratio == pytest.approx(3.0), f"ratio = median(a) / median(b) = 3.0, got {result.ratio}"
-    assert result.difference == pytest.approx(2.0)
+    assert result.difference == pytest.approx(2.0), (
+        f"difference of a (median 3.0) and b (median 1.0): expected +2.0, got {result.difference}: the difference is "
+        "median(a) - median(b), a minus b, the same way round as the ratio and difference_ci(a, b)")
 
 
 def test_overlapping_intervals_are_no_measurable_difference():
@@ -23,6 +25,17 @@ def test_overlapping_intervals_are_no_measurable_difference():
         f"'no measurable difference', got {compare(a, b).verdict!r}; compare intervals, not medians")
     assert compare(a, b).winner is None
 
+
+
+def test_identical_exact_measurements_are_no_measurable_difference():
+    # Every reading 1.0 s on both sides: each interval is the single point [1.0, 1.0]. Intervals that share
+    # even one point overlap; strict comparisons (a.low < b.high) call two identical measurements different.
+    a, b = Measurement("a", np.full(9, 1.0)), Measurement("b", np.full(9, 1.0))
+    assert (a.low, a.high, b.low, b.high) == (1.0, 1.0, 1.0, 1.0)
+    verdict = compare(a, b).verdict
+    assert verdict == "no measurable difference", (
+        f"two identical measurements (every reading 1.0 s, both intervals [1.0, 1.0]) got {verdict!r}: intervals that "
+        "touch overlap; use <= in the overlap test (a.low <= b.high and b.low <= a.high), not <")
 
 def test_smaller_time_is_faster_whichever_side():
     slow, fast = spread("slow", 2.0), spread("fast", 1.0)

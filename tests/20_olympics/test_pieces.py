@@ -86,8 +86,11 @@ def test_loss_refuses_bad_input():
 
 # ---- quality_verdict -----------------------------------------------------------------------------------------------
 def test_quality_bar_adds_the_margin():
-    assert quality_verdict(1.625, 1.5, 0.25) == "", \
-        "1.625 is under the bar 1.5 + 0.25: the bar is baseline + margin (the margin added, not subtracted)"
+    reason = quality_verdict(1.625, 1.5, 0.25)
+    assert reason == "", (
+        f"1.625 is under the bar 1.5 + 0.25 = 1.75, got {reason!r}: "
+        + ("your bar is the baseline alone: the margin was left out (bar = baseline + margin)"
+           if "quality bar 1.5000" in reason else "the bar is baseline + margin (the margin added, not subtracted)"))
     reason = quality_verdict(1.875, 1.5, 0.25)
     assert reason.startswith("validation loss 1.8750 is above the quality bar 1.7500") and "by 0.1250" in reason, \
         f"1.875 is above the bar 1.75: expected the reason with the loss, the bar and the miss, got {reason!r}"
@@ -95,7 +98,9 @@ def test_quality_bar_adds_the_margin():
 
 
 def test_quality_bar_at_the_bar_passes():
-    assert quality_verdict(1.75, 1.5, 0.25) == "", "a loss exactly AT the bar (1.5 + 0.25) passes: 'at most' is <=, not <"
+    reason = quality_verdict(1.75, 1.5, 0.25)
+    assert reason == "", (f"a loss exactly AT the bar (1.5 + 0.25) passes, got {reason!r}: "
+                          + ("'at most' is <=, not <" if "quality bar 1.7500" in reason else "the bar is baseline + margin"))
     assert quality_verdict(1.5, 1.5) == "", "the baseline's own loss passes"
 
 

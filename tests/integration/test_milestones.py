@@ -30,7 +30,8 @@ EXPECTED_LOSS = {"shakespeare": 2.7}
 EXPECTED_CHECKS = {
     "compress": ("structured pruning: validation loss", "low rank: validation loss"),
     "quantize": ("int8 weight-only loss increase", "int8 dynamic loss increase", "int4 weight-only loss increase",
-                 "int8 checkpoint, times smaller than fp32"),
+                 "int8 weight-only bits the weights use", "int8 dynamic bits the weights use",
+                 "int4 weight-only bits the weights use", "int8 checkpoint, times smaller than fp32"),
     "olympics": ("fp32 baseline qualifies (1 = yes)", "int8 qualifies (1 = yes)",
                  "int8 checkpoint, times smaller than fp32", "smallest: entries whose rank differs between 2 runs"),
 }
@@ -245,6 +246,31 @@ def test_quantize_quantizes_the_model_shakespeare_saved(fast_run, tmp_path):
     saved = sorted(p.name for p in (tmp_path / "quantized").iterdir())
     assert len(saved) == 4 and all(name.endswith(".npz") for name in saved), saved
 
+
+
+@pytest.mark.parametrize("named,used", [(4, 3), (8, 6)])
+def test_quantize_fails_for_a_width_narrower_than_its_name(fast_run, tmp_path, monkeypatch, capsys, named, used):
+    # The milestone itself, run in this process on the model shakespeare's --fast run saved, with quantize_model
+    # made to use int{used} where the milestone asks for int{named} weight-only: the run must fail, and say which.
+    _, out = fast_run("shakespeare")
+    spec = importlib.util.spec_from_file_location("quantize_milestone", MILESTONES / "quantize.py")
+    quantize = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(MILESTONES))  # quantize.py imports shakespeare.py and the helpers from there
+    try:
+        spec.loader.exec_module(quantize)
+    finally:
+        sys.path.remove(str(MILESTONES))
+    real = quantize.quantize_model
+
+    def narrower(model, mode="weight_only", bits=8, **options):
+        return real(model, mode, used if (mode, bits) == ("weight_only", named) else bits, **options)
+
+    monkeypatch.setattr(quantize, "quantize_model", narrower)
+    code = quantize.main(["--fast", "--checkpoint", str(out / "shakespeare_gpt.npz"), "--out", str(tmp_path / "q")])
+    output = capsys.readouterr().out
+    results = {label: verdict for label, _, _, _, verdict in CHECK_RESULT.findall(output)}
+    assert code == 1, f"int{used} weights called int{named}: the milestone must fail, it exited {code}:\n{output}"
+    assert results.get(f"int{named} weight-only bits the weights use") == "FAIL", output
 
 def test_olympics_judges_the_reference_entries(fast_run, tmp_path):
     # The reference entries built from the model shakespeare's --fast run saved, each judged in the sandbox

@@ -294,7 +294,7 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #44547632
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #6b66fcf9
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -320,6 +320,10 @@ def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray
     over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
     z = np.asarray(logits, dtype=np.float64)
     t = np.asarray(targets)
+    if z.ndim != 3 or t.shape != z.shape[:2]:  # named here, not by NumPy's broadcast error below
+        raise ValueError(f"lm_validation_loss: the model's logits have shape {z.shape} and the targets {t.shape}; "
+                         "they need (B, T, V) and (B, T): one target per input position, the inputs shifted by one "
+                         "(each window is context inputs and the context next characters)")
     peak = z.max(axis=-1, keepdims=True)
     log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
     picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]

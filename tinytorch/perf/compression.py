@@ -67,7 +67,7 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
         mask &= keep.ravel()
     return mask.reshape(weights.shape)
 
-# %% ../../modules/16_compression/compression_dev.py #e2e67f5c
+# %% ../../modules/16_compression/compression_dev.py #0c93e4c0
 def masked_weight(module: Module, name: str = "weight") -> Tensor:
     """What `module.<name>` is once the module is pruned: `<name>_orig` times `<name>_mask`.
 
@@ -88,8 +88,15 @@ def _pruned_class(base: type, names: tuple) -> type:
     name)`, and assigning to it is refused. Made once per (base, names) and reused."""
     key = (base, names)
     if key not in _PRUNED_CLASSES:
+        def read(self: Module, name: str) -> Tensor:
+            value = masked_weight(self, name)
+            if not isinstance(value, Tensor):  # named here, not as "'NoneType' object has no attribute ..." later
+                raise TypeError(f"masked_weight(module, {name!r}) returned {type(value).__name__}, not a Tensor: "
+                                f"return {name}_orig * {name}_mask (one recorded multiply of the two Tensors)")
+            return value
+
         def computed(name: str) -> property:
-            return property(lambda self: masked_weight(self, name),
+            return property(lambda self: read(self, name),
                             doc=f"{name}_orig * {name}_mask (a recorded multiply, made on every read)")
 
         def __setattr__(self, attr: str, value: Any) -> None:

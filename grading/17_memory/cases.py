@@ -186,6 +186,24 @@ def _grad_scaler(rng):
             "scaled_dtype": str(scaled.dtype), "update_first": raised(GradScaler().update)}
 
 
+def _grad_scaler_two_params(rng):
+    """An inf in the FIRST of two parameters' gradients must skip the step as one in the last does."""
+    first = Tensor(rng.standard_normal(3).astype(np.float32), requires_grad=True)
+    second = Tensor(rng.standard_normal(5).astype(np.float32), requires_grad=True)
+    optimizer = SGD([first, second], lr=0.2)
+    scaler = GradScaler(init_scale=64.0, growth_interval=3)
+    taken, weights = [], []
+    for bad in (None, 0, 1, None):  # which parameter's gradient holds the inf
+        grads = [(rng.standard_normal(t.shape) * 64.0).astype(np.float32) for t in (first, second)]
+        if bad is not None:
+            grads[bad][-1] = np.inf
+        first.grad, second.grad = Tensor(grads[0]), Tensor(grads[1])
+        taken.append(scaler.step(optimizer))
+        scaler.update()
+        weights.append(np.concatenate([first.numpy(), second.numpy()]))
+    return {"taken": taken, "scale": scaler.get_scale(), "weights": np.stack(weights)}
+
+
 CASES = {
     "kv-cache": (_kv_cache, "kv_cache_bytes: 2 · layers · batch · length · width · itemsize"),
     "training-memory": (_training_memory, "training_memory parts for Adam, SGD with and without momentum"),
@@ -196,5 +214,6 @@ CASES = {
     "checkpoint-function": (_checkpoint_function, "checkpoint of a function with params=[w]; a missing param or a tuple raises"),
     "checkpointed-block": (_checkpointed_block, "CheckpointedBlock uses the KV cache in generation; its names and gradients"),
     "autocast": (_autocast, "autocast nests, restores the outer state, and lets errors through"),
+    "grad-scaler-two-params": (_grad_scaler_two_params, "GradScaler with two parameters: an inf in the first one's gradient skips the step"),
     "grad-scaler": (_grad_scaler, "GradScaler over 10 scripted steps: skips on inf/NaN, init 1500.5, backoff 0.3, growth 1.1 every 2"),
 }

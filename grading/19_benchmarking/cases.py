@@ -113,9 +113,20 @@ def _pareto(rng):
             "missing": raised(pareto_front, rows, "acc", ["gb"])}
 
 
+def _compare_exact(rng):
+    """Two identical exact measurements (every reading equal: intervals [c, c]) touch, so they overlap."""
+    value = float(rng.uniform(0.5, 2.0))
+    a = Measurement("exact_a", np.full(9, value))
+    b = Measurement("exact_b", np.full(9, value))
+    c = Measurement("exact_c", np.full(9, 2 * value))
+    results = [compare(a, b), compare(b, a), compare(a, c)]
+    return {"verdicts": [r.verdict for r in results], "ratios": [r.ratio for r in results]}
+
+
 CASES = {
     "bootstrap": (_bootstrap, "bootstrap_ci of the median, with replacement, seeded, half the tail each side"),
     "measure": (_measure, "measure() on a scripted clock: warm-up untimed, rounds rotated, readings and intervals"),
+    "compare-exact": (_compare_exact, "compare: two identical exact measurements make no measurable difference"),
     "compare": (_compare, "compare: ratio a/b, verdicts for times, rates and other units, overlapping intervals"),
     "lm-losses": (_lm_losses, "lm_window_losses: non-overlapping windows, shifted targets, one loss per window, eval mode"),
     "accuracy-and-pairs": (_accuracy_and_pairs, "accuracy over batches (a short last one) and the paired difference"),

@@ -441,9 +441,10 @@ def test_too_many_members_are_refused_before_reading(course, modules, subs, monk
 
 
 @pytest.mark.parametrize("where", ["terminal", "file"])
-def test_the_summary_of_20_modules_is_readable_in_100_columns(where, monkeypatch):
-    """20 modules, COLUMNS=100: every module's full name and every score whole, no line wider than 100
-    (the modules that do not fit go to a second table), in a terminal and in a file."""
+def test_the_summary_of_every_module_is_readable_in_100_columns(where, monkeypatch):
+    """Every module of the course (20 or more), COLUMNS=100: every module's full name and every score
+    whole, no line wider than 100 (the modules that do not fit go to a next table), in a terminal and
+    in a file."""
     import io
 
     from rich.console import Console
@@ -452,7 +453,7 @@ def test_the_summary_of_20_modules_is_readable_in_100_columns(where, monkeypatch
     from tito.course import list_modules, load_settings
 
     keys = [m.key for m in list_modules(load_settings(Path(__file__).resolve().parents[2]))]
-    assert len(keys) == 20
+    assert len(keys) >= 20
     students = []
     for index, name in enumerate(["alice", "bob_with_a_long_name", "carol"]):
         modules = {k: ModuleResult(k, F(10), score=F(10 * ((n + index) % 3), 3)) for n, k in enumerate(keys)}

@@ -266,8 +266,9 @@ def test_ctrl_c_during_the_switch_waits_until_the_new_grades_are_all_in_place(tm
 
 
 @pytest.mark.slow
-def test_tito_grade_replaces_the_earlier_grades_with_the_new_class(course, tmp_path):
+def test_tito_grade_replaces_the_earlier_grades_with_the_new_class(grading_course, tmp_path):
     """End to end through the command line: the earlier class's files go, the new class's come, the lock stays."""
+    course = grading_course  # module 01's graded cases: a module is graded by its cases
     out = tmp_path / "grades"
     _earlier_grades(out)
     student = tmp_path / "subs" / "bob" / "modules" / "01_tensor"

@@ -350,13 +350,15 @@ def test_the_others_grade_exactly_as_alone_and_every_run_gives_the_same_files(ho
 @pytest.mark.skipif(not can_switch_user(), reason="without a user of its own, student code runs as the grader and "
                                                   "can read what the grader can (README: what is not guaranteed)")
 def test_the_reference_attack_is_real_it_scores_full_marks_where_the_base_is_readable(grading_course, tmp_path):
-    """The proof that `reads_the_reference` can fail: with the scratch base made readable again (as it was),
-    the same gutted code with the attack earns full marks; the run in `hostile` keeps it at the gutted score."""
+    """The proof that `reads_the_reference` can fail: with the scratch base made readable again (as it was)
+    and the run's mount namespace no longer hiding it, the same gutted code with the attack earns full
+    marks; the run in `hostile` keeps it at the gutted score."""
     module = grading_course.module("01")
     notebooks = attacks(module.notebook.read_text(encoding="utf-8"), grading_course.root / "grading")
     options = GradeOptions((module,), jobs=1, limits=LIMITS)
     with GradingRun(grading_course.settings, options) as run:
         run.base.chmod(0o755)
+        run._seen = lambda course: {}  # the sandbox as it was: no folder hidden in the run's namespace
         [student] = grade_submissions(grading_course.settings,
                                       collect_submissions(_one(tmp_path, notebooks["reads_the_reference"]), [module]),
                                       options, run=run)

@@ -82,7 +82,7 @@ def load_cases(path: str | os.PathLike) -> dict[str, Case]:
     return cases
 
 
-def _fresh_modes() -> None:
+def fresh_modes() -> None:
     """Recording on, mixed precision off before each case (as tests/conftest.py does around every test), so a
     case that leaves a mode changed (a student's `no_grad` that fails to restore it) cannot change the next."""
     tensor = sys.modules.get("tinytorch.core.tensor")
@@ -101,7 +101,7 @@ def first_line(error: BaseException) -> str:
 
 def run_case(name: str, case: Case) -> dict[str, np.ndarray]:
     """{"name/label": array} for what case `name` returned, or {"name/(raised)": "Type: first line"}."""
-    _fresh_modes()
+    fresh_modes()
     try:
         found = case[0](seeded(name))
         if not isinstance(found, dict):

@@ -37,7 +37,7 @@ from .mistakes import Mistake
 
 MAX_PRODUCED_BYTES = 64 * 1024 ** 2  # the produced file, and all its arrays unpacked together
 MAX_KEYS = 10_000
-MISTAKES_NAMED = 3  # at most, for one case
+MISTAKES_NAMED = 5  # at most, for one case
 _BUILTIN_ERRORS = frozenset(name for name, value in vars(builtins).items()
                             if isinstance(value, type) and issubclass(value, BaseException))
 

@@ -69,7 +69,11 @@ def _snoop():
             continue
         if others:
             found.append(f"listed {folder}: {others[:5]}")
+    import sys as _sys
+    python = tuple(_os.path.realpath(p) + "/" for p in {_sys.prefix, _sys.base_prefix})
     def secret(path):
+        if _os.path.realpath(path).startswith(python):
+            return False  # Python's own files (NumPy ships test data as .npz): no secret, wherever the venv lies
         name = path.name
         if name in ("mistakes.toml", "grading.toml", "record_expected.py") or name.endswith((".npz", "_dev.py")):
             return True  # recorded values, notebooks (the reference's), catalogues: none is needed by a run

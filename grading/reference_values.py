@@ -87,3 +87,14 @@ def raised(function: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     except Exception as err:  # noqa: BLE001 - the type is the value the case reports
         return type(err).__name__
     return "nothing"
+
+
+def node_record(y, x) -> dict:
+    """What y's graph node says: its op, whether its one input is x itself, the saved names and values
+    (the cases of modules 02 and 04 check what each op records for its backward rule)."""
+    node = y._node
+    values = {"op": node.op, "input_is_x": len(node.inputs) == 1 and node.inputs[0] is x,
+              "saved": sorted(node.saved)}
+    for name, value in node.saved.items():
+        values[f"saved_{name}"] = np.asarray(value)
+    return values

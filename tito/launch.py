@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from .course import CourseError
-from .runner import ProcessResult, course_env
+from .runner import ProcessResult, _signal_group, course_env
 
 INSTALL_HINT = ("Install MPI for Python with `pip install \"mpi4py>=4.1\" mpich` (MPICH's wheel brings "
                 "mpiexec; `pip install -e .` installs both), or on a cluster load its MPI and build mpi4py "
@@ -70,13 +70,6 @@ def launch_command(ranks: int, program: str, args: list[str]) -> list[str]:
             sys.executable, "-m", "mpi4py", program, *args]
 
 
-def _kill_group(group: int) -> None:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
-
-
 def run_ranks(root: Path, ranks: int, program: str, args: list[str] | None = None, *,
               timeout: float | None = None, capture: bool = True, cwd: Path | None = None) -> ProcessResult:
     """Run PROGRAM ARGS on `ranks` MPI processes with `root`'s tinytorch first on the path.
@@ -103,7 +96,7 @@ def run_ranks(root: Path, ranks: int, program: str, args: list[str] | None = Non
         except subprocess.TimeoutExpired:
             timed_out, code = True, 124
         finally:
-            _kill_group(process.pid)  # a rank left behind, or all of them after the time limit
+            _signal_group(process.pid, signal.SIGKILL)  # a rank left behind, or all of them after the time limit
             process.wait()
         sink.seek(0)
         output = sink.read().decode("utf-8", "replace")

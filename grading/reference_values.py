@@ -3,10 +3,10 @@ tolerances, `raised`, and `compute` (one case's values as arrays).
 
 A cases file defines `CASES`: {name: (function, what it checks[, tolerances])}. Each function
 takes a NumPy generator seeded from the case's name and returns {label: value} computed with
-the tinytorch API (Tensors, arrays, numbers, lists, text). `tito.grade_cases` runs them in the
+the tinytorch API (Tensors, arrays, numbers, lists, text). `tito.grading.cases` runs them in the
 sandbox on a student's package; `python grading/record_expected.py` on the reference's and on
-each catalogued mistake (the values `tito.grade_compare` compares with). The generator and the
-conversion to arrays are tito.grade_cases' own, so recording and grading draw the same numbers.
+each catalogued mistake (the values `tito.grading.compare` compares with). The generator and the
+conversion to arrays are tito.grading.cases' own, so recording and grading draw the same numbers.
 This file is given to the sandbox with the cases: it holds nothing secret. (`check`,
 `load_expected` and `record` serve hidden-test files `grading/NN_name/test_hidden_*.py`, which the
 course no longer has: `tito grade` scores cases only.)
@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tito.grade_cases import DEFAULT_TOLERANCE, as_array, fresh_modes, seeded  # noqa: F401  (one generator for both)
+from tito.grading.cases import DEFAULT_TOLERANCE, as_array, fresh_modes, seeded  # noqa: F401  (one generator for both)
 
 Case = tuple  # (function(rng) -> {label: value}, what it checks[, {"rtol": .., "atol": ..}])
 FLOAT16_TOLERANCE = {"rtol": 2e-3, "atol": 2e-3}

@@ -17,13 +17,13 @@ import jupytext
 import pytest
 
 from tito.course import CourseError
-from tito.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
-from tito.grade_compare import CaseResult
-from tito.grade_config import GradingConfig, load_config, points_per_case
-from tito.grade_report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
+from tito.grading.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
+from tito.grading.compare import CaseResult
+from tito.grading.config import GradingConfig, load_config, points_per_case
+from tito.grading.report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
 from tito.release import EDITION_ITEMS, write_student_edition
-from tito.sandbox import Limits, SandboxResult
-from tito.submissions import collect_submissions, read_submission, student_name
+from tito.grading.sandbox import Limits, SandboxResult
+from tito.grading.submissions import collect_submissions, read_submission, student_name
 
 F = Fraction
 
@@ -364,7 +364,7 @@ MEASURE_PEAK = """
 import resource, sys, time
 from pathlib import Path
 from tito.course import list_modules, load_settings
-from tito.submissions import read_submission
+from tito.grading.submissions import read_submission
 modules = list_modules(load_settings(Path(sys.argv[1])))
 start = time.monotonic()
 submission = read_submission(Path(sys.argv[2]), modules)
@@ -413,7 +413,7 @@ def test_of_many_copies_of_a_lesson_only_the_chosen_one_is_read(course, subs):
 def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(course, modules, subs, monkeypatch):
     """The count in the zip's end record is checked before zipfile reads the central directory (whose
     entries would all be held in memory)."""
-    import tito.submissions as submissions
+    import tito.grading.submissions as submissions
 
     monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
     read = []
@@ -425,7 +425,7 @@ def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(co
 
 
 def test_too_many_members_are_refused_before_reading(course, modules, subs, monkeypatch):
-    import tito.submissions as submissions
+    import tito.grading.submissions as submissions
 
     monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
     with tarfile.open(subs / "many.tar.gz", "w:gz") as archive:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from tito.grade import GradeOptions, GradingRun, grade_submissions
-from tito.grade_report import write_outputs
-from tito.sandbox import GiB, MiB, Limits, _namespaces_work, can_switch_user
-from tito.submissions import collect_submissions
+from tito.grading.grade import GradeOptions, GradingRun, grade_submissions
+from tito.grading.report import write_outputs
+from tito.grading.sandbox import GiB, MiB, Limits, _namespaces_work, can_switch_user
+from tito.grading.submissions import collect_submissions
 
 REPO = Path(__file__).resolve().parents[2]
 

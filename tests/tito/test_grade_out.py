@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tito.course import CourseError
-from tito.grade_out import INCOMING, LOCK_NAME, check_destination, locked_destination, write_complete
+from tito.grading.out import INCOMING, LOCK_NAME, check_destination, locked_destination, write_complete
 
 EARLIER = {"grades.csv": "student,total\nann,7\n", "grades_long.csv": "student,module\n",
            "feedback/ann.md": "# Grade: ann\n", "results/ann.json": '{"score": 7}\n'}
@@ -100,7 +100,7 @@ def test_a_failure_while_writing_leaves_the_earlier_grades(tmp_path, failure):
 _KILLED_WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tito.grade_out import locked_destination, write_complete
+    from tito.grading.out import locked_destination, write_complete
 
     def slow(folder):
         (folder / "feedback").mkdir()
@@ -143,7 +143,7 @@ def test_a_second_tito_grade_into_the_same_folder_is_refused_before_any_work(cou
     holder = _start(tmp_path, out, textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from tito.grade_out import locked_destination
+        from tito.grading.out import locked_destination
         with locked_destination(Path(sys.argv[1])):
             print("locked", flush=True)
             time.sleep(60)

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from tito.gradescope import ROOT_ENV, build_bundle, unpack_like_gradescope
+from tito.grading.gradescope import ROOT_ENV, build_bundle, unpack_like_gradescope
 from tito.notebook import stub_text
 from tito.mistakes import load_catalogue
 

@@ -492,7 +492,7 @@ def grades_tables(students: list, keys: list[str], width: int) -> list[Table]:
 def cmd_grade(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .grading.grade import GradeOptions, GradingRun, grade_submissions
+    from .grading.grade import GradeOptions, GradingRun, check_jobs, grade_submissions
     from .grading.out import check_destination, locked_destination, write_complete
     from .grading.report import fmt, module_summary, write_outputs
     from .grading.submissions import collect_submissions
@@ -513,8 +513,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if not args.submissions:
         raise CourseError("Give the folder of submissions (one folder, .zip or .tar.gz per student), "
                           "e.g. `tito grade submissions/`, or --gradescope FILE.zip.")
-    if args.jobs < 1:
-        raise CourseError("--jobs takes a positive number, e.g. --jobs 2.")
+    check_jobs(args.jobs)  # before any work: at least 1, at most the cores
     out = Path(args.out).resolve()
     check_destination(out)  # before any work; nothing in it changes until the new grades are complete
     submissions = collect_submissions(Path(args.submissions), list_modules(settings), single=args.single)
@@ -810,7 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a folder with one folder, .zip or .tar.gz per student (named after the student)")
     grade.add_argument("--modules", nargs="+", metavar="MODULE", help="the modules to grade (default: all)")
     grade.add_argument("--jobs", type=int, metavar="N", default=os.cpu_count() or 1,
-                       help="(student, module) runs at the same time (default: the CPU count, here %(default)s)")
+                       help="(student, module) runs at the same time (default and most: the CPU count, here %(default)s)")
     grade.add_argument("--out", default="grades", metavar="DIR",
                        help="where grades.csv, feedback/ and results/ go (default: grades/)")
     grade.add_argument("--cumulative", action="store_true",

@@ -119,6 +119,27 @@ class StudentResult:
         return sum((m.max_score for m in self.modules.values()), Fraction(0))
 
 
+def max_jobs() -> int:
+    """The most (student, module) runs `tito grade --jobs` starts at once: one per core (the CPU count,
+    also its default)."""
+    return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int) -> None:
+    """CourseError, before any work, unless 1 <= `jobs` <= `max_jobs()`.
+
+    Runs beyond the cores only wait for one, and a run's wall-clock limit counts the wait: more jobs
+    than cores would grade no faster and could push an honest submission past its limit."""
+    most = max_jobs()
+    if jobs < 1:
+        raise CourseError(f"--jobs takes a positive number, e.g. --jobs {min(2, most)} (found {jobs}).")
+    if jobs > most:
+        raise CourseError(
+            f"--jobs {jobs}: this machine has {most} core(s), so at most --jobs {most}. More runs than cores "
+            "only wait for one, and a run's wall-clock limit counts the wait (an honest submission could run "
+            f"past it). Give --jobs {most} or fewer (or leave it out: the default is {most}); nothing was done.")
+
+
 @dataclass(frozen=True)
 class GradeOptions:
     modules: tuple[CourseModule, ...] = ()  # () means every module of the course

@@ -306,16 +306,23 @@ def test_nothing_visible_before_the_due_date_depends_on_how_a_case_went():
 
 
 def test_the_student_edition_never_carries_grading(course, tmp_path):
+    """Nothing of the instructor's grading/ (cases, recorded values, points) reaches the edition. tito's own
+    package tito/grading/ does: it holds no case and no value, and module 20's lesson imports its judge."""
     assert "grading" not in EDITION_ITEMS and "grading.toml" not in EDITION_ITEMS
     hidden = course.root / "grading" / "01_tensor"
     hidden.mkdir(parents=True)
-    (hidden / "cases.py").write_text("CASES = {}\n", encoding="utf-8")
+    secret = "# the instructor's graded cases\n"
+    (hidden / "cases.py").write_text(secret + "CASES = {}\n", encoding="utf-8")
     (hidden / "expected.npz").write_bytes(b"")
-    (course.root / "grading" / "grading.toml").write_text("", encoding="utf-8")
-    (course.root / "grading.toml").write_text("", encoding="utf-8")
+    (course.root / "grading" / "grading.toml").write_text(secret, encoding="utf-8")
+    (course.root / "grading.toml").write_text(secret, encoding="utf-8")
     edition = write_student_edition(course.settings, tmp_path / "student").dest
-    found = [p.relative_to(edition).as_posix() for p in edition.rglob("*") if "grading" in p.name]
-    assert found == [] and not any(p.name in ("cases.py", "expected.npz") for p in edition.rglob("*"))
+    files = [p for p in edition.rglob("*") if p.is_file()]
+    found = [p.relative_to(edition).as_posix() for p in files
+             if "grading" in p.name or p.suffix == ".npz" or "grading" in p.relative_to(edition).parts[:1]]
+    assert found == [], f"the instructor's grading reached the student edition: {found}"
+    assert not any(secret.encode() in p.read_bytes() for p in files), "a graded case's text reached the edition"
+    assert (edition / "tito" / "grading" / "judge.py").is_file(), "the judge module 20 imports is tito's own"
     assert os.path.isdir(edition / "tests" / "01_tensor")
 
 

@@ -210,7 +210,7 @@ def test_an_unwritable_out_is_refused_before_any_work(course, tmp_path, unprivil
 
 
 def test_the_gradescope_bundle_is_checked_before_work_and_written_atomically(course, tmp_path, monkeypatch):
-    from tito import gradescope
+    from tito.grading import gradescope
 
     module = course.module("01")
     (tmp_path / "folder.zip").mkdir()
@@ -246,7 +246,7 @@ def test_a_bundle_in_a_read_only_folder_is_refused_before_any_work(course, tmp_p
 
 
 def test_ctrl_c_during_the_switch_waits_until_the_new_grades_are_all_in_place(tmp_path, monkeypatch):
-    from tito import grade_out
+    from tito.grading import out as grade_out
 
     out = tmp_path / "grades"
     _earlier_grades(out)

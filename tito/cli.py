@@ -809,7 +809,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a folder with one folder, .zip or .tar.gz per student (named after the student)")
     grade.add_argument("--modules", nargs="+", metavar="MODULE", help="the modules to grade (default: all)")
     grade.add_argument("--jobs", type=int, metavar="N", default=os.cpu_count() or 1,
-                       help="(student, module) runs at the same time (default and most: the CPU count, here %(default)s)")
+                       help="(student, module) runs at the same time (default and most: the CPU count, here "
+                            "%(default)s)")
     grade.add_argument("--out", default="grades", metavar="DIR",
                        help="where grades.csv, feedback/ and results/ go (default: grades/)")
     grade.add_argument("--cumulative", action="store_true",

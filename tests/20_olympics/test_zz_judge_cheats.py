@@ -15,8 +15,8 @@ import pytest
 from olympics_entries import (CONTEXT, HIDDEN_WEIGHTS_MODEL, VOCAB, empty_model, shipped_bytes, tiny_gpt,
                               tiny_task, tiny_text, weights_as_text, write_entry)
 from tito.course import CourseError
-from tito.grading.judge import (SubmissionError, greedy_windows, judge, read_rules, read_submission, shakespeare_task,
-                           write_leaderboard)
+from tito.grading.judge import (SubmissionError, greedy_windows, judge, read_rules, read_submission,
+                                shakespeare_task, write_leaderboard)
 
 COURSE = Path(__file__).resolve().parents[2]
 
@@ -249,10 +249,11 @@ def test_the_speedrun_target_has_one_definition(monkeypatch):
 
 
 def test_the_judge_imports_without_the_export_machinery():
-    code = "import sys, tito.grading.judge; print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbdev', 'jupytext')))"
+    code = ("import sys, tito.grading.judge; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbdev', 'jupytext')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=COURSE, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", \
-        f"importing the judge must not import nbdev or jupytext (tito.grading's other modules export): {done.stdout}{done.stderr}"
+        f"importing the judge must not import nbdev or jupytext (export's): {done.stdout}{done.stderr}"
 
 
 # ---- a private course ----------------------------------------------------------------------------------------------
@@ -275,7 +276,8 @@ def test_the_runner_runs_from_the_judges_copies_when_the_course_is_private(tmp_p
     rows = _rows(board, "smallest")
     assert rows["honest"].qualified, f"a private course must not stop an honest entry: {rows['honest'].reason!r}"
     reason = rows["where"].reason
-    assert "/tito-olympics-" in reason and "-lib/tinytorch/__init__.py" in reason and "-lib/tito/grading/judge_runner.py" in reason, \
+    assert ("/tito-olympics-" in reason and "-lib/tinytorch/__init__.py" in reason
+            and "-lib/tito/grading/judge_runner.py" in reason), \
         f"the runner and tinytorch come from the judge's copies in its scratch folder: {reason!r}"
     assert str(COURSE) not in reason and str(course) not in reason, f"nothing is read from a course: {reason!r}"
     assert oct(private.stat().st_mode & 0o777) == "0o700", "nothing of the course was made readable to others"

@@ -17,13 +17,13 @@ import jupytext
 import pytest
 
 from tito.course import CourseError
-from tito.grading.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
 from tito.grading.compare import CaseResult
 from tito.grading.config import GradingConfig, load_config, points_per_case
+from tito.grading.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
 from tito.grading.report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
-from tito.release import EDITION_ITEMS, write_student_edition
 from tito.grading.sandbox import Limits, SandboxResult
 from tito.grading.submissions import collect_submissions, read_submission, student_name
+from tito.release import EDITION_ITEMS, write_student_edition
 
 F = Fraction
 

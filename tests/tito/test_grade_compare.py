@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tito.grading.cases import produce, seeded
-from tito.grading.compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistakes, rank_mistakes,
-                                read_values, split_mistakes)
+from tito.grading.compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistakes,
+                                  rank_mistakes, read_values, split_mistakes)
 from tito.mistakes import Mistake
 
 SPEC = CaseSpec("sum", "sum of a float32 matrix", {"rtol": 1e-5, "atol": 1e-6},

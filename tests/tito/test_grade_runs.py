@@ -24,10 +24,10 @@ import pytest
 
 from tito.grading.grade import GradeOptions, GradingRun, grade_submissions
 from tito.grading.report import write_outputs
-from tito.mistakes import load_catalogue
-from tito.notebook import find_solution_blocks, stub_text
 from tito.grading.sandbox import GiB, Limits, can_switch_user
 from tito.grading.submissions import collect_submissions
+from tito.mistakes import load_catalogue
+from tito.notebook import find_solution_blocks, stub_text
 
 pytestmark = pytest.mark.slow
 

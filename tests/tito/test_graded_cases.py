@@ -49,7 +49,7 @@ def stored(path: Path) -> dict[str, np.ndarray]:
 def test_every_module_with_a_catalogue_is_graded_by_cases():
     graded = {f.name for f in CASE_FOLDERS}
     ungraded = [key for key, module in MODULES.items() if load_catalogue(module) and key not in graded]
-    assert not ungraded, f"modules with solution blocks but no grading/NN/cases.py (tito grade scores cases only): {ungraded}"
+    assert not ungraded, f"modules with solution blocks but no grading/NN/cases.py: {ungraded}"
 
 
 @pytest.mark.parametrize("folder", CASE_FOLDERS, ids=lambda f: f.name)

@@ -11,8 +11,8 @@ import zipfile
 import pytest
 
 from tito.grading.gradescope import ROOT_ENV, build_bundle, unpack_like_gradescope
-from tito.notebook import stub_text
 from tito.mistakes import load_catalogue
+from tito.notebook import stub_text
 
 pytestmark = pytest.mark.slow
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}

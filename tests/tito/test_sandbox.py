@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tito.grading.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, can_switch_user, describe_isolation, prepare_workdir,
-                          run_sandboxed)
+from tito.grading.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, can_switch_user,
+                                  describe_isolation, prepare_workdir, run_sandboxed)
 
 SMALL = Limits(wall_s=30, cpu_s=30, memory_bytes=1 * GiB, file_bytes=4 * MiB, disk_bytes=16 * MiB,
                output_bytes=64 * 1024, processes=64)

@@ -16,11 +16,11 @@ One run:
    notebook is exported into the package. So a mistake in module 01 costs points in 01 only.
    `--cumulative` exports every module from the student's notebooks instead (a stub where
    one is missing or does not export): the "whole framework" grade, with no reference code at all.
-3. **In the sandbox** (`tito.grading.sandbox`), `python -m tito.grading.cases` imports that package and the
-   module's cases file (the only file of `grading/` it is given), runs every case with its seeded
-   generator and writes what it produced (`tito.grading.cases`). A run that breaks a limit (time,
-   CPU, memory, output, files, processes), crashes, or changes files outside its work folder
-   scores 0 with the reason.
+3. **In the sandbox** (`tito.grading.sandbox`), `python -m tito.grading.cases` imports that
+   package and the module's cases file (the only file of `grading/` it is given), runs every case
+   with its seeded generator and writes what it produced (`tito.grading.cases`). A run that
+   breaks a limit (time, CPU, memory, output, files, processes), crashes, or changes files
+   outside its work folder scores 0 with the reason.
 4. **The grader** reads that file as untrusted data and compares each case with the reference's
    values (`tito.grading.compare`): a case scores its points (`grading.toml`) when every value it
    produced equals the reference's within the case's tolerance. The feedback is written from what

@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tito.course import list_modules, load_settings, resolve_modules  # noqa: E402
-from tito.grade import GradeOptions, GradingRun, grade_submissions  # noqa: E402
-from tito.grade_report import fmt  # noqa: E402
+from tito.grading.grade import GradeOptions, GradingRun, grade_submissions  # noqa: E402
+from tito.grading.report import fmt  # noqa: E402
+from tito.grading.sandbox import describe_isolation  # noqa: E402
+from tito.grading.submissions import collect_submissions  # noqa: E402
 from tito.notebook import read_text  # noqa: E402
-from tito.sandbox import describe_isolation  # noqa: E402
-from tito.submissions import collect_submissions  # noqa: E402
 
 HEADING = "## Grading (`tito grade`)"
 

@@ -17,8 +17,6 @@ Run it from the reference edition after changing a module's cases or its referen
   which cases tell each mistake apart from the reference, and exits 1 if a mistake equals the
   reference on every case: add a case that catches it. (A mistake that draws unseeded random
   numbers or reads the real clock records other values on every recording.)
-* `grading/NN_name/test_hidden_*.py` (the older hidden tests): their values go to the `.npz`
-  beside the file, as before.
 
 Nothing in the working tree changes but those .npz files (written atomically; no bytecode
 is written); the scratch copy is removed at the end, whatever happens.
@@ -279,18 +277,6 @@ def _reference(folder: Path, scratch: Path) -> dict[str, np.ndarray]:
     return first
 
 
-def record_hidden_tests(files: list[Path]) -> None:
-    """The older format: test_hidden_*.py, its values beside it."""
-    from reference_values import record
-
-    for path in files:
-        spec = importlib.util.spec_from_file_location(f"hidden_{path.parent.name}_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        written = record(module.CASES, path)
-        print(f"{written.relative_to(ROOT)}: {len(module.CASES)} case(s)")
-
-
 def main(selected: list[str]) -> int:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(HERE)]
     graded = sorted(f.name for f in HERE.glob("[0-9][0-9]_*") if f.is_dir())
@@ -303,7 +289,6 @@ def main(selected: list[str]) -> int:
     def chosen(folder: Path) -> bool:
         return not selected or any(folder.name.startswith(s) for s in selected)
 
-    record_hidden_tests([f for f in sorted(HERE.glob("[0-9][0-9]_*/test_hidden_*.py")) if chosen(f.parent)])
     folders = [f.parent for f in sorted(HERE.glob(f"[0-9][0-9]_*/{CASES_FILE}")) if chosen(f.parent)]
     if not folders:
         return 0

@@ -3,22 +3,19 @@ tolerances, `raised`, and `compute` (one case's values as arrays).
 
 A cases file defines `CASES`: {name: (function, what it checks[, tolerances])}. Each function
 takes a NumPy generator seeded from the case's name and returns {label: value} computed with
-the tinytorch API (Tensors, arrays, numbers, lists, text). `tito.grade_cases` runs them in the
+the tinytorch API (Tensors, arrays, numbers, lists, text). `tito.grading.cases` runs them in the
 sandbox on a student's package; `python grading/record_expected.py` on the reference's and on
-each catalogued mistake (the values `tito.grade_compare` compares with). The generator and the
-conversion to arrays are tito.grade_cases' own, so recording and grading draw the same numbers.
-This file is given to the sandbox with the cases: it holds nothing secret. (`check`,
-`load_expected` and `record` serve hidden-test files `grading/NN_name/test_hidden_*.py`, which the
-course no longer has: `tito grade` scores cases only.)
+each catalogued mistake (the values `tito.grading.compare` compares with). The generator and the
+conversion to arrays are tito.grading.cases' own, so recording and grading draw the same numbers.
+This file is given to the sandbox with the cases: it holds nothing secret.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from tito.grade_cases import DEFAULT_TOLERANCE, as_array, fresh_modes, seeded  # noqa: F401  (one generator for both)
+from tito.grading.cases import DEFAULT_TOLERANCE, as_array, fresh_modes, seeded  # noqa: F401  (one generator for both)
 
 Case = tuple  # (function(rng) -> {label: value}, what it checks[, {"rtol": .., "atol": ..}])
 FLOAT16_TOLERANCE = {"rtol": 2e-3, "atol": 2e-3}
@@ -28,52 +25,6 @@ def compute(name: str, case: Case) -> dict[str, np.ndarray]:
     fresh_modes()  # as the grader's runner does before each case: a mistake that leaves a mode changed
     function = case[0]  # changes its own case only, in the recording as in grading
     return {f"{name}/{label}": as_array(value) for label, value in function(seeded(name)).items()}
-
-
-def expected_file(test_file: str | Path) -> Path:
-    return Path(test_file).with_suffix(".npz")
-
-
-def load_expected(test_file: str | Path) -> dict[str, np.ndarray]:
-    with np.load(expected_file(test_file), allow_pickle=False) as stored:
-        return {key: stored[key] for key in stored.files}
-
-
-def check(name: str, case: Case, expected: dict[str, np.ndarray]) -> None:
-    """Assert that the student's results for case `name` equal the reference's; the message says what differs."""
-    what = case[1]
-    tolerance = {**DEFAULT_TOLERANCE, **(case[2] if len(case) > 2 else {})}
-    wanted = {k: v for k, v in expected.items() if k.startswith(name + "/")}
-    assert wanted, f"no recorded values for {name}: run `python grading/record_expected.py`"
-    got = compute(name, case)
-    for key, reference in wanted.items():
-        label = key.split("/", 1)[1]
-        value = got.get(key)
-        assert value is not None, f"{what}: the case gave no {label!r}"
-        assert value.shape == reference.shape, (
-            f"{what}: {label} has shape {value.shape}, the reference {reference.shape}")
-        if reference.dtype.kind in "fc":
-            assert value.dtype == reference.dtype, (
-                f"{what}: {label} has dtype {value.dtype}, the reference {reference.dtype} (keep the input's dtype)")
-            close = np.isclose(value, reference, **tolerance, equal_nan=True)
-            if not close.all():
-                where = tuple(int(i) for i in np.argwhere(~close)[0])
-                raise AssertionError(
-                    f"{what}: {label} differs from the reference at {int((~close).sum())} of {close.size} "
-                    f"position(s); first at index {where}: got {value[where]!r}, expected {reference[where]!r}")
-        else:
-            assert np.array_equal(value, reference), (
-                f"{what}: {label} is {value.tolist()!r}, the reference {reference.tolist()!r}")
-
-
-def record(cases: dict[str, Case], test_file: str | Path) -> Path:
-    """Run every case (against the package importable now: the reference) and store the results."""
-    values: dict[str, np.ndarray] = {}
-    for name, case in cases.items():
-        values.update(compute(name, case))
-    path = expected_file(test_file)
-    np.savez_compressed(path, **values)
-    return path
 
 
 Function = Callable[[np.random.Generator], dict[str, Any]]

@@ -14,7 +14,7 @@ the file is missing):
 This program writes each entry's checkpoint into a copy of its folder (--out/entries/NAME; it replaces
 only the files it wrote there, listed in --out/entries/.olympics-milestone, and refuses to start when
 such a folder holds anything else), then
-runs the judge (tito/olympics.py: each entry in the sandbox; every number measured by the judge)
+runs the judge (tito/grading/judge.py: each entry in the sandbox; every number measured by the judge)
 on the events `smallest` and `generation` --runs times, and writes the first run's leaderboard
 (leaderboard.md, leaderboard.csv, pareto.png) to --out.
 
@@ -57,7 +57,7 @@ from tinytorch.perf.compression import prune_mlps
 from tinytorch.perf.memory import checkpoint_blocks
 from tinytorch.perf.olympics import SPEEDRUN_TARGET  # module 20: the speedrun's validation loss
 from tinytorch.perf.quantization import quantize_model
-from tito.olympics import judge, read_submission, shakespeare_task, write_leaderboard
+from tito.grading.judge import judge, read_submission, shakespeare_task, write_leaderboard
 
 ENTRIES = Path(__file__).resolve().parent / "olympics_entries"
 ENTRY_NAMES = ("fp32", "int8", "int4", "pruned", "distilled", "fused", "checkpointed")

@@ -27,8 +27,8 @@ def tiny_text(length: int, seed: int) -> str:
 
 def tiny_task(**overrides):
     from tinytorch.text.tokenization import CharTokenizer
-    from tito.olympics import Task, speedrun_files
-    from tito.sandbox import Limits
+    from tito.grading.judge import Task, speedrun_files
+    from tito.grading.sandbox import Limits
 
     tokenizer = CharTokenizer.from_text("".join(chr(ord("a") + i) for i in range(VOCAB)))
     val = np.array(tokenizer.encode(tiny_text(4000, seed=7)), dtype=np.int64)

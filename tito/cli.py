@@ -2,8 +2,9 @@
 
 Each command is a thin wrapper over a function in a small module of this package
 (`export.py`, `testing.py`, `status.py`, `reset.py`, `release.py`, `doctor.py`,
-`programs.py`, `grade.py`); tests call those functions directly. Every command finds the
-course from the current folder upwards, so it works anywhere inside the repository.
+`programs.py`; the package `grading/` for `tito grade` and `tito olympics judge`); tests call
+those functions directly. Every command finds the course from the current folder upwards, so it
+works anywhere inside the repository.
 """
 from __future__ import annotations
 
@@ -450,7 +451,7 @@ def cmd_release_check(args: argparse.Namespace) -> int:
 def grades_tables(students: list, keys: list[str], width: int) -> list[Table]:
     """The grade book as tables no wider than `width`: one row per student, one column per module (its full
     name); modules that do not fit beside each other go to the next table, the total to the last one."""
-    from .grade_report import fmt
+    from .grading.report import fmt
 
     def cell(module) -> str:
         colour = "green" if module.score == module.max_score else ("red" if module.reason else "yellow")
@@ -491,15 +492,15 @@ def grades_tables(students: list, keys: list[str], width: int) -> list[Table]:
 def cmd_grade(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .grade import GradeOptions, GradingRun, grade_submissions
-    from .grade_out import check_destination, locked_destination, write_complete
-    from .grade_report import fmt, module_summary, write_outputs
-    from .submissions import collect_submissions
+    from .grading.grade import GradeOptions, GradingRun, check_jobs, grade_submissions
+    from .grading.out import check_destination, locked_destination, write_complete
+    from .grading.report import fmt, module_summary, write_outputs
+    from .grading.submissions import collect_submissions
 
     settings = _course()
     modules = resolve_modules(settings, args.modules)
     if args.gradescope:
-        from .gradescope import build_bundle
+        from .grading.gradescope import build_bundle
 
         if args.submissions:
             raise CourseError("--gradescope FILE.zip builds the autograder bundle; give no SUBMISSIONS with it.")
@@ -512,8 +513,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if not args.submissions:
         raise CourseError("Give the folder of submissions (one folder, .zip or .tar.gz per student), "
                           "e.g. `tito grade submissions/`, or --gradescope FILE.zip.")
-    if args.jobs < 1:
-        raise CourseError("--jobs takes a positive number, e.g. --jobs 2.")
+    check_jobs(args.jobs)  # before any work: at least 1, at most the cores
     out = Path(args.out).resolve()
     check_destination(out)  # before any work; nothing in it changes until the new grades are complete
     submissions = collect_submissions(Path(args.submissions), list_modules(settings), single=args.single)
@@ -599,7 +599,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_olympics_judge(args: argparse.Namespace) -> int:
     """Judge submission folders in the sandbox (module 20); every number measured here."""
-    from .olympics import MAX_BUDGET_S, check_output_folder, judge, read_submission, shakespeare_task, write_leaderboard
+    from .grading.judge import (MAX_BUDGET_S, check_output_folder, judge, read_submission, shakespeare_task,
+                                write_leaderboard)
 
     settings = load_settings()
     from tinytorch.perf.olympics import EVENTS
@@ -808,7 +809,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a folder with one folder, .zip or .tar.gz per student (named after the student)")
     grade.add_argument("--modules", nargs="+", metavar="MODULE", help="the modules to grade (default: all)")
     grade.add_argument("--jobs", type=int, metavar="N", default=os.cpu_count() or 1,
-                       help="(student, module) runs at the same time (default: the CPU count, here %(default)s)")
+                       help="(student, module) runs at the same time (default and most: the CPU count, here "
+                            "%(default)s)")
     grade.add_argument("--out", default="grades", metavar="DIR",
                        help="where grades.csv, feedback/ and results/ go (default: grades/)")
     grade.add_argument("--cumulative", action="store_true",

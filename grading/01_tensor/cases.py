@@ -1,6 +1,6 @@
 """Module 01, graded cases: Tensor values on seeded inputs the visible tests never use.
 
-Each case runs on the student's package in the sandbox (`tito.grade_cases`); the grader compares
+Each case runs on the student's package in the sandbox (`tito.grading.cases`); the grader compares
 what it produced with the reference's values, recorded by `python grading/record_expected.py`.
 """
 import numpy as np

@@ -1,6 +1,6 @@
 """Module 12, graded cases: attention on seeded shapes, masks and weights the visible tests never use.
 
-Each case runs on the student's package in the sandbox (`tito.grade_cases`); the grader compares
+Each case runs on the student's package in the sandbox (`tito.grading.cases`); the grader compares
 its values and gradients with the reference's, recorded by `python grading/record_expected.py`.
 """
 import numpy as np

@@ -68,7 +68,7 @@
 # | 5 | `access_violation` | the audit hook's rule: inside the folder, and no weights but the declared ones |
 # | 6 | `rank_entries` | competition ranks from intervals; overlapping intervals share a rank |
 #
-# The judge itself (`tito/olympics.py`, the sandbox, the socket and the runner) is given: it
+# The judge itself (`tito/grading/judge.py`, the sandbox, the socket and the runner) is given: it
 # calls the functions you write here. The lesson runs on a tiny GPT so that it finishes in
 # seconds; the full leaderboard on the Shakespeare GPT is `tito milestone run olympics`.
 
@@ -132,7 +132,7 @@ EVENTS = {
     "generation": Event("generation", "generation rate", "tokens/s", higher_is_better=True),
     "speedrun": Event("speedrun", "time to target loss", "s", higher_is_better=False),
 }
-# The one definition of each bar. The judge (tito/olympics.py) reads both when it runs, so changing one
+# The one definition of each bar. The judge (tito/grading/judge.py) reads both when it runs, so changing one
 # here (or `tinytorch.perf.olympics.QUALITY_MARGIN = 0.01` before calling judge()) changes the judge.
 QUALITY_MARGIN = 0.05  # validation loss at most the baseline's + this
 SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss to reach from scratch
@@ -751,8 +751,8 @@ def write_tiny_entry(folder: Path, body: str = "", seed: int = 1) -> Path:
     return folder
 
 
-from tito.olympics import Task, judge, read_submission  # the course's CLI: the judge itself
-from tito.sandbox import Limits
+from tito.grading.judge import Task, judge, read_submission  # the course's CLI: the judge itself
+from tito.grading.sandbox import Limits
 
 _scratch = Path(tempfile.mkdtemp(prefix="olympics-lesson-"))
 _folders = [write_tiny_entry(_scratch / "honest"),
@@ -799,10 +799,10 @@ shutil.rmtree(_scratch)  # the three folders were only for this demonstration
 # cell measures the reference entries' code and the int4 checkpoint of the Shakespeare GPT's shape.
 
 # %%
-import tito.olympics
+import tito.grading.judge
 from tinytorch.perf.quantization import checkpoint_bytes, quantize_model
 
-_course = Path(tito.olympics.__file__).resolve().parents[1]
+_course = Path(tito.grading.judge.__file__).resolve().parents[2]
 _code = {p.parent.name: p.stat().st_size for p in (_course / "milestones" / "olympics_entries").glob("*/submission.py")}
 _sizes = Path(tempfile.mkdtemp(prefix="olympics-sizes-"))
 _shakespeare_shape = GPT(65, 128, 4, 4, 64, dropout=0.0, tie_weights=True, bias=False, seed=1337)  # the fp32 entry's

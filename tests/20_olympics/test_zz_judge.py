@@ -1,4 +1,4 @@
-"""The judge at work (tito/olympics.py): real submission folders of a tiny GPT, each run in the sandbox.
+"""The judge at work (tito/grading/judge.py): real submission folders of a tiny GPT, each run in the sandbox.
 
 Every cheat here is a few lines of submission.py; the judge must catch each one with its reason,
 and never take a number a submission reports.
@@ -13,7 +13,7 @@ import pytest
 
 from olympics_entries import VOCAB, shipped_bytes, tiny_gpt, tiny_task, write_entry
 from tito.course import CourseError
-from tito.olympics import SubmissionError, judge, read_submission, write_leaderboard
+from tito.grading.judge import SubmissionError, judge, read_submission, write_leaderboard
 
 
 def _by_name(board, event):

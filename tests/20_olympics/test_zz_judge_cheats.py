@@ -15,8 +15,8 @@ import pytest
 from olympics_entries import (CONTEXT, HIDDEN_WEIGHTS_MODEL, VOCAB, empty_model, shipped_bytes, tiny_gpt,
                               tiny_task, tiny_text, weights_as_text, write_entry)
 from tito.course import CourseError
-from tito.olympics import (SubmissionError, greedy_windows, judge, read_rules, read_submission, shakespeare_task,
-                           write_leaderboard)
+from tito.grading.judge import (SubmissionError, greedy_windows, judge, read_rules, read_submission,
+                                shakespeare_task, write_leaderboard)
 
 COURSE = Path(__file__).resolve().parents[2]
 
@@ -249,10 +249,11 @@ def test_the_speedrun_target_has_one_definition(monkeypatch):
 
 
 def test_the_judge_imports_without_the_export_machinery():
-    code = "import sys, tito.olympics; print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbdev', 'jupytext')))"
+    code = ("import sys, tito.grading.judge; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbdev', 'jupytext')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=COURSE, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", \
-        f"importing the judge must not import nbdev or jupytext (tito.grade's export): {done.stdout}{done.stderr}"
+        f"importing the judge must not import nbdev or jupytext (export's): {done.stdout}{done.stderr}"
 
 
 # ---- a private course ----------------------------------------------------------------------------------------------
@@ -265,17 +266,18 @@ def test_the_runner_runs_from_the_judges_copies_when_the_course_is_private(tmp_p
     honest = write_entry(tmp_path / "entries" / "honest")
     where = write_entry(tmp_path / "entries" / "where", body='''
         import tinytorch
-        import tito.olympics_runner
+        import tito.grading.judge_runner
 
         def build_model():
-            raise RuntimeError("ran from " + tinytorch.__file__ + " and " + tito.olympics_runner.__file__)
+            raise RuntimeError("ran from " + tinytorch.__file__ + " and " + tito.grading.judge_runner.__file__)
     ''')
     entries = [read_submission(honest), read_submission(where)]
     board = judge(entries, tiny_task(), ["smallest"], baseline=entries[0], course_root=course)
     rows = _rows(board, "smallest")
     assert rows["honest"].qualified, f"a private course must not stop an honest entry: {rows['honest'].reason!r}"
     reason = rows["where"].reason
-    assert "/tito-olympics-" in reason and "-lib/tinytorch/__init__.py" in reason and "-lib/tito/olympics_runner.py" in reason, \
+    assert ("/tito-olympics-" in reason and "-lib/tinytorch/__init__.py" in reason
+            and "-lib/tito/grading/judge_runner.py" in reason), \
         f"the runner and tinytorch come from the judge's copies in its scratch folder: {reason!r}"
     assert str(COURSE) not in reason and str(course) not in reason, f"nothing is read from a course: {reason!r}"
     assert oct(private.stat().st_mode & 0o777) == "0o700", "nothing of the course was made readable to others"
@@ -285,12 +287,14 @@ def test_the_runners_copies_are_readable_by_its_user_only(tmp_path):
     import os
     import stat
 
-    from tito.olympics import runner_library
-    from tito.sandbox import SandboxUser
+    from tito.grading.judge import runner_library
+    from tito.grading.sandbox import SandboxUser
 
     user = SandboxUser(64999, 64999)
     library = runner_library(tmp_path / "lib", COURSE, user)
-    paths = [library, library / "tinytorch", library / "tinytorch" / "__init__.py", library / "tito" / "olympics_runner.py"]
+    runner = library / "tito" / "grading" / "judge_runner.py"
+    paths = [library, library / "tinytorch", library / "tinytorch" / "__init__.py", library / "tito",
+             library / "tito" / "__init__.py", runner.parent, runner.parent / "__init__.py", runner]
     for path in paths:
         info = path.stat()
         assert info.st_uid == os.getuid() and info.st_gid == user.gid, f"{path}: the judge's, in the user's group"
@@ -334,14 +338,14 @@ def test_a_full_disk_leaves_the_earlier_leaderboard_whole(tmp_path, monkeypatch)
 # ---- the command line: every number, and --out, checked before any work --------------------------------------------
 @pytest.fixture
 def cli(tmp_path, monkeypatch, capsys):
-    import tito.olympics
+    import tito.grading.judge
     from tito.cli import main
 
     def no_work(*args, **kwargs):
         raise AssertionError("the judge ran: a bad argument must be refused before any work")
 
     monkeypatch.chdir(COURSE)
-    monkeypatch.setattr(tito.olympics, "judge", no_work)
+    monkeypatch.setattr(tito.grading.judge, "judge", no_work)
     entry = write_entry(tmp_path / "entry")
 
     def run(*args):

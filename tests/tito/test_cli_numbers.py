@@ -35,6 +35,41 @@ def test_release_check_jobs_must_be_positive(course, value):
     assert f"--jobs takes a positive number, e.g. --jobs 2 (found {value})" in course.flat(result.stdout)
 
 
+def _one_submission(course, tmp_path):
+    """A submissions folder holding one student's module 01 (the reference notebook)."""
+    student = tmp_path / "subs" / "bob" / "modules" / "01_tensor"
+    student.mkdir(parents=True)
+    student.joinpath("tensor_dev.py").write_bytes(course.module("01").notebook.read_bytes())
+    return tmp_path / "subs"
+
+
+@pytest.mark.parametrize("extra", [1, 1000])
+def test_grade_jobs_above_the_cores_are_refused_before_any_work(course, tmp_path, extra):
+    """`tito grade --jobs 1000` claimed 1000 sandbox users and ran 1000 jobs on a few cores, each job's
+    wall-clock limit counting the time it waited for one."""
+    import os
+
+    cores = os.cpu_count() or 1
+    out = tmp_path / "grades"
+    result = course.tito("grade", str(_one_submission(course, tmp_path)), "--modules", "01",
+                         "--jobs", str(cores + extra), "--out", str(out))
+    assert result.returncode == 1
+    assert (f"--jobs {cores + extra}: this machine has {cores} core(s), so at most --jobs {cores}."
+            in course.flat(result.stdout)), result.stdout
+    assert f"Give --jobs {cores} or fewer" in course.flat(result.stdout) and "Traceback" not in result.stdout
+    assert not out.exists(), "refused before --out was made or anything graded"
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_grade_jobs_must_be_positive(course, tmp_path, value):
+    out = tmp_path / "grades"
+    result = course.tito("grade", str(_one_submission(course, tmp_path)), "--modules", "01", f"--jobs={value}",
+                         "--out", str(out))
+    assert result.returncode == 1
+    assert "--jobs takes a positive number, e.g. --jobs " in course.flat(result.stdout)
+    assert f"(found {value})" in course.flat(result.stdout) and not out.exists()
+
+
 @pytest.mark.parametrize("script, arguments, message", [
     ("grading.py", ["--jobs", "0"], "--students 20 --jobs 0: students 0 or more, jobs at least 1"),
     ("grading.py", ["--students", "-5"], "--students -5 --jobs 1: students 0 or more, jobs at least 1"),

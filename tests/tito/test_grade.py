@@ -17,13 +17,13 @@ import jupytext
 import pytest
 
 from tito.course import CourseError
-from tito.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
-from tito.grade_compare import CaseResult
-from tito.grade_config import GradingConfig, load_config, points_per_case
-from tito.grade_report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
+from tito.grading.compare import CaseResult
+from tito.grading.config import GradingConfig, load_config, points_per_case
+from tito.grading.grade import GradeOptions, GradingRun, ModuleResult, StudentResult, _run_problem
+from tito.grading.report import fmt, feedback_markdown, gradescope_results, grades_csv, grades_long_csv
+from tito.grading.sandbox import Limits, SandboxResult
+from tito.grading.submissions import collect_submissions, read_submission, student_name
 from tito.release import EDITION_ITEMS, write_student_edition
-from tito.sandbox import Limits, SandboxResult
-from tito.submissions import collect_submissions, read_submission, student_name
 
 F = Fraction
 
@@ -306,16 +306,23 @@ def test_nothing_visible_before_the_due_date_depends_on_how_a_case_went():
 
 
 def test_the_student_edition_never_carries_grading(course, tmp_path):
+    """Nothing of the instructor's grading/ (cases, recorded values, points) reaches the edition. tito's own
+    package tito/grading/ does: it holds no case and no value, and module 20's lesson imports its judge."""
     assert "grading" not in EDITION_ITEMS and "grading.toml" not in EDITION_ITEMS
     hidden = course.root / "grading" / "01_tensor"
     hidden.mkdir(parents=True)
-    (hidden / "cases.py").write_text("CASES = {}\n", encoding="utf-8")
+    secret = "# the instructor's graded cases\n"
+    (hidden / "cases.py").write_text(secret + "CASES = {}\n", encoding="utf-8")
     (hidden / "expected.npz").write_bytes(b"")
-    (course.root / "grading" / "grading.toml").write_text("", encoding="utf-8")
-    (course.root / "grading.toml").write_text("", encoding="utf-8")
+    (course.root / "grading" / "grading.toml").write_text(secret, encoding="utf-8")
+    (course.root / "grading.toml").write_text(secret, encoding="utf-8")
     edition = write_student_edition(course.settings, tmp_path / "student").dest
-    found = [p.relative_to(edition).as_posix() for p in edition.rglob("*") if "grading" in p.name]
-    assert found == [] and not any(p.name in ("cases.py", "expected.npz") for p in edition.rglob("*"))
+    files = [p for p in edition.rglob("*") if p.is_file()]
+    found = [p.relative_to(edition).as_posix() for p in files
+             if "grading" in p.name or p.suffix == ".npz" or "grading" in p.relative_to(edition).parts[:1]]
+    assert found == [], f"the instructor's grading reached the student edition: {found}"
+    assert not any(secret.encode() in p.read_bytes() for p in files), "a graded case's text reached the edition"
+    assert (edition / "tito" / "grading" / "judge.py").is_file(), "the judge module 20 imports is tito's own"
     assert os.path.isdir(edition / "tests" / "01_tensor")
 
 
@@ -364,7 +371,7 @@ MEASURE_PEAK = """
 import resource, sys, time
 from pathlib import Path
 from tito.course import list_modules, load_settings
-from tito.submissions import read_submission
+from tito.grading.submissions import read_submission
 modules = list_modules(load_settings(Path(sys.argv[1])))
 start = time.monotonic()
 submission = read_submission(Path(sys.argv[2]), modules)
@@ -413,7 +420,7 @@ def test_of_many_copies_of_a_lesson_only_the_chosen_one_is_read(course, subs):
 def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(course, modules, subs, monkeypatch):
     """The count in the zip's end record is checked before zipfile reads the central directory (whose
     entries would all be held in memory)."""
-    import tito.submissions as submissions
+    import tito.grading.submissions as submissions
 
     monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
     read = []
@@ -425,7 +432,7 @@ def test_a_zip_declaring_too_many_members_is_refused_before_its_index_is_read(co
 
 
 def test_too_many_members_are_refused_before_reading(course, modules, subs, monkeypatch):
-    import tito.submissions as submissions
+    import tito.grading.submissions as submissions
 
     monkeypatch.setattr(submissions, "MAX_MEMBERS", 50)
     with tarfile.open(subs / "many.tar.gz", "w:gz") as archive:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from tito.grade import GradeOptions, GradingRun, grade_submissions
-from tito.grade_report import write_outputs
-from tito.sandbox import GiB, MiB, Limits, _namespaces_work, can_switch_user
-from tito.submissions import collect_submissions
+from tito.grading.grade import GradeOptions, GradingRun, grade_submissions
+from tito.grading.report import write_outputs
+from tito.grading.sandbox import GiB, MiB, Limits, _namespaces_work, can_switch_user
+from tito.grading.submissions import collect_submissions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,7 +78,9 @@ def _snoop():
         if name in ("mistakes.toml", "grading.toml", "record_expected.py") or name.endswith((".npz", "_dev.py")):
             return True  # recorded values, notebooks (the reference's), catalogues: none is needed by a run
         mine = str(path).startswith(str(work) + "/grading/")  # its own module's cases file and their helper
-        return "grading" in path.parts and not mine
+        parts = path.parts  # a grading/ folder, but not tito/grading/: tito's own code, handed out to run the cases
+        hidden = any(part == "grading" and parts[i - 1] != "tito" for i, part in enumerate(parts))
+        return hidden and not mine
     roots = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", str(instructor.parent)]
     if own:
         roots.append(own)

@@ -11,9 +11,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tito.grade_cases import produce, seeded
-from tito.grade_compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistakes, rank_mistakes,
-                                read_values, split_mistakes)
+from tito.grading.cases import produce, seeded
+from tito.grading.compare import (CaseSpec, ProducedError, compare_case, label_problem, named_mistakes,
+                                  rank_mistakes, read_values, split_mistakes)
 from tito.mistakes import Mistake
 
 SPEC = CaseSpec("sum", "sum of a float32 matrix", {"rtol": 1e-5, "atol": 1e-6},

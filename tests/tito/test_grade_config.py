@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tito.course import CourseError
-from tito.grade_config import load_config
+from tito.grading.config import load_config
 
 BAD_LIMITS = [  # (the line under [limits], what the message must say)
     ("time_s = nan", "time_s = nan must be a positive number, at most 86400 (e.g. time_s = 600)"),
@@ -108,7 +108,7 @@ def test_a_grading_toml_without_read_permission_is_an_error_not_the_defaults(cou
     path.chmod(0o000)
     try:
         result = subprocess.run([*unprivileged, sys.executable, "-c", "from tito.course import load_settings; "
-                                 "from tito.grade_config import load_config; load_config(load_settings())"],
+                                 "from tito.grading.config import load_config; load_config(load_settings())"],
                                 cwd=course.root, env=course.env(), capture_output=True, text=True, timeout=120)
     finally:
         path.chmod(0o644)

@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from tito.course import list_modules, load_settings
-from tito.grade import CASES_FILE, GradeOptions, GradingRun, grade_submissions
-from tito.grade_compare import case_problems
-from tito.grade_config import GRADING_DIR
-from tito.grade_report import write_outputs
+from tito.grading.compare import case_problems
+from tito.grading.config import GRADING_DIR
+from tito.grading.grade import CASES_FILE, GradeOptions, GradingRun, grade_submissions
+from tito.grading.report import write_outputs
+from tito.grading.submissions import collect_submissions
 from tito.mistakes import load_catalogue
 from tito.notebook import read_text
 from tito.release import write_student_edition
-from tito.submissions import collect_submissions
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tito.course import CourseError
-from tito.grade_out import INCOMING, LOCK_NAME, check_destination, locked_destination, write_complete
+from tito.grading.out import INCOMING, LOCK_NAME, check_destination, locked_destination, write_complete
 
 EARLIER = {"grades.csv": "student,total\nann,7\n", "grades_long.csv": "student,module\n",
            "feedback/ann.md": "# Grade: ann\n", "results/ann.json": '{"score": 7}\n'}
@@ -100,7 +100,7 @@ def test_a_failure_while_writing_leaves_the_earlier_grades(tmp_path, failure):
 _KILLED_WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from tito.grade_out import locked_destination, write_complete
+    from tito.grading.out import locked_destination, write_complete
 
     def slow(folder):
         (folder / "feedback").mkdir()
@@ -143,7 +143,7 @@ def test_a_second_tito_grade_into_the_same_folder_is_refused_before_any_work(cou
     holder = _start(tmp_path, out, textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from tito.grade_out import locked_destination
+        from tito.grading.out import locked_destination
         with locked_destination(Path(sys.argv[1])):
             print("locked", flush=True)
             time.sleep(60)
@@ -210,7 +210,7 @@ def test_an_unwritable_out_is_refused_before_any_work(course, tmp_path, unprivil
 
 
 def test_the_gradescope_bundle_is_checked_before_work_and_written_atomically(course, tmp_path, monkeypatch):
-    from tito import gradescope
+    from tito.grading import gradescope
 
     module = course.module("01")
     (tmp_path / "folder.zip").mkdir()
@@ -246,7 +246,7 @@ def test_a_bundle_in_a_read_only_folder_is_refused_before_any_work(course, tmp_p
 
 
 def test_ctrl_c_during_the_switch_waits_until_the_new_grades_are_all_in_place(tmp_path, monkeypatch):
-    from tito import grade_out
+    from tito.grading import out as grade_out
 
     out = tmp_path / "grades"
     _earlier_grades(out)

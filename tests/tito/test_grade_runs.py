@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tito.grade import GradeOptions, GradingRun, grade_submissions
-from tito.grade_report import write_outputs
+from tito.grading.grade import GradeOptions, GradingRun, grade_submissions
+from tito.grading.report import write_outputs
+from tito.grading.sandbox import GiB, Limits, can_switch_user
+from tito.grading.submissions import collect_submissions
 from tito.mistakes import load_catalogue
 from tito.notebook import find_solution_blocks, stub_text
-from tito.sandbox import GiB, Limits, can_switch_user
-from tito.submissions import collect_submissions
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ FORGE_VALUES = """
 import atexit as _atexit, os as _os, sys as _sys
 def _forge():
     import numpy
-    from tito.grade_cases import load_cases, produce, save_values
+    from tito.grading.cases import load_cases, produce, save_values
     rng = numpy.random.default_rng(0)
     made = produce(load_cases(_sys.argv[1]))
     save_values(_sys.argv[2], {k: (rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)

@@ -10,9 +10,9 @@ import zipfile
 
 import pytest
 
-from tito.gradescope import ROOT_ENV, build_bundle, unpack_like_gradescope
-from tito.notebook import stub_text
+from tito.grading.gradescope import ROOT_ENV, build_bundle, unpack_like_gradescope
 from tito.mistakes import load_catalogue
+from tito.notebook import stub_text
 
 pytestmark = pytest.mark.slow
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
@@ -38,6 +38,8 @@ def test_the_bundle_installs_itself_and_grades_three_submissions(grading_course,
     assert {"setup.sh", "run_autograder", "requirements.txt", "course/grading/01_tensor/cases.py",
             "course/grading/01_tensor/expected.npz", "course/grading/01_tensor/mistakes.npz",
             "course/grading/grading.toml", "course/tinytorch/core/tensor.py"} <= set(names)
+    grading_code = {f"course/tito/grading/{name}.py" for name in ("__init__", "grade", "cases", "compare", "sandbox")}
+    assert grading_code <= set(names), f"tito grade runs from the bundle's course: {sorted(grading_code - set(names))}"
     assert "course/modules/01_tensor/mistakes.toml" in names  # for the grader only (setup.sh: root-only)
     assert not any(n.startswith("course/tests/tito/") for n in names)
 

@@ -1,4 +1,4 @@
-"""tito.sandbox: each limit, the cleanup of every process a run starts, the scratch environment,
+"""tito.grading.sandbox: each limit, the cleanup of every process a run starts, the scratch environment,
 and (when the tests run as root with setpriv) the unprivileged user of its own.
 
 Every test runs a few lines of Python in the sandbox twice where it can: as the grader's own
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tito.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, can_switch_user, describe_isolation, prepare_workdir,
-                          run_sandboxed)
+from tito.grading.sandbox import (GiB, MiB, Limits, SandboxUsers, _namespaces_work, can_switch_user,
+                                  describe_isolation, prepare_workdir, run_sandboxed)
 
 SMALL = Limits(wall_s=30, cpu_s=30, memory_bytes=1 * GiB, file_bytes=4 * MiB, disk_bytes=16 * MiB,
                output_bytes=64 * 1024, processes=64)
@@ -219,7 +219,7 @@ def test_stop_ends_every_run_at_once(scratch):
     """What Ctrl-C in `tito grade` does: runs in progress are killed now, not at their time limit."""
     import threading
 
-    from tito.sandbox import STOP
+    from tito.grading.sandbox import STOP
 
     timer = threading.Timer(1.0, STOP.set)
     timer.start()
@@ -235,7 +235,7 @@ def test_stop_ends_every_run_at_once(scratch):
 GRADER_KILLED_OUTRIGHT = r"""
 import sys, time
 from pathlib import Path
-from tito.sandbox import SandboxUsers, prepare_workdir, run_sandboxed
+from tito.grading.sandbox import SandboxUsers, prepare_workdir, run_sandboxed
 scratch, own_user = Path(sys.argv[1]), sys.argv[2] == "own-user"
 with SandboxUsers(1 if own_user else 0) as claimed:
     user = claimed.users[0] if own_user else None
@@ -304,7 +304,7 @@ def test_cpu_of_children_in_their_own_sessions_counts_against_the_run(scratch, u
     """Spinners that left the process group (setsid, double fork) and that nobody waits for: their CPU time
     is the run's (a control group, or each process as last seen), so the run stops at its CPU limit, not
     at its wall-clock limit while starving every other run on the machine."""
-    import tito.sandbox as sandbox
+    import tito.grading.sandbox as sandbox
 
     if counting == "control group" and sandbox.ControlGroup.create(SMALL) is None:
         pytest.skip("no writable cgroup v2 here (not root, or cgroup v1 only)")
@@ -366,7 +366,7 @@ def test_a_file_written_to_run_lock_never_reaches_it_or_is_removed_and_named(scr
     """/run/lock (= /var/lock) is writable by every user. In the sandbox's namespace it is a private tmpfs
     (the file never reaches the machine's); where it stays shared (no namespaces), the file is removed
     and the reason names it."""
-    import tito.sandbox as sandbox
+    import tito.grading.sandbox as sandbox
 
     if not private:
         monkeypatch.setattr(sandbox, "shared_tmp_folders", lambda: [])

@@ -22,7 +22,7 @@ import numpy as np
 # %% ../../modules/20_olympics/olympics_dev.py #1e13fbe5
 from ..core.tensor import Tensor, as_int
 
-# %% ../../modules/20_olympics/olympics_dev.py #76b36679
+# %% ../../modules/20_olympics/olympics_dev.py #7cab923e
 @dataclass(frozen=True)
 class Event:
     """One Olympic event: what is measured, in which unit, and which direction wins."""
@@ -38,7 +38,7 @@ EVENTS = {
     "generation": Event("generation", "generation rate", "tokens/s", higher_is_better=True),
     "speedrun": Event("speedrun", "time to target loss", "s", higher_is_better=False),
 }
-# The one definition of each bar. The judge (tito/olympics.py) reads both when it runs, so changing one
+# The one definition of each bar. The judge (tito/grading/judge.py) reads both when it runs, so changing one
 # here (or `tinytorch.perf.olympics.QUALITY_MARGIN = 0.01` before calling judge()) changes the judge.
 QUALITY_MARGIN = 0.05  # validation loss at most the baseline's + this
 SPEEDRUN_TARGET = 1.95  # the speedrun's validation loss to reach from scratch

@@ -16,15 +16,15 @@ One run:
    notebook is exported into the package. So a mistake in module 01 costs points in 01 only.
    `--cumulative` exports every module from the student's notebooks instead (a stub where
    one is missing or does not export): the "whole framework" grade, with no reference code at all.
-3. **In the sandbox** (`tito.sandbox`), `python -m tito.grade_cases` imports that package and the
-   module's cases file (the only file of `grading/` it is given), runs every case with its seeded
-   generator and writes what it produced (`tito.grade_cases`). A run that breaks a limit (time,
-   CPU, memory, output, files, processes), crashes, or changes files outside its work folder
-   scores 0 with the reason.
+3. **In the sandbox** (`tito.grading.sandbox`), `python -m tito.grading.cases` imports that
+   package and the module's cases file (the only file of `grading/` it is given), runs every case
+   with its seeded generator and writes what it produced (`tito.grading.cases`). A run that
+   breaks a limit (time, CPU, memory, output, files, processes), crashes, or changes files
+   outside its work folder scores 0 with the reason.
 4. **The grader** reads that file as untrusted data and compares each case with the reference's
-   values (`tito.grade_compare`): a case scores its points (`grading.toml`) when every value it
+   values (`tito.grading.compare`): a case scores its points (`grading.toml`) when every value it
    produced equals the reference's within the case's tolerance. The feedback is written from what
-   the grader computed, never from text of the student's run (`tito.grade_compare` says what the
+   the grader computed, never from text of the student's run (`tito.grading.compare` says what the
    feedback shows in each mode). The visible tests (`tests/NN_name/`) do not count: anything
    computed in the student's process can be forged, and students run them with `tito test`.
 
@@ -52,18 +52,18 @@ from typing import Callable
 
 import numpy as np
 
-from .course import CourseError, CourseModule, Settings, list_modules, load_settings
-from .export import export_modules, scan_targets
-from .grade_cases import IMPORT_FAILED, RAISED
-from .grade_compare import (CaseResult, CaseSpec, ProducedError, compare_case, describe_raised, load_expected,
-                            rank_mistakes, read_values, split_mistakes)
-from .grade_config import GRADING_DIR, GradingConfig, load_config, points_per_case
-from .mistakes import Mistake, load_catalogue
-from .notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
-from .release import EDITION_ITEMS, copy_course
-from .scratch import remove_tree  # the judge uses it too, without this module's nbdev
+from ..course import CourseError, CourseModule, Settings, list_modules, load_settings
+from ..export import export_modules, scan_targets  # nbdev is imported only when a notebook is exported
+from ..mistakes import Mistake, load_catalogue
+from ..notebook import NotebookError, check_syntax, read_text, solution_progress, stub_text
+from ..release import EDITION_ITEMS, copy_course
+from .cases import IMPORT_FAILED, RAISED
+from .compare import (CaseResult, CaseSpec, ProducedError, compare_case, describe_raised, load_expected,
+                      rank_mistakes, read_values, split_mistakes)
+from .config import GRADING_DIR, GradingConfig, load_config, points_per_case
 from .sandbox import (STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
                       run_sandboxed)
+from .scratch import remove_tree
 from .submissions import Submission, SubmittedNotebook
 
 CASES_FILE = "cases.py"  # grading/NN_name/cases.py: the module's graded cases (given to the sandbox)
@@ -117,6 +117,27 @@ class StudentResult:
     @property
     def max_total(self) -> Fraction:
         return sum((m.max_score for m in self.modules.values()), Fraction(0))
+
+
+def max_jobs() -> int:
+    """The most (student, module) runs `tito grade --jobs` starts at once: one per core (the CPU count,
+    also its default)."""
+    return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int) -> None:
+    """CourseError, before any work, unless 1 <= `jobs` <= `max_jobs()`.
+
+    Runs beyond the cores only wait for one, and a run's wall-clock limit counts the wait: more jobs
+    than cores would grade no faster and could push an honest submission past its limit."""
+    most = max_jobs()
+    if jobs < 1:
+        raise CourseError(f"--jobs takes a positive number, e.g. --jobs {min(2, most)} (found {jobs}).")
+    if jobs > most:
+        raise CourseError(
+            f"--jobs {jobs}: this machine has {most} core(s), so at most --jobs {most}. More runs than cores "
+            "only wait for one, and a run's wall-clock limit counts the wait (an honest submission could run "
+            f"past it). Give --jobs {most} or fewer (or leave it out: the default is {most}); nothing was done.")
 
 
 @dataclass(frozen=True)
@@ -240,7 +261,7 @@ class GradingRun:
 
     def hand_out(self, source: Path, dest: Path, move: bool) -> None:
         """Put in `dest` what a run needs from the course in `source`, and nothing else: the package (the
-        student's module and, graded on its own, the others' reference) and tito (`tito.grade_cases`).
+        student's module and, graded on its own, the others' reference) and tito (`tito.grading.cases`).
 
         Never a notebook (the reference's or the student's own), the tests, grading/ (the run gets its
         cases file in its work folder: `_give_cases`), a mistakes catalogue or the course's settings.
@@ -256,7 +277,7 @@ class GradingRun:
 
     def _seen(self, course: Path) -> dict:
         """What a run sees of the machine's folders: its course (and its work folder), neither the instructor's
-        course nor the rest of the scratch folder (where the machine allows namespaces; `tito.sandbox`)."""
+        course nor the rest of the scratch folder (where the machine allows namespaces; `tito.grading.sandbox`)."""
         return {"visible": [course], "hidden": [self.settings.root, self.scratch]}
 
     def _load_cases(self) -> None:
@@ -298,7 +319,7 @@ class GradingRun:
         """{cases file: {case: {"what", "tolerance"}}}, read by importing the cases with the reference package
         (the grader's own process runs no course code; this one runs only the reference's)."""
         out = self.scratch / "cases" / "described.json"
-        command = [sys.executable, "-m", "tito.grade_cases", "--describe", str(out), *map(str, files)]
+        command = [sys.executable, "-m", "tito.grading.cases", "--describe", str(out), *map(str, files)]
         env = {**os.environ, "PYTHONPATH": str(self.base), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         done = subprocess.run(command, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=_DESCRIBE_TIMEOUT_S)
@@ -432,7 +453,7 @@ class GradingRun:
         if user is not None:
             _make_readable(course)
         before = _manifest(course)
-        sandbox = run_sandboxed([sys.executable, "-m", "tito.grade_cases", str(cases), str(work / _PRODUCED)],
+        sandbox = run_sandboxed([sys.executable, "-m", "tito.grading.cases", str(cases), str(work / _PRODUCED)],
                                 work, self.limits, {"PYTHONPATH": str(course)}, user, **self._seen(course))
         changed = _changed(before, _manifest(course))
         detail = self.cumulative  # no reference code was in its reach: its own text may reach it back

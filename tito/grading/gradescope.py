@@ -33,11 +33,11 @@ else:  # pragma: no cover - Python 3.10
 
 from tinytorch.files import atomic_write
 
-from .course import CourseError, CourseModule, Settings, list_modules
-from .destination import check_file_destination
-from .grade_config import CONFIG_FILE, GRADING_DIR, config_path
-from .mistakes import catalogue_path
-from .release import copy_course
+from ..course import CourseError, CourseModule, Settings, list_modules
+from ..destination import check_file_destination
+from .config import CONFIG_FILE, GRADING_DIR, config_path
+from ..mistakes import catalogue_path
+from ..release import copy_course
 
 ROOT_ENV = "TITO_AUTOGRADER_ROOT"
 GRADE_EXTRA = "grade"  # pyproject's extra with what grading needs beyond the package (pytest, hypothesis)

@@ -1,6 +1,6 @@
 """The trusted side of grading: what a student's code produced, compared with the reference's values.
 
-`tito.grade_cases` runs a module's graded cases in the sandbox and writes what the student's
+`tito.grading.cases` runs a module's graded cases in the sandbox and writes what the student's
 code produced (an `.npz`). Everything here runs in the grader's own process, which never
 imports the student's code: it reads that file as untrusted data (`read_values`: a plain file
 of bounded size, at most `MAX_KEYS` entries, every key a known case (a label the reference does
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .grade_cases import IMPORT_FAILED, RAISED, VALUE_KINDS
-from .mistakes import Mistake
+from .cases import IMPORT_FAILED, RAISED, VALUE_KINDS
+from ..mistakes import Mistake
 
 MAX_PRODUCED_BYTES = 64 * 1024 ** 2  # the produced file, and all its arrays unpacked together
 MAX_KEYS = 10_000
@@ -92,7 +92,7 @@ def _read_plain_file(path: Path, limit: int) -> bytes:
 
 def read_values(path: Path, allowed: dict[str, set[str]] | None = None,
                 limit: int = MAX_PRODUCED_BYTES) -> dict[str, np.ndarray]:
-    """The arrays of an `.npz` written by `tito.grade_cases`, read as untrusted data.
+    """The arrays of an `.npz` written by `tito.grading.cases`, read as untrusted data.
 
     allowed: {case: its labels}; a key must name a known case ("(import)/(raised)" always may); a label the
     reference does not return is left out. Raises ProducedError with the reason for anything else: a link, a file or

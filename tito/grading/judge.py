@@ -12,8 +12,8 @@ One entry, in order:
    `CHECKPOINT = "file.npz"` naming a file in the folder. A submission holds plain files only
    (a link could hand the sandbox a file only the judge may read). The judge's digest of the
    folder's bytes orders exact ties, so renaming the folder changes nothing.
-2. **Copy and run the judge's runner** (`tito.olympics_runner`) in `tito grade`'s sandbox
-   (`tito.sandbox`): a scratch work folder holding a copy of the submission only (and, for the
+2. **Copy and run the judge's runner** (`tito.grading.judge_runner`) in `tito grade`'s sandbox
+   (`tito.grading.sandbox`): a scratch work folder holding a copy of the submission only (and, for the
    speedrun, the training text), the submission's own user where tito runs as root, limits on
    time, memory and output. The runner and the tinytorch package it imports are the judge's
    copies beside its work folder (`runner_library`), so the course itself may be a folder only
@@ -64,8 +64,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .course import CourseError
-from .olympics_runner import receive, send
+from ..course import CourseError
+from .judge_runner import receive, send
 from .sandbox import GiB, Limits, SandboxResult, SandboxUser, SandboxUsers, prepare_workdir, run_sandboxed
 from .scratch import remove_tree
 
@@ -236,28 +236,33 @@ def read_submission(folder: Path, need_train: bool = False) -> Submission:
 # ---------------------------------------------------------------------------- what the runner imports
 
 
-def runner_sources(course_root: Path) -> tuple[Path, Path]:
-    """(the course's tinytorch package, its tito folder): what the runner's copies are made from;
+# The files of tito the runner imports, relative to the course: the packages on the way to it and itself.
+RUNNER_FILES = ("tito/__init__.py", "tito/grading/__init__.py", "tito/grading/judge_runner.py")
+
+
+def runner_sources(course_root: Path) -> Path:
+    """The course's tinytorch package, which the runner's copies are made from (with `RUNNER_FILES`);
     CourseError when `course_root` is not a course."""
-    package, tito = Path(course_root) / "tinytorch", Path(course_root) / "tito"
-    if not (package / "__init__.py").is_file() or not (tito / "olympics_runner.py").is_file():
+    package = Path(course_root) / "tinytorch"
+    if not (package / "__init__.py").is_file() or not all((Path(course_root) / f).is_file() for f in RUNNER_FILES):
         raise CourseError(f"{course_root} holds no tinytorch package and tito runner: the judge runs from a course.")
-    return package, tito
+    return package
 
 
 def runner_library(library: Path, course_root: Path, user: SandboxUser | None) -> Path:
-    """`library`: one runner's copies of what it imports (the course's tinytorch package, tito/__init__.py
-    and tito/olympics_runner.py), which `user` may read and nobody else but the judge.
+    """`library`: one runner's copies of what it imports (the course's tinytorch package and `RUNNER_FILES`:
+    tito/grading/judge_runner.py and the two `__init__.py` on its way), which `user` may read and nobody
+    else but the judge.
 
     The sandbox's user runs the runner from these copies, never from the course: the course may be a
     folder only its owner can enter, and nothing of it is made readable to others. The copies belong
     to the judge (the entry cannot change them) and to `user`'s group (folders 750, files 640). Copied
     with their times, so that Python's compiled files of the package stay valid."""
-    package, tito = runner_sources(course_root)
+    package = runner_sources(course_root)
     shutil.copytree(package, library / "tinytorch", ignore=shutil.ignore_patterns("*.tito-new"))
-    (library / "tito").mkdir()
-    for name in ("__init__.py", "olympics_runner.py"):
-        shutil.copy2(tito / name, library / "tito" / name)
+    for name in RUNNER_FILES:
+        (library / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(course_root) / name, library / name)
     for folder, _, names in os.walk(library):
         _share_with(Path(folder), user, 0o750)
         for name in names:
@@ -334,7 +339,7 @@ class Session:
         return other
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-S", "-m", "tito.olympics_runner", str(self.work), str(self.work / _SOCKET),
+        return [sys.executable, "-S", "-m", "tito.grading.judge_runner", str(self.work), str(self.work / _SOCKET),
                 str(self.checkpoint_path), self.mode, self.entry.checkpoint]
 
     def _env(self, library: Path) -> dict[str, str]:
@@ -624,7 +629,7 @@ def judge(entries: list[Submission], task: Task, events: list[str], baseline: Su
 
     _check_events(events, baseline, baseline_loss)
     rules = read_rules(task)
-    course_root = Path(course_root) if course_root else Path(__file__).resolve().parent.parent
+    course_root = Path(course_root) if course_root else Path(__file__).resolve().parents[2]
     say = progress or (lambda text: None)
     everyone = list(entries) if baseline is None or baseline in entries else [baseline, *entries]
     results = {id(e): EntryResult(e) for e in everyone}

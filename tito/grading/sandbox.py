@@ -1,12 +1,13 @@
 """Running one untrusted command in a scratch folder, under limits, and saying what happened.
 
-`tito grade` runs each student's tests through `run_sandboxed`; the Olympics judge (module 20)
-runs a contestant's program the same way:
+`tito grade` runs each module's graded cases on a student's package through `run_sandboxed`
+(`python -m tito.grading.cases`); the Olympics judge (module 20) runs its runner beside a
+contestant's program the same way:
 
     with SandboxUsers(1) as claimed:             # [None] unless tito runs as root with setpriv
         user = claimed.users[0]
         work = prepare_workdir(scratch / "work", user)
-        result = run_sandboxed([sys.executable, "-m", "pytest", ...], work, Limits(wall_s=60), user=user)
+        result = run_sandboxed([sys.executable, "-m", "tito.grading.cases", ...], work, Limits(wall_s=60), user=user)
     if not result.ok:
         print(result.reason)                     # "ran past its 60 s wall-clock limit", ...
 
@@ -41,9 +42,10 @@ What the command gets:
   violation.
 
 What it does not do: code inside the process can still do anything that process can do, e.g.
-forge the result files the command writes (pytest's report) or read files every user may
-read; without root, the command runs as the grader's own user and can write what the grader
-can. README ("For instructors") lists what was measured.
+forge the file the command writes (the values of `tito.grading.cases`: which is why the score is
+computed outside, by `tito.grading.compare`, and forging that file earns points only with the right
+values) or read files every user may read; without root, the command runs as the grader's own
+user and can write what the grader can. README ("For instructors") lists what was measured.
 """
 from __future__ import annotations
 

@@ -7,17 +7,17 @@ A module's graded cases live in `grading/NN_name/cases.py`, a module that define
 where each function takes a NumPy generator seeded from the case's name (`seeded`) and returns
 `{label: value}` computed with the package's API (Tensors, arrays, numbers, lists of numbers).
 
-`python -m tito.grade_cases CASES_FILE OUT.npz` imports the cases (and through them the package
+`python -m tito.grading.cases CASES_FILE OUT.npz` imports the cases (and through them the package
 on `PYTHONPATH`: the student's), runs every case with its own generator and writes what each
 produced with `np.savez` (`produce`): one array per "case/label"; for a case that raised, the one
 key "case/(raised)" holding "ExceptionType: its first line" (record_expected.py records the type alone:
 the grader compares the types). It computes no score: the grader,
 in a process of its own that never imports the student's code, compares this file with the
-reference's values (`tito.grade_compare`), so code that forges this file can only change its
+reference's values (`tito.grading.compare`), so code that forges this file can only change its
 score by writing the right values, which it cannot read. `grading/record_expected.py` runs the
 same `produce` against the reference package to record those values.
 
-`python -m tito.grade_cases --describe OUT.json CASES_FILE...` writes each case's `what` and
+`python -m tito.grading.cases --describe OUT.json CASES_FILE...` writes each case's `what` and
 tolerances (the grader runs it with the reference package, never a student's).
 """
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
         Path(argv[1]).write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
         return 0
     if len(argv) != 2:
-        print("usage: python -m tito.grade_cases CASES_FILE OUT.npz | --describe OUT.json CASES_FILE...",
+        print("usage: python -m tito.grading.cases CASES_FILE OUT.npz | --describe OUT.json CASES_FILE...",
               file=sys.stderr)
         return 2
     try:

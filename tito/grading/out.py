@@ -31,8 +31,9 @@ from typing import Callable, Iterator
 
 from filelock import FileLock, Timeout
 
-from .course import CourseError
-from .destination import check_accepts_new_files, nearest_existing
+from ..course import CourseError
+from ..destination import check_accepts_new_files, nearest_existing
+from .scratch import remove_tree
 
 OUTPUTS = ("feedback", "results", "grades_long.csv", "grades.csv")  # grades.csv last: present means complete
 LOCK_NAME = ".tito-grade.lock"
@@ -136,8 +137,6 @@ def _only_grade_outputs(folder: Path) -> bool:
 def _dispose_previous(out: Path, previous: Path) -> Path | None:
     """Delete a set of earlier outputs that holds only tito grade's files; else keep it as
     `out/previous-<time>/` and return where it went."""
-    from .grade import remove_tree
-
     if _only_grade_outputs(previous):
         remove_tree(previous)
         return None
@@ -186,8 +185,6 @@ def write_complete(out: Path, write: Callable[[Path], list[Path]]) -> tuple[list
     Returns the paths written (as they are in `out`) and where an earlier set of outputs
     holding files of the user's was kept (None when there was none). Any error before the
     switch (a full disk: a CourseError saying so) leaves `out` as it was."""
-    from .grade import remove_tree
-
     incoming = Path(tempfile.mkdtemp(prefix=INCOMING, dir=out))
     try:
         written = write(incoming)

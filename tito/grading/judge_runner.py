@@ -1,6 +1,6 @@
 """The Olympics' runner: the judge's own program, run in the sandbox beside a copy of one submission.
 
-    python -S -m tito.olympics_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
+    python -S -m tito.grading.judge_runner WORK SOCKET CHECKPOINT MODE DECLARED   (MODE: serve | speedrun)
 
 The judge starts it from its own copies of this file and of tinytorch (PYTHONPATH: those copies, then
 the installed packages; `-S`: no .pth file, so no editable install, leads back to the course).

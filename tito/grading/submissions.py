@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .course import CourseError, CourseModule
+from ..course import CourseError, CourseModule
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 MAX_NOTEBOOK_BYTES = 8 * 1024 * 1024  # a lesson notebook is well under 1 MB; more is not a notebook
@@ -188,7 +188,7 @@ def _preference(path: str, module: CourseModule) -> tuple:
 
 def _as_percent(data: bytes, path: str) -> tuple[str, str]:
     """The notebook as percent-format text; (text, note)."""
-    from .notebook import decode_text
+    from ..notebook import decode_text
 
     text = decode_text(data, Path(path))
     if not path.endswith(".ipynb"):

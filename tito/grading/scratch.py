@@ -1,7 +1,6 @@
 """Deleting the scratch folders that sandboxed code ran in (`tito grade`, `tito olympics judge`).
 
-Its own module, with no imports of tito's export machinery, so that the judge can use it
-without nbdev.
+Its own module (standard library only): the grader, `--out`'s replacement and the judge share it.
 """
 from __future__ import annotations
 

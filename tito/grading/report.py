@@ -8,7 +8,7 @@ In `--out` (default `grades/`):
   give byte-identical files.
 * `feedback/<student>.md`: per module the score and why: each failed case with what the grader
   found (and the catalogued mistake its values match), or the reason the module scored 0.
-  Written only from what the grader computed (`tito.grade_compare`); byte-identical across runs.
+  Written only from what the grader computed (`tito.grading.compare`); byte-identical across runs.
 * `results/<student>.json`: Gradescope's results format (`score`, `output`, and `tests` with
   `name`, `score`, `max_score`, `output`, `visibility`). Every entry that carries points is a
   graded case with `hidden_visibility` (grading.toml; default `after_due_date`), and so is the
@@ -26,7 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .grade import ModuleResult, StudentResult
-from .grade_compare import CaseResult
+from .compare import CaseResult
 
 MAX_ROW = "(max points)"
 FAILURES_SHOWN = 25  # per module in the feedback; the rest are counted

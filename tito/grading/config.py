@@ -37,8 +37,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from .course import CourseError, Settings, resolve_module
-from .notebook import read_text
+from ..course import CourseError, Settings, resolve_module
+from ..notebook import read_text
 from .sandbox import GiB, MiB, Limits
 
 GRADING_DIR = "grading"  # graded cases and their values, one folder per module, and grading.toml; instructors only

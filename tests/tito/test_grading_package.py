@@ -1,0 +1,94 @@
+"""`tito/grading/`: grading, its sandbox and the Olympics judge as one package.
+
+Its modules import without nbdev (`tito grade` exports students' notebooks, but importing it, or
+asking for its help, needs no nbdev; nor does the judge), and what its two sandboxed runners
+import of it stays the few files that are copied or handed out for them.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tito.grading
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = Path(tito.grading.__file__).parent
+MODULES = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
+
+# Run first in a fresh Python: any import of nbdev (or fastcore, what nbdev is built on) raises.
+BLOCK_NBDEV = """
+import importlib.abc, sys
+class NoNbdev(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("nbdev", "fastcore"):
+            raise ImportError(name + " is blocked: tito.grading must import without it")
+sys.meta_path.insert(0, NoNbdev())
+"""
+
+
+def _run_without_nbdev(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK_NBDEV + code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def test_the_package_holds_grading_the_sandbox_and_the_judge():
+    assert {"grade", "cases", "compare", "config", "gradescope", "judge", "judge_runner", "out", "report",
+            "sandbox", "scratch", "submissions"} <= set(MODULES), MODULES
+    left = sorted(p.name for p in (REPO / "tito").glob("*.py")
+                  if p.stem.startswith(("grade", "sandbox", "olympics", "submissions", "scratch")))
+    assert not left, f"grading modules left outside tito/grading/: {left}"
+
+
+def test_every_module_of_the_package_imports_without_nbdev():
+    code = ("import json, importlib, tito.grading\n"
+            f"for name in {MODULES!r}:\n"
+            "    importlib.import_module('tito.grading.' + name)\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('nbdev', 'fastcore'))))\n")
+    done = _run_without_nbdev(code)
+    assert done.returncode == 0, f"a module of tito.grading needs nbdev to import:\n{done.stderr[-3000:]}"
+    assert json.loads(done.stdout.splitlines()[-1]) == [], done.stdout
+
+
+def test_tito_grade_and_the_judge_answer_help_without_nbdev():
+    for command in (["grade", "--help"], ["olympics", "judge", "--help"]):
+        done = _run_without_nbdev(f"from tito.cli import main\nmain({command!r})\n")
+        assert done.returncode == 0, f"tito {' '.join(command)} without nbdev:\n{done.stderr[-3000:]}"
+        assert "usage: tito" in done.stdout, done.stdout
+
+
+def test_the_blocker_is_real_exporting_still_needs_nbdev():
+    """The check above would pass for nothing if blocking failed: exporting a notebook must hit it."""
+    code = ("from tito.course import load_settings, list_modules\n"
+            "from tito.export import render_modules\n"
+            "import tempfile, pathlib\n"
+            "settings = load_settings()\n"
+            "render_modules(settings, list_modules(settings)[:1], pathlib.Path(tempfile.mkdtemp()))\n")
+    done = _run_without_nbdev(code)
+    assert done.returncode != 0 and "is blocked: tito.grading must import without it" in done.stderr, \
+        done.stdout + done.stderr
+
+
+def test_the_package_init_imports_nothing():
+    """Both runners import the package inside the sandbox (the judge's runner from a copy of this one
+    file, without `site`): an import here would run there too."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    imports = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert imports == [], imports
+
+
+def test_the_judges_runner_imports_from_its_copies_alone(tmp_path):
+    """`runner_library` copies the runner and the two package files on its way; Python without `site`
+    imports the runner from there (its own imports are the standard library's until it runs)."""
+    from tito.grading.judge import runner_library
+
+    library = runner_library(tmp_path / "lib", REPO, None)
+    done = subprocess.run([sys.executable, "-S", "-c", "import tito.grading.judge_runner as r; print(r.__file__)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(library)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert Path(done.stdout.strip()) == library / "tito" / "grading" / "judge_runner.py"

@@ -881,7 +881,7 @@ def train_steps(model, optimizer, steps=3, seed=0):
 
 def adamw_reference(p, g, m, v, t, lr, beta1, beta2, eps, wd, *, decay_first=True, decay_lr=True, l2=False,
                     one_minus_beta1=True, square=True, stale=False, bc1=True, bc2=True, eps_inside=False,
-                    sign=1.0, t_shift=0, ratio_sqrt=False):
+                    sign=1.0, t_shift=0):
     """AdamW's update of (p, m, v) in module 06's order, or one of the classic slips (the keywords).
     Returns the new (p, m, v); the inputs are not changed."""
     p, g, m, v = p.copy(), g.copy(), m.copy(), v.copy()
@@ -895,8 +895,6 @@ def adamw_reference(p, g, m, v, t, lr, beta1, beta2, eps, wd, *, decay_first=Tru
     step_size = lr / (1 - beta1 ** t) if bc1 else lr
     if eps_inside:
         denom = np.sqrt(v / (1 - beta2 ** t) + eps)
-    elif ratio_sqrt:
-        denom = np.sqrt(v / (1 - beta2 ** t)) + eps
     else:
         denom = np.sqrt(v) / (math.sqrt(1 - beta2 ** t) if bc2 else 1.0) + eps
     p -= sign * step_size * (m / denom)
@@ -920,19 +918,28 @@ ADAMW_SLIPS = {  # what the slip is, in words -> the keywords of adamw_reference
     "the step climbs the gradient: p -= step_size·m/denom, not +=": dict(sign=-1.0),
     "the bias corrections use t + 1: t is already the step number AFTER this step (1 on the first)": dict(t_shift=1),
     "the bias corrections use t − 1: t is already the step number AFTER this step (1 on the first)": dict(t_shift=-1),
-    "the same formula, rounded differently: AdamW computes sqrt(v) / sqrt(1 − β2^t) (math.sqrt for the scalar), "
-    "not sqrt(v / (1 − β2^t)), and only the same operations in the same order are bit-for-bit": dict(ratio_sqrt=True),
 }
+ROUNDED_DIFFERENTLY = ("the same formula, rounded differently: AdamW computes sqrt(v) / sqrt(1 − β2^t) (math.sqrt "
+                       "for the scalar), and only the same operations in the same order are bit-for-bit")
+
+
+def same_change(got: np.ndarray, wrong: np.ndarray, before: np.ndarray) -> bool:
+    """Whether `got` and `wrong` changed `before` by the same amounts (to 1e-9 of the change): a slip that
+    changes p by 1e-7 of itself must not pass for one that changes it by 1e-16."""
+    with np.errstate(all="ignore"):
+        return bool(np.allclose(got - before, wrong - before, rtol=1e-9, atol=0, equal_nan=True))
 
 
 def adamw_slip(what: str, got: np.ndarray, inputs: tuple, settings: tuple, index: int) -> str:
     """The classic slip whose `what` (index 0 p, 1 m, 2 v of adamw_reference) equals `got`, in words; "" if none."""
+    before = inputs[index + 1 if index else 0]
+    right = adamw_reference(*inputs, *settings)[index]
     with np.errstate(all="ignore"):
         for words, slip in ADAMW_SLIPS.items():
             wrong = adamw_reference(*inputs, *settings, **slip)[index]
-            if np.allclose(got, wrong, rtol=1e-9, atol=0, equal_nan=True):
+            if same_change(got, wrong, before) and not same_change(right, wrong, before):  # a slip that shows here
                 return words
-    return ""
+    return ROUNDED_DIFFERENTLY if same_change(got, right, before) else ""
 
 
 def check_group_update(optimizer) -> None:
@@ -967,13 +974,17 @@ def check_group_update(optimizer) -> None:
             raise AssertionError(f"{where}: p did not change: write into p in place (p -= …); `p = p - …` only "
                                  "rebinds the local name")
         if not np.array_equal(p, want_p):
-            slip = adamw_slip("p", p, inputs, settings, 0)
+            slip = ""
             first = optimizer.param_groups[0]["weight_decay"]  # a slip reads the first group's, not this one's
-            if not slip and first != wd and np.allclose(p, adamw_reference(*inputs, *settings[:4], first)[0], rtol=1e-9):
+            if first != wd and same_change(p, adamw_reference(*inputs, *settings[:4], first)[0], inputs[0]):
                 slip = (f"p was decayed with weight_decay {first} (the first group's), not this group's {wd}: use "
                         "the group's own settings['weight_decay']")
-            if not slip and wd != 0 and np.allclose(p, adamw_reference(*inputs, *settings[:4], 0.0)[0], rtol=1e-9):
+            if wd != 0 and same_change(p, adamw_reference(*inputs, *settings[:4], 0.0)[0], inputs[0]):
                 slip = "p was not decayed: AdamW first shrinks p (p *= 1 − lr·wd) when the group's weight_decay is not 0"
+            if wd != 0 and same_change(p, inputs[0] * (1 - lr * wd), inputs[0]):
+                slip = ("p changed only by the decay: the step never reached it (`p = p - …` only rebinds the local "
+                        "name; write p -= … in place)")
+            slip = slip or adamw_slip("p", p, inputs, settings, 0)
             raise AssertionError(f"{where}: p differs from AdamW's by up to {np.abs(p - want_p).max():.2e}: " + (
                 slip or "follow module 06's operations in its order (decay first, then m and v in place, bias "
                         "corrections with step t, sqrt(v)/sqrt(1 − β2^t) + eps, p -= step_size·m/denom)"))
@@ -1191,13 +1202,14 @@ def test_unit_blocked_matmul():
         assert np.allclose(got, a @ b, atol=1e-12), (
             f"tile {tile}: differs from a @ b by up to {np.abs(got - a @ b).max():.2e}: "
             + blocked_matmul_slip(got, a, b, tile))
-    for tile in (3, 2):  # tile 2 tells m (10), k (7) and n (9) apart: 5, 4 and 5 tiles
+    # tile 2 on (12, 5) @ (5, 8) tells the loops apart: 6, 3 and 4 tiles along m, k and n
+    for (m, k, n), tile in (((10, 7, 9), 3), ((12, 5, 8), 2)):
         CountingArray.products = 0
-        blocked_matmul(a.view(CountingArray), b, tile)
-        expected = math.ceil(10 / tile) * math.ceil(9 / tile) * math.ceil(7 / tile)
+        blocked_matmul(rng.standard_normal((m, k)).view(CountingArray), rng.standard_normal((k, n)), tile)
+        expected = math.ceil(m / tile) * math.ceil(n / tile) * math.ceil(k / tile)
         assert CountingArray.products == expected, (
-            f"tile {tile} on (10, 7) @ (7, 9): expected {expected} tile products, got {CountingArray.products}: "
-            + tile_products_slip(CountingArray.products, (10, 7, 9), tile))
+            f"tile {tile} on ({m}, {k}) @ ({k}, {n}): expected {expected} tile products, got {CountingArray.products}: "
+            + tile_products_slip(CountingArray.products, (m, k, n), tile))
     assert blocked_matmul(a.astype(np.float32), b.astype(np.float32), 4).dtype == np.float32, \
         "keep the inputs' dtype (float32 in, float32 out): np.zeros(..., dtype=np.result_type(a, b))"
     try:

@@ -474,11 +474,6 @@ def test_unit_measure():
     assert list(result) == ["A", "B", "C"], f"keys in the order of the variants, got {list(result)}"
     assert len(calls) == 18, (f"2 warm-up rounds + 4 timed rounds of 3 variants = 18 calls, got {len(calls)}: "
                               "call every variant `warmup` times before the first reading")
-    warm = "".join(calls[:6])
-    assert warm == "ABCABC", (
-        f"warm-up: 2 rounds, each calling every variant once (ABCABC), got {warm}"
-        + (": each variant was warmed up `warmup` times in a row; warm up in rounds, as the timed rounds run"
-           if warm == "AABBCC" else ""))
     timed = "".join(calls[6:])
     rounds = [list(timed[3 * r:3 * r + 3]) for r in range(4)]
     for name, want in seconds.items():
@@ -491,6 +486,11 @@ def test_unit_measure():
                if len(got) == 12 else "one reading per round"))
         assert np.all(got == want), (f"{name}: every reading should be {want} s, got {got}: "
                                      + measure_readings_slip({n: result[n].samples for n in seconds}, rounds, seconds))
+    warm = "".join(calls[:6])
+    assert warm == "ABCABC", (
+        f"warm-up: 2 rounds, each calling every variant once (ABCABC), got {warm}"
+        + (": each variant was warmed up `warmup` times in a row; warm up in rounds, as the timed rounds run"
+           if warm == "AABBCC" else ""))
     assert timed == "ABC" "BCA" "CAB" "ABC", (
         f"every round must call each variant once (interleaved) and rotate the order each round (ABC, BCA, CAB, ...), "
         f"got {' '.join(timed[3 * r:3 * r + 3] for r in range(4))}"

@@ -301,9 +301,11 @@ def test_unit_loss_from_logits():
         try:
             return loss_from_logits(logits, targets)
         except (ValueError, IndexError) as err:  # NumPy's message names shapes or indices, not the slip
+            which = ("the target's logit was picked along another axis than the classes" if isinstance(err, IndexError)
+                     else "the log-sum-exp ran over another axis than the classes")
             raise AssertionError(
-                f"logits {np.shape(logits)}, targets {np.shape(targets)} raised {type(err).__name__}: {err}: the "
-                "log-sum-exp and the target's pick both run over the classes, the LAST axis (sum(axis=-1), "
+                f"logits {np.shape(logits)}, targets {np.shape(targets)} raised {type(err).__name__}: {err}: {which}; "
+                "the log-sum-exp and the target's pick both run over the classes, the LAST axis (sum(axis=-1), "
                 "take_along_axis(..., axis=-1)); axis 0 is the batch, axis 1 the positions") from None
 
     uniform = np.zeros((2, 3, 4))

@@ -4,10 +4,13 @@ is given code: fuse's case checks that it replaces LayerNorm.)
 
 Format: grading/reference_values.py.
 """
+import copy
+
 import numpy as np
 from reference_values import raised
 
 from tinytorch.core.activations import gelu
+from tinytorch.core.autograd import BACKWARD_RULES
 from tinytorch.core.autograd import topological_order
 from tinytorch.core.layers import Linear, Module
 from tinytorch.core.optimizers import AdamW
@@ -36,7 +39,11 @@ def _bias_gelu(rng):
     first_dx, first_dbias = x.grad.numpy().copy(), bias.grad.numpy().copy()
     loss.backward()  # a second backward on the same graph adds the same gradients again
     saved = out._node.saved
+    seed_grad = rng.standard_normal((3, 5))
+    kept = seed_grad.copy()
+    BACKWARD_RULES["bias_gelu"](seed_grad, out._node)  # the rule must leave the gradient it is given alone
     return {"out": out, "reference": gelu(Tensor(x.numpy() + bias.numpy())), "u": saved["u"], "tanh": saved["tanh"],
+            "grad_kept": bool(np.array_equal(seed_grad, kept)),
             "inputs": len(out._node.inputs), "dx": first_dx, "dbias": first_dbias,
             "dx_twice": x.grad, "dbias_twice": bias.grad, "bad_bias": raised(bias_gelu, x, Tensor(np.ones(4)))}
 
@@ -56,7 +63,10 @@ def _fused_mlp(rng):
     out = fused(x)
     (out * Tensor(rng.standard_normal(out.shape))).sum().backward()
     no_bias = FusedMLP(MLP(4, 6, bias=False, rng=rng, dtype=np.float64))
-    return {"out": out, "plain": mlp(Tensor(x.numpy())), "ops": graph_ops(out), "dx": x.grad,
+    dropping = MLP(4, 8, dropout=0.5, rng=rng, dtype=np.float64)  # training mode: a copy draws the same masks
+    twin = copy.deepcopy(dropping)
+    return {"dropout_out": FusedMLP(twin)(Tensor(x.numpy())), "dropout_plain": dropping(Tensor(x.numpy())),
+            "out": out, "plain": mlp(Tensor(x.numpy())), "ops": graph_ops(out), "dx": x.grad,
             "dfc": mlp.fc.weight.grad, "dfc_bias": mlp.fc.bias.grad, "no_bias": no_bias(Tensor(x.numpy())),
             "names": [n for n, _ in fused.named_parameters()]}
 
@@ -131,6 +141,7 @@ def _blocked_matmul(rng):
     return {"tile3": blocked_matmul(a, b, 3), "tile4": blocked_matmul(a, b, 4), "tile20": blocked_matmul(a, b, 20),
             "float32": out32, "float32_dtype": str(out32.dtype), "ints": blocked_matmul(np.arange(6).reshape(2, 3),
                                                                                        np.arange(6).reshape(3, 2), 2),
+            "mixed": raised(blocked_matmul, np.arange(6).reshape(2, 3), b[:3, :2], 2),  # int @ float: float
             "bad_tile": raised(blocked_matmul, a, b, 0), "bad_shapes": raised(blocked_matmul, a, a, 2)}
 
 

@@ -45,7 +45,12 @@ def _measure(rng):
     clock = ScriptedClock(durations)
     results = measure({name: clock.variant(name) for name in durations}, repeats=6, warmup=2,
                       clock=clock, sync=lambda: None)
-    return {"names": list(results), "calls": clock.calls, "fast": results["fast"].samples,
+    synced = ScriptedClock({"q": [1.0]})
+
+    def sync():  # queued device work: it finishes only when waited for
+        synced.now += 0.25
+    waited = measure({"q": synced.variant("q")}, repeats=3, warmup=0, clock=synced, sync=sync)["q"].samples
+    return {"names": list(results), "calls": clock.calls, "fast": results["fast"].samples, "synced": waited,
             "slow_median": results["slow"].median, "middle_interval": [results["middle"].low, results["middle"].high],
             "ranking": ranking(results), "no_variants": raised(measure, {})}
 
@@ -59,7 +64,11 @@ def _compare(rng):
     loss_a = Measurement("loss_a", rng.normal(2.0, 0.01, 15), unit="nats")
     loss_b = Measurement("loss_b", rng.normal(2.5, 0.01, 15), unit="nats")
     results = [compare(a, b), compare(b, a), compare(a, close), compare(rate_b, rate_a), compare(loss_a, loss_b)]
-    return {"ratios": [r.ratio for r in results], "verdicts": [r.verdict for r in results],
+    scale = float(rng.uniform(1.0, 2.0))  # a wide interval that overlaps a narrow one far from its median
+    wide = Measurement("wide", scale * np.linspace(1.0, 2.0, 15))
+    narrow = Measurement("narrow", scale * np.linspace(1.66, 1.74, 15))
+    return {"overlap_off_median": compare(wide, narrow).verdict,
+            "ratios": [r.ratio for r in results], "verdicts": [r.verdict for r in results],
             "winners": [str(r.winner) for r in results], "differences": [r.difference for r in results],
             "rates_ranked": ranking([rate_b, rate_a]), "units": raised(compare, a, rate_a)}
 
@@ -84,7 +93,9 @@ def _lm_losses(rng):
     tokens = rng.integers(0, 6, 47)  # (47 - 1) // 4 = 11 windows: batches of 4, 4, 3
     losses = lm_window_losses(model, tokens, context=4, batch_size=4)
     first_two = lm_window_losses(model, tokens, context=4, batch_size=4, max_batches=2)
+    exact = lm_window_losses(model, rng.integers(0, 6, 48), context=4, batch_size=5)  # 4 divides 48: 11 windows
     return {"losses": losses, "first_two": first_two, "mean": lm_validation_loss(model, tokens, 4, batch_size=4),
+            "exact_multiple": exact,
             "recorded": model.recorded, "training_after": model.training,
             "too_short": raised(lm_window_losses, model, tokens[:4], 4)}
 

@@ -22,7 +22,8 @@ def _windows(rng):
     many = heldout_windows(rng.integers(0, 9, 12), context=3, count=400, seed=4)[1]
     return {"inputs": inputs, "targets": targets, "tight_inputs": tight_inputs, "tight_targets": tight_targets,
             "many_targets_sum": int(many.sum()), "again": heldout_windows(tokens, 6, 9, seed=11)[0],
-            "too_short": raised(heldout_windows, np.arange(5), 5, 1)}
+            "too_short": raised(heldout_windows, np.arange(5), 5, 1),
+            "int32_dtype": str(heldout_windows(tokens.astype(np.int32), 6, 3, seed=1)[0].dtype)}
 
 
 def _loss(rng):
@@ -54,7 +55,10 @@ def _greedy(rng):
     chosen = np.array([int(np.argmax(logits[0])), 4, 0, int(np.argmax(logits[3])), 5])
     near = logits.copy()
     near[3, 1] = near[3].max() - 5e-5  # within atol of the maximum
+    top = 1e5 + float(rng.uniform(0, 100))  # large logits: float32 rounding there exceeds atol alone
+    large = np.array([[top, top - 0.05, 0.0], [top, top - 0.5, 1.0]])
     return {"consistent": greedy_consistent(logits, chosen), "near": greedy_consistent(near, [1, 2, 0, 1, 3]),
+            "large": greedy_consistent(large, [1, 1]),
             "bad_ids": raised(greedy_consistent, logits, [0, 1, 2, 3, 6])}
 
 
@@ -64,7 +68,8 @@ def _access(rng):
     cases = [(WORK + "/model.npz", False), (WORK + "/notes.txt", False), (WORK + "/other.npz", False),
              (WORK + "/OTHER.NPZ", False), (WORK + "/sub/w.SafeTensors", False), (WORK + "-evil/x.txt", False),
              (WORK + "/../other/x.txt", False), (ROOT + "/data/train.txt", False),
-             (ROOT + "/python/site.py", True), (WORK + "/out.txt", True), ("/etc/passwd", False)]
+             (ROOT + "/python/site.py", True), (WORK + "/out.txt", True), ("/etc/passwd", False),
+             (WORK, False), (ROOT + "/python/numpy/tests/data.npz", False)]
     verdicts = [access_violation(path, WORK, checkpoint, allowed, writing=writing) for path, writing in cases]
     return {"kinds": [v.split(":")[0] if v else "ok" for v in verdicts]}
 
@@ -77,7 +82,9 @@ def _rank(rng):
             row("e", 15.0, 0.0), row("f", 15.0, 0.0, key="0"), row("g", 20.0, 1.0), row("h", 1.0, 0.0, "peeked")]
     lower = rank_entries([Row(**vars(r)) for r in rows], higher_is_better=False)
     higher = rank_entries([Row(**vars(r)) for r in rows], higher_is_better=True)
-    return {"lower_names": [r.name for r in lower], "lower_ranks": [-1 if r.rank is None else r.rank for r in lower],
+    chain = rank_entries([row("x", 100.0, 6.0), row("y", 90.0, 6.0), row("z", 80.0, 6.0)], higher_is_better=True)
+    return {"chain_ranks": [r.rank for r in chain],
+            "lower_names": [r.name for r in lower], "lower_ranks": [-1 if r.rank is None else r.rank for r in lower],
             "higher_names": [r.name for r in higher], "higher_ranks": [-1 if r.rank is None else r.rank for r in higher]}
 
 

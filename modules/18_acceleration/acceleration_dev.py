@@ -219,22 +219,57 @@ from tinytorch.core.activations import gelu
 from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
 
 
-def check_gelu_slope(slope: np.ndarray, u: np.ndarray, t: np.ndarray) -> None:
-    """AssertionError naming the classic mistake when `slope` is not GELU's derivative at u."""
+def gelu_value_slip(out: np.ndarray, x: np.ndarray, u: np.ndarray) -> str:
+    """Why bias_gelu's value `out` is not 0.5·u·(1 + t), told from what it computed (x the input, u = x + bias)."""
+    t = np.tanh(GELU_C * (u + GELU_COEFF * u ** 3))
+    right = 0.5 * u * (1 + t)
+    mistakes = {
+        "the factor 0.5 is missing (u·(1 + t) instead of 0.5·u·(1 + t))": u * (1 + t),
+        "the output multiplies x, not u = x + bias: 0.5·u·(1 + t)": 0.5 * x * (1 + t),
+        "the tanh is missing the factor c = √(2/π)": 0.5 * u * (1 + np.tanh(u + GELU_COEFF * u ** 3)),
+    }
+    named = [name for name, wrong in mistakes.items() if np.allclose(out, wrong, rtol=1e-10, atol=1e-12)]
+    return (f"value differs from gelu(x + bias) by up to {np.abs(out - right).max():.2e}: "
+            + (named[0] if named else "0.5·u·(1 + t), with u = x + bias"))
+
+
+def gelu_tanh_slip(saved: np.ndarray, u: np.ndarray) -> str:
+    """Why the saved `tanh` is not t = tanh(c·(u + 0.044715·u³)), told from what was saved."""
+    t = np.tanh(GELU_C * (u + GELU_COEFF * u ** 3))
+    mistakes = {
+        "you saved 1 + t: save t itself, before 1 + t": 1 + t,
+        "the factor u of u + 0.044715·u³ is missing (tanh(c·(1 + 0.044715·u²)) was saved)":
+            np.tanh(GELU_C * (1 + GELU_COEFF * u ** 2)),
+        "the factor c = √(2/π) is missing (tanh(u + 0.044715·u³) was saved)": np.tanh(u + GELU_COEFF * u ** 3),
+    }
+    named = [name for name, wrong in mistakes.items() if np.allclose(saved, wrong, rtol=1e-10, atol=1e-12)]
+    return ("saved tanh must be tanh(c·(u + 0.044715·u³)) of u = x + bias: "
+            + (named[0] if named else "the t of the forward, before 1 + t"))
+
+
+def check_gelu_slope(slope: np.ndarray, u: np.ndarray, t: np.ndarray, grad: np.ndarray) -> None:
+    """AssertionError naming the classic mistake when `slope` (the rule's gradient for x) is not
+    grad · GELU's derivative at u."""
     inner = GELU_C * (1 + 3 * GELU_COEFF * u * u)
     right = 0.5 * (1 + t) + 0.5 * u * (1 - t * t) * inner
-    if np.allclose(slope, right, rtol=1e-8, atol=1e-10):
+    if np.allclose(slope, grad * right, rtol=1e-8, atol=1e-10):
         return
     mistakes = {
+        "the slope is not multiplied by grad (return grad·slope, the chain rule)": right / grad,
         "(1 − t²) written as (1 − t): d tanh(z)/dz = 1 − tanh(z)²": 0.5 * (1 + t) + 0.5 * u * (1 - t) * inner,
+        "(1 − t²) written as (1 + t²): d tanh(z)/dz = 1 − tanh(z)²": 0.5 * (1 + t) + 0.5 * u * (1 + t * t) * inner,
         "the 3 of d(u³)/du = 3u² is missing: (1 + 3·0.044715·u²)":
             0.5 * (1 + t) + 0.5 * u * (1 - t * t) * GELU_C * (1 + GELU_COEFF * u * u),
+        "the factor c = √(2/π) of the inner derivative c·(1 + 3·0.044715·u²) is missing":
+            0.5 * (1 + t) + 0.5 * u * (1 - t * t) * (1 + 3 * GELU_COEFF * u * u),
+        "the factor u of the second term 0.5·u·(1 − t²)·c·(…) is missing": 0.5 * (1 + t) + 0.5 * (1 - t * t) * inner,
         "the factor 0.5 is missing": 2 * right,
         "the term 0.5·(1 + t) is missing (the product rule has two terms)": right - 0.5 * (1 + t),
     }
-    named = [name for name, wrong in mistakes.items() if np.allclose(slope, wrong, rtol=1e-8, atol=1e-10)]
+    ratio = slope / grad
+    named = [name for name, wrong in mistakes.items() if np.allclose(ratio, wrong, rtol=1e-8, atol=1e-10)]
     raise AssertionError("bias_gelu_backward: the slope is not GELU's derivative (max |diff| "
-                         f"{np.abs(slope - right).max():.2e}): " + (named[0] if named else
+                         f"{np.abs(ratio - right).max():.2e}): " + (named[0] if named else
                          "0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²), times grad"))
 
 
@@ -242,7 +277,11 @@ def test_unit_bias_gelu():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 7)) * 2
     b = rng.standard_normal(7)
-    out = bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))
+    x_in = Tensor(x.copy(), requires_grad=True)
+    out = bias_gelu(x_in, Tensor(b, requires_grad=True))
+    assert np.array_equal(x_in.data, x), (
+        "bias_gelu changed its input x in place (did u = x.data; u += bias add the bias into x's own array?): "
+        "make u a new array, x.data + bias.data")
     node = out._node
     assert node is not None and node.op == "bias_gelu", \
         f"record ONE op named 'bias_gelu', got {None if node is None else node.op!r}"
@@ -252,12 +291,9 @@ def test_unit_bias_gelu():
     assert np.allclose(node.saved["u"], expected_u), \
         "saved u must be x + bias (the pre-activation), got something else: did you save x, or forget the bias?"
     expected_t = np.tanh(GELU_C * (expected_u + GELU_COEFF * expected_u ** 3))
-    assert np.allclose(node.saved["tanh"], expected_t), \
-        "saved tanh must be tanh(c·(u + 0.044715·u³)) of u = x + bias (the t of the forward, before 1 + t)"
+    assert np.allclose(node.saved["tanh"], expected_t), gelu_tanh_slip(node.saved["tanh"], expected_u)
     composed = gelu(Tensor(expected_u)).numpy()
-    assert np.allclose(out.numpy(), composed, rtol=1e-12, atol=1e-12), (
-        f"value differs from gelu(x + bias) by up to {np.abs(out.numpy() - composed).max():.2e}: "
-        "0.5·u·(1 + t), with u = x + bias")
+    assert np.allclose(out.numpy(), composed, rtol=1e-12, atol=1e-12), gelu_value_slip(out.numpy(), x, expected_u)
     assert bias_gelu(Tensor(x.astype(np.float32))).dtype == np.float32, "keep x's dtype (float32 in, float32 out)"
     grad = rng.standard_normal(x.shape)
     kept = grad.copy(), node.saved["u"].copy(), node.saved["tanh"].copy()
@@ -268,7 +304,13 @@ def test_unit_bias_gelu():
     assert isinstance(grads, tuple) and len(grads) == 2, (
         f"the rule must return one gradient per input: (grad·slope, grad·slope) for inputs (x, bias), got "
         f"{len(grads) if isinstance(grads, tuple) else type(grads).__name__}")
-    check_gelu_slope(grads[0] / grad, expected_u, expected_t)
+    check_gelu_slope(grads[0], expected_u, expected_t, grad)
+    bias_shape = np.shape(grads[1])
+    assert bias_shape in (x.shape, b.shape), (
+        f"the bias's gradient has shape {bias_shape}, neither x's {x.shape} nor the bias's {b.shape}"
+        + (": it was summed over the last axis (the features); a bias gets the sum over the ROWS, which the "
+           "engine does for you: return grad·slope itself" if bias_shape == x.shape[:-1] else
+           ": return grad·slope itself (the engine sums it over the rows)"))
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True), Tensor(b, requires_grad=True)]), "bias_gelu: gradients differ from central differences"
     assert gradcheck(bias_gelu, [Tensor(x, requires_grad=True)]), "bias_gelu without a bias: gradients differ from central differences"
     print("✓ bias_gelu: one op, saves u and tanh, equals gelu(x + b), gradients checked")
@@ -394,6 +436,50 @@ from tinytorch.core.autograd import topological_order
 def recorded_ops(tensor: Tensor) -> set:
     """The names of the ops in the graph behind `tensor`."""
     return {t._node.op for t in topological_order(tensor) if t._node is not None}
+
+
+def fused_mlp_slip(got: np.ndarray, mlp: MLP, x: np.ndarray) -> str:
+    """Why FusedMLP(mlp)(x) gave `got` instead of mlp(x), told from what it computed (mlp with dropout off)."""
+    rows = Tensor(x.reshape(-1, x.shape[-1]))
+    product = rows @ mlp.fc.weight
+    proj = lambda h: mlp.proj(h).numpy().reshape(x.shape)  # noqa: E731
+    mistakes = {
+        "fc's bias is added twice: self.fc(rows) already adds it, so hand bias_gelu the product rows @ fc.weight":
+            proj(gelu(product + 2 * mlp.fc.bias)),
+        "fc's bias is missing: hand it to bias_gelu (bias_gelu(rows @ fc.weight, fc.bias))": proj(gelu(product)),
+        "GELU is missing: proj(bias_gelu(...)), not proj of fc's output": proj(product + mlp.fc.bias),
+    }
+    named = [name for name, wrong in mistakes.items() if np.allclose(got, wrong, rtol=1e-10, atol=1e-12)]
+    return "FusedMLP differs from the MLP it replaces: " + (
+        named[0] if named else "dropout(proj(bias_gelu(rows @ fc.weight, fc.bias)))")
+
+
+def test_unit_fused_mlp():
+    x = np.random.default_rng(2).standard_normal((3, 5, 16))
+    mlp = MLP(16, 64, dropout=0.5, seed=1, dtype=np.float64)
+    mlp.fc.bias.data = np.linspace(-1.0, 1.0, 64)  # biases start at 0: make them count
+    plain, twin = copy.deepcopy(mlp), copy.deepcopy(mlp)  # the same weights, generators in the same state
+    fused = FusedMLP(twin)
+    try:
+        got = fused(Tensor(x)).numpy()
+    except Exception as err:  # NumPy's or the Tensor's own message names shapes or attributes, not the slip
+        raise AssertionError(
+            f"FusedMLP.forward on x of shape {x.shape} raised {type(err).__name__}: {str(err).rstrip('.')}. rows is (15, 16) and "
+            f"fc.weight ({tuple(mlp.fc.weight.shape)}) is stored as (in_features, out_features): rows @ fc.weight "
+            "needs no transpose; then bias_gelu(product, fc.bias), proj, dropout") from None
+    want = plain(Tensor(x)).numpy()
+    if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
+        mlp.eval()  # dropout off: what the MLP computes before dropout
+        no_dropout = mlp(Tensor(x)).numpy()
+        assert not np.allclose(got, no_dropout, rtol=1e-12, atol=1e-12), (
+            "FusedMLP leaves out the dropout (in training mode, dropout 0.5, its output equals the MLP's without "
+            "dropout): dropout(proj(bias_gelu(...))), with the MLP's own self.dropout")
+        twin.eval()
+        raise AssertionError(fused_mlp_slip(FusedMLP(twin)(Tensor(x)).numpy(), mlp, x))
+    print("✓ FusedMLP: the MLP's value, dropout included")
+
+
+test_unit_fused_mlp()
 
 
 def test_unit_fuse():
@@ -793,6 +879,117 @@ def train_steps(model, optimizer, steps=3, seed=0):
     return [p.data.copy() for p in model.parameters()]
 
 
+def adamw_reference(p, g, m, v, t, lr, beta1, beta2, eps, wd, *, decay_first=True, decay_lr=True, l2=False,
+                    one_minus_beta1=True, square=True, stale=False, bc1=True, bc2=True, eps_inside=False,
+                    sign=1.0, t_shift=0):
+    """AdamW's update of (p, m, v) in module 06's order, or one of the classic slips (the keywords).
+    Returns the new (p, m, v); the inputs are not changed."""
+    p, g, m, v = p.copy(), g.copy(), m.copy(), v.copy()
+    t = t + t_shift
+    if l2 and wd:
+        g = g + wd * p
+    if decay_first and not l2 and wd:
+        p *= 1 - (lr if decay_lr else 1.0) * wd
+    m = beta1 * m + ((1 - beta1) * g if one_minus_beta1 else g)
+    v = beta2 * v + (1 - beta2) * (((1 - beta1) * g * g if stale else g * g) if square else g)
+    step_size = lr / (1 - beta1 ** t) if bc1 else lr
+    if eps_inside:
+        denom = np.sqrt(v / (1 - beta2 ** t) + eps)
+    else:
+        denom = np.sqrt(v) / (math.sqrt(1 - beta2 ** t) if bc2 else 1.0) + eps
+    p -= sign * step_size * (m / denom)
+    if not decay_first and wd:
+        p *= 1 - lr * wd
+    return p, m, v
+
+
+ADAMW_SLIPS = {  # what the slip is, in words -> the keywords of adamw_reference that make it
+    "m's update adds the whole gradient: m = β1·m + (1 − β1)·g, the (1 − β1) is missing": dict(one_minus_beta1=False),
+    "v's update takes the gradient, not its square: v = β2·v + (1 − β2)·g·g": dict(square=False),
+    "v's update used `work` while it still held (1 − β1)·g from m's update: compute g·g into it first "
+    "(xp.multiply(g, g, out=work))": dict(stale=True),
+    "the bias correction of m is missing: step_size = lr / (1 − β1^t)": dict(bc1=False),
+    "the bias correction of v is missing: denom = sqrt(v) / sqrt(1 − β2^t) + eps": dict(bc2=False),
+    "eps is added under the square root: denom = sqrt(v) / sqrt(1 − β2^t) + eps, eps outside": dict(eps_inside=True),
+    "the decay is applied after the Adam step: module 06 decays p first (p *= 1 − lr·wd), then steps": dict(decay_first=False),
+    "the decay is not scaled by lr: p *= 1 − lr·wd, not 1 − wd": dict(decay_lr=False),
+    "weight decay was added to the gradient (L2, Adam's way): AdamW shrinks p itself (p *= 1 − lr·wd) and leaves g "
+    "alone": dict(l2=True),
+    "the step climbs the gradient: p -= step_size·m/denom, not +=": dict(sign=-1.0),
+    "the bias corrections use t + 1: t is already the step number AFTER this step (1 on the first)": dict(t_shift=1),
+    "the bias corrections use t − 1: t is already the step number AFTER this step (1 on the first)": dict(t_shift=-1),
+}
+ROUNDED_DIFFERENTLY = ("the same formula, rounded differently: AdamW computes sqrt(v) / sqrt(1 − β2^t) (math.sqrt "
+                       "for the scalar), and only the same operations in the same order are bit-for-bit")
+
+
+def same_change(got: np.ndarray, wrong: np.ndarray, before: np.ndarray) -> bool:
+    """Whether `got` and `wrong` changed `before` by the same amounts (to 1e-9 of the change): a slip that
+    changes p by 1e-7 of itself must not pass for one that changes it by 1e-16."""
+    with np.errstate(all="ignore"):
+        return bool(np.allclose(got - before, wrong - before, rtol=1e-9, atol=0, equal_nan=True))
+
+
+def adamw_slip(what: str, got: np.ndarray, inputs: tuple, settings: tuple, index: int) -> str:
+    """The classic slip whose `what` (index 0 p, 1 m, 2 v of adamw_reference) equals `got`, in words; "" if none."""
+    before = inputs[index + 1 if index else 0]
+    right = adamw_reference(*inputs, *settings)[index]
+    with np.errstate(all="ignore"):
+        for words, slip in ADAMW_SLIPS.items():
+            wrong = adamw_reference(*inputs, *settings, **slip)[index]
+            if same_change(got, wrong, before) and not same_change(right, wrong, before):  # a slip that shows here
+                return words
+    return ROUNDED_DIFFERENTLY if same_change(got, right, before) else ""
+
+
+def check_group_update(optimizer) -> None:
+    """Run optimizer._group_update on small known arrays (step 3, with and without decay) and
+    raise an AssertionError naming the slip when p, m or v is not AdamW's, bit for bit."""
+    rng = np.random.default_rng(11)
+    size = 12
+    for wd in (0.5, 0.0):
+        lr, betas, eps, t = 0.1, (0.9, 0.99), 1e-8, 3
+        p, g = rng.standard_normal(size), rng.standard_normal(size)
+        m, v = 0.1 * rng.standard_normal(size), 0.1 * rng.random(size)
+        inputs, settings = (p.copy(), g.copy(), m.copy(), v.copy(), t), (lr, betas[0], betas[1], eps, wd)
+        want_p, want_m, want_v = adamw_reference(*inputs, *settings)
+        work = np.empty(size)
+        group = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": wd}
+        with np.errstate(all="ignore"):
+            type(optimizer)._group_update(optimizer, p, g, m, v, work, t, group)
+        where = f"FusedAdamW._group_update (weight_decay {wd}, step t = {t})"
+        if not np.array_equal(g, inputs[1]):
+            raise AssertionError(f"{where} changed g in place" + (
+                " (wd·p added to it: weight decay as L2, Adam's way): AdamW shrinks p itself (p *= 1 − lr·wd)"
+                if np.allclose(g, inputs[1] + wd * inputs[0]) else ": compute into `work`, never into g"))
+        for index, name, got, want in ((1, "m", m, want_m), (2, "v", v, want_v)):
+            if np.array_equal(got, inputs[index + 1]):  # inputs are (p, g, m, v, t)
+                raise AssertionError(f"{where}: {name} did not change: update it in place ({name} *= …; {name} += …); "
+                                     f"`{name} = …` only rebinds the local name, and the optimizer's state stays")
+            if not np.array_equal(got, want):
+                slip = adamw_slip(name, got, inputs, settings, index)
+                raise AssertionError(f"{where}: {name} differs from AdamW's by up to {np.abs(got - want).max():.2e}: "
+                                     + (slip or f"{name} = β·{name} + (1 − β)·" + ("g" if name == "m" else "g·g")))
+        if np.array_equal(p, inputs[0]):
+            raise AssertionError(f"{where}: p did not change: write into p in place (p -= …); `p = p - …` only "
+                                 "rebinds the local name")
+        if not np.array_equal(p, want_p):
+            slip = ""
+            first = optimizer.param_groups[0]["weight_decay"]  # a slip reads the first group's, not this one's
+            if first != wd and same_change(p, adamw_reference(*inputs, *settings[:4], first)[0], inputs[0]):
+                slip = (f"p was decayed with weight_decay {first} (the first group's), not this group's {wd}: use "
+                        "the group's own settings['weight_decay']")
+            if wd != 0 and same_change(p, adamw_reference(*inputs, *settings[:4], 0.0)[0], inputs[0]):
+                slip = "p was not decayed: AdamW first shrinks p (p *= 1 − lr·wd) when the group's weight_decay is not 0"
+            if wd != 0 and same_change(p, inputs[0] * (1 - lr * wd), inputs[0]):
+                slip = ("p changed only by the decay: the step never reached it (`p = p - …` only rebinds the local "
+                        "name; write p -= … in place)")
+            slip = slip or adamw_slip("p", p, inputs, settings, 0)
+            raise AssertionError(f"{where}: p differs from AdamW's by up to {np.abs(p - want_p).max():.2e}: " + (
+                slip or "follow module 06's operations in its order (decay first, then m and v in place, bias "
+                        "corrections with step t, sqrt(v)/sqrt(1 − β2^t) + eps, p -= step_size·m/denom)"))
+
+
 def test_unit_fused_adamw():
     reference_model = GPT(19, 16, 2, 2, 8, bias=False, seed=4)
     model = GPT(19, 16, 2, 2, 8, bias=False, seed=4)
@@ -801,6 +998,7 @@ def test_unit_fused_adamw():
     fused = FusedAdamW(weight_decay_groups(model, 0.1), **settings)
     assert all(np.shares_memory(p.data, fused.flat) for p in model.parameters()), \
         "every parameter must be a view into fused.flat"
+    check_group_update(fused)
     initial = [p.data.copy() for p in model.parameters()]
     expected = train_steps(reference_model, reference)
     got = train_steps(model, fused)
@@ -932,6 +1130,9 @@ def blocked_matmul(a: np.ndarray, b: np.ndarray, tile: int) -> np.ndarray:
     ### END SOLUTION
 
 # %%
+import itertools
+
+
 class CountingArray(np.ndarray):
     """A NumPy array that counts the matrix products it takes part in as the left operand."""
     products = 0
@@ -944,6 +1145,7 @@ class CountingArray(np.ndarray):
 def blocked_matmul_slip(got: np.ndarray, a: np.ndarray, b: np.ndarray, tile: int) -> str:
     """Why blocked_matmul(a, b, tile) gave `got` instead of a @ b, told from what it computed."""
     (m, k), n = a.shape, b.shape[1]
+    right = a @ b
     whole = lambda size: size // tile * tile  # noqa: E731  the part of an axis that whole tiles cover
     skipped = [f"{axis} {whole(size)}..{size - 1}" for axis, size, edge in
                (("rows", m, got[whole(m):, :]), ("columns", n, got[:, whole(n):]))
@@ -953,29 +1155,71 @@ def blocked_matmul_slip(got: np.ndarray, a: np.ndarray, b: np.ndarray, tile: int
     if skipped:
         return (f"the edge tiles were skipped ({', '.join(skipped)} are missing): when tile does not divide a size, "
                 "the last tile is smaller, and range(0, size, tile) includes it")
+    if not got.any():
+        return ("the output is all zeros: no tile product was added to it (are the tile slices empty? a tile is "
+                "a[i:i+tile, p:p+tile], the end excluded)")
     last = (k - 1) // tile * tile
     if k > tile and np.allclose(got, a[:, last:] @ b[last:, :]):
         return "only the last tile depth is in the output: add every tile depth p (+=), do not assign (=)"
+    with np.errstate(all="ignore"):
+        times = got / right  # how many times each output entry was added
+    if tile > 1 and np.allclose(times, np.round(times), atol=1e-6) and times.max() > 1.5:
+        return (f"some output entries were added up to {int(round(times.max()))} times: tiles overlap, so a loop "
+                "steps by 1 where it must step by `tile` (range(0, size, tile))")
+    short = np.zeros_like(right)  # every tile one short in each direction: i:i+tile-1
+    for r, c, d in itertools.product(range(0, m, tile), range(0, n, tile), range(0, k, tile)):
+        short[r:r + tile - 1, c:c + tile - 1] += a[r:r + tile - 1, d:d + tile - 1] @ b[d:d + tile - 1, c:c + tile - 1]
+    if tile > 1 and np.allclose(got, short):
+        return ("every tile is one row, column and depth short (i:i+tile-1): a slice's end is already excluded, "
+                "so the tile is a[i:i+tile, p:p+tile]")
     return "add every tile depth p (+=), and start from zeros"
+
+
+def tile_products_slip(got: int, shape: tuple, tile: int) -> str:
+    """Which loop ran over the wrong range, told from the number of tile products `got` for (m, k) @ (k, n)."""
+    m, k, n = shape
+    counts = {name: math.ceil(size / tile) for name, size in (("m", m), ("k", k), ("n", n))}
+    for loop, axis in (("depth p", "k"), ("row i", "m"), ("column j", "n")):
+        for other, size in (("m", m), ("k", k), ("n", n)):
+            if other != axis and got == counts["m"] * counts["k"] * counts["n"] // counts[axis] * math.ceil(size / tile):
+                return (f"the {loop} loop runs over {other} ({size}), not {axis} ({dict(m=m, k=k, n=n)[axis]}): "
+                        f"range(0, {axis}, tile)")
+    return "loop over tiles of `tile` along m, n AND k (a tiled product that ignores its tile is not tiled)"
 
 
 def test_unit_blocked_matmul():
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((10, 7)), rng.standard_normal((7, 9))
-    for tile in (1, 3, 4, 16):
-        got = blocked_matmul(a, b, tile)
+    for tile in (3, 4, 1, 16):
+        try:
+            got = blocked_matmul(a, b, tile)
+        except ValueError as err:  # NumPy's matmul names shapes, not the slip
+            raise AssertionError(
+                f"tile {tile} on a (10, 7) @ b (7, 9) raised {err!r}: a tile product is a[i:i+tile, p:p+tile] "
+                "(rows i, depth p) @ b[p:p+tile, j:j+tile] (depth p, columns j); both are indexed by the depth p "
+                "where they meet") from None
         assert got.shape == (10, 9), f"tile {tile}: expected shape (10, 9), got {got.shape}"
         assert np.allclose(got, a @ b, atol=1e-12), (
             f"tile {tile}: differs from a @ b by up to {np.abs(got - a @ b).max():.2e}: "
             + blocked_matmul_slip(got, a, b, tile))
-    CountingArray.products = 0
-    blocked_matmul(a.view(CountingArray), b, 3)
-    expected = math.ceil(10 / 3) * math.ceil(9 / 3) * math.ceil(7 / 3)
-    assert CountingArray.products == expected, (
-        f"tile 3 on (10, 7) @ (7, 9): expected {expected} tile products, got {CountingArray.products}: "
-        "loop over tiles of `tile` along m, n AND k (a tiled product that ignores its tile is not tiled)")
+    # tile 2 on (12, 5) @ (5, 8) tells the loops apart: 6, 3 and 4 tiles along m, k and n
+    for (m, k, n), tile in (((10, 7, 9), 3), ((12, 5, 8), 2)):
+        CountingArray.products = 0
+        blocked_matmul(rng.standard_normal((m, k)).view(CountingArray), rng.standard_normal((k, n)), tile)
+        expected = math.ceil(m / tile) * math.ceil(n / tile) * math.ceil(k / tile)
+        assert CountingArray.products == expected, (
+            f"tile {tile} on ({m}, {k}) @ ({k}, {n}): expected {expected} tile products, got {CountingArray.products}: "
+            + tile_products_slip(CountingArray.products, (m, k, n), tile))
     assert blocked_matmul(a.astype(np.float32), b.astype(np.float32), 4).dtype == np.float32, \
         "keep the inputs' dtype (float32 in, float32 out): np.zeros(..., dtype=np.result_type(a, b))"
+    try:
+        mixed = blocked_matmul(np.arange(6).reshape(2, 3), b[:3, :2] / 3, 2)
+    except TypeError as err:  # NumPy refuses to add float64 tiles into an int64 output
+        raise AssertionError(f"int64 a @ float64 b raised {type(err).__name__}: {err}: the output was made with a's "
+                             "dtype (int64); make it with the result type of BOTH inputs, np.result_type(a, b)") from None
+    assert mixed.dtype == np.float64 and np.allclose(mixed, np.arange(6).reshape(2, 3) @ (b[:3, :2] / 3)), (
+        f"int64 a @ float64 b must give float64 (np.result_type(a, b)), got {mixed.dtype}: the output's dtype is "
+        "the result type of BOTH inputs, not a's")
     print("✓ blocked_matmul: equals a @ b for every tile size, ceil(m/t)·ceil(n/t)·ceil(k/t) tile products")
 
 

@@ -226,9 +226,49 @@ def bootstrap_ci(samples: Any, confidence: float = 0.95, resamples: int = 2000, 
     ### END SOLUTION
 
 # %%
+def bootstrap_slip(got: tuple, readings: np.ndarray, confidence: float = 0.95, resamples: int = 2000,
+                   seed: int = 0) -> str:
+    """The classic bootstrap slip whose interval equals `got`, in words ("" when none does)."""
+    n, tail = readings.size, (1 - confidence) / 2
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    medians = np.median(readings[idx], axis=1)
+    swapped = np.random.default_rng(seed).integers(0, n, size=(n, resamples))
+    short = np.random.default_rng(seed).integers(0, n - 1, size=(resamples, n)) if n > 1 else idx
+    candidates = {
+        "the medians were taken over axis 0 (one per position, across the resamples): take one median per "
+        "resample, np.median(x[idx], axis=1)": np.quantile(np.median(readings[idx], axis=0), [tail, 1 - tail]),
+        "the index array has shape (n, resamples): it must be (resamples, n), one resample of n readings per row":
+            np.quantile(np.median(readings[swapped], axis=1), [tail, 1 - tail]),
+        "np.percentile was given fractions (it takes 2.5 and 97.5): use np.quantile(medians, [tail, 1 - tail])":
+            np.percentile(medians, [tail, 1 - tail]),
+        "the upper bound is the `confidence` quantile: the interval keeps the middle, so it is 1 - tail, "
+        "with tail = (1 - confidence) / 2 on EACH side": np.quantile(medians, [tail, confidence]),
+        "rng.integers(0, n - 1, ...) never draws the last reading: the high end is already excluded, "
+        "rng.integers(0, n, ...)": np.quantile(np.median(readings[short], axis=1), [tail, 1 - tail]),
+        "this is the interval of the mean: take the interval of the MEDIAN (np.median of each resample)":
+            np.quantile(readings[idx].mean(axis=1), [tail, 1 - tail]),
+        "the interval cuts 1 - confidence off each side: cut (1 - confidence) / 2 on EACH side":
+            np.quantile(medians, [1 - confidence, confidence]),
+        "every resample has the same median (a permutation of the readings): resample WITH replacement "
+        "(rng.integers)": np.full(2, np.median(readings)),
+    }
+    named = [words for words, wrong in candidates.items() if np.allclose(got, wrong, rtol=1e-12, atol=0)]
+    return named[0] if named else ""
+
+
 def test_unit_bootstrap_ci():
+    # 101 continuous readings: every classic slip gives its own interval, so the first check can name it
+    wide = np.random.default_rng(1).exponential(1.0, size=101)
+    got = bootstrap_ci(wide, resamples=200)
+    expected = np.quantile(np.median(wide[np.random.default_rng(0).integers(0, 101, size=(200, 101))], axis=1),
+                           [0.025, 0.975])
+    if not np.allclose(got, expected):
+        slip = bootstrap_slip(got, wide, resamples=200)
+        assert not slip, f"101 readings, 200 resamples: expected the interval {tuple(map(float, expected))}, got {got}: {slip}"
     readings = np.array([10.0, 11.0, 9.0, 10.5, 10.2, 9.8, 30.0, 10.1, 9.9, 10.3])
     low, high = bootstrap_ci(readings)
+    rng = np.random.default_rng(0)
+    expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
     median = float(np.median(readings))
     assert low <= median <= high, f"the interval [{low}, {high}] must contain the median {median}"
     assert high < 12.0, (f"high = {high}: one slow reading (30) must not drag the interval of the MEDIAN "
@@ -236,13 +276,10 @@ def test_unit_bootstrap_ci():
     assert high - low > 0, "the interval has width 0: resample WITH replacement (rng.integers), not a permutation"
     assert bootstrap_ci(readings) == (low, high), \
         "the same seed must give the same interval: make the generator with np.random.default_rng(seed)"
-    rng = np.random.default_rng(0)
-    expected = np.quantile(np.median(readings[rng.integers(0, 10, size=(2000, 10))], axis=1), [0.025, 0.975])
     assert np.allclose((low, high), expected), (f"expected {tuple(expected)}, got {(low, high)}: follow the recipe — np.random.default_rng(seed), "
                                                 "indices of shape (resamples, n), (1 - confidence) / 2 on EACH side")
     # Ten readings give few distinct medians, so two generators can agree by chance; 101 continuous
     # readings and three seeds cannot: each interval must be the recipe's for ITS seed.
-    wide = np.random.default_rng(1).exponential(1.0, size=101)
     for seed in (0, 1, 2):
         idx = np.random.default_rng(seed).integers(0, wide.size, size=(200, wide.size))
         expected = np.quantile(np.median(wide[idx], axis=1), [0.025, 0.975])
@@ -398,6 +435,31 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
 from tinytorch.perf.profiling import FakeClock
 
 
+def measure_readings_slip(got: dict, rounds: list, seconds: dict) -> str:
+    """Why measure's readings `got` ({name: readings}) are not one reading of `seconds[name]` per round,
+    told from the timed rounds' call order `rounds` (lists of names)."""
+    names = list(seconds)
+    if all(len(got[name]) == len(rounds) * len(names) for name in names) and \
+            all(np.array_equal(got[name], got[names[0]]) for name in names):
+        return (f"every variant has the same {len(got[names[0]])} readings: they share ONE list "
+                "(dict.fromkeys(names, []) does that); make one list per name, {name: [] for name in names}")
+    cumulative = {name: [] for name in names}
+    by_position = {name: [] for name in names}
+    for order in rounds:
+        elapsed = 0.0
+        for position, name in enumerate(order):
+            elapsed += seconds[name]
+            cumulative[name].append(elapsed)
+            by_position[names[position]].append(seconds[name])
+    if all(np.array_equal(got[name], cumulative[name]) for name in names):
+        return ("each reading includes the variants that ran before it in the round: read the clock (start = "
+                "clock()) right before EACH call, not once per round")
+    if all(np.array_equal(got[name], by_position[name]) for name in names):
+        return ("each reading was filed under the variant at the same position in `names`, not the variant that "
+                "ran: append it to readings[name] of the name just called")
+    return "the clock was read around the wrong call"
+
+
 def test_unit_measure():
     fake, calls = FakeClock(), []
 
@@ -407,23 +469,33 @@ def test_unit_measure():
             fake.advance(first_seconds if calls.count(name) == 1 else seconds)
         return run
 
-    result = measure({"A": variant("A", 1.0, 50.0), "B": variant("B", 2.0, 50.0), "C": variant("C", 3.0, 50.0)},
-                     repeats=4, warmup=1, clock=fake)
+    seconds = {"A": 1.0, "B": 2.0, "C": 3.0}
+    result = measure({name: variant(name, s, 50.0) for name, s in seconds.items()}, repeats=4, warmup=2, clock=fake)
     assert list(result) == ["A", "B", "C"], f"keys in the order of the variants, got {list(result)}"
-    assert calls[:3] == ["A", "B", "C"], f"warm-up: each variant once per round first, got {calls[:3]}"
-    assert len(calls) == 15, (f"1 warm-up round + 4 timed rounds of 3 variants = 15 calls, got {len(calls)}: "
+    assert len(calls) == 18, (f"2 warm-up rounds + 4 timed rounds of 3 variants = 18 calls, got {len(calls)}: "
                               "call every variant `warmup` times before the first reading")
-    for name, seconds in (("A", 1.0), ("B", 2.0), ("C", 3.0)):
+    timed = "".join(calls[6:])
+    rounds = [list(timed[3 * r:3 * r + 3]) for r in range(4)]
+    for name, want in seconds.items():
         got = result[name].samples
         assert len(got) == 4 and 50.0 not in got, (
-            f"{name}: 4 readings of {seconds} s, got {list(got)}: "
+            f"{name}: 4 readings of {want} s, got {list(map(float, got))}: "
             + ("the warm-up calls were kept as readings (the first call took 50 s): time only the `repeats` rounds "
-               "after the warm-up" if 50.0 in got or len(got) == 5 else "one reading per round"))
-        assert np.all(got == seconds), (f"{name}: every reading should be {seconds} s, got {got}: "
-                                        "the clock was read around the wrong call")
-    assert calls[3:] == list("ABC" "BCA" "CAB" "ABC"), \
-        (f"every round must call each variant once (interleaved) and rotate the order each round (ABC, BCA, "
-         f"CAB, ...), got {''.join(calls[3:])}")
+               "after the warm-up" if 50.0 in got or len(got) in (5, 6) else
+               measure_readings_slip({n: result[n].samples for n in seconds}, rounds, seconds)
+               if len(got) == 12 else "one reading per round"))
+        assert np.all(got == want), (f"{name}: every reading should be {want} s, got {got}: "
+                                     + measure_readings_slip({n: result[n].samples for n in seconds}, rounds, seconds))
+    warm = "".join(calls[:6])
+    assert warm == "ABCABC", (
+        f"warm-up: 2 rounds, each calling every variant once (ABCABC), got {warm}"
+        + (": each variant was warmed up `warmup` times in a row; warm up in rounds, as the timed rounds run"
+           if warm == "AABBCC" else ""))
+    assert timed == "ABC" "BCA" "CAB" "ABC", (
+        f"every round must call each variant once (interleaved) and rotate the order each round (ABC, BCA, CAB, ...), "
+        f"got {' '.join(timed[3 * r:3 * r + 3] for r in range(4))}"
+        + (": the order was rotated RIGHT; rotate left by r, names[r:] + names[:r]" if timed == "ABC" "CAB" "BCA" "ABC"
+           else ""))
     print("✓ measure: warm-up first, then interleaved rounds in a rotating order")
 
 
@@ -517,22 +589,69 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
     ### END SOLUTION
 
 # %%
+def classic_verdicts(a: Measurement, b: Measurement) -> dict:
+    """{the slip in words: the verdict compare(a, b) gives with it} for the classic verdict slips."""
+    def verdict(overlap: bool, swapped: bool = False, rate_word: str = "faster", rate_lower_wins: bool = False) -> str:
+        if overlap:
+            return NO_DIFFERENCE
+        a_wins = (a.median > b.median) != rate_lower_wins if a.higher_is_better else a.median < b.median
+        winner = (b if a_wins else a) if swapped else (a if a_wins else b)
+        word = "faster" if a.unit == "s" else rate_word if a.higher_is_better else "better"
+        return f"{winner.name} is {word}"
+
+    both = a.low <= b.high and b.low <= a.high
+    return {
+        "only half of the overlap test: the intervals overlap when a.low <= b.high AND b.low <= a.high":
+            verdict(a.low <= b.high),
+        "'no measurable difference' means the two INTERVALS overlap (a.low <= b.high and b.low <= a.high), not "
+        "that a's median lies in b's interval": verdict(b.low <= a.median <= b.high),
+        "compare intervals, not medians: overlapping intervals are 'no measurable difference'": verdict(False),
+        "intervals that touch overlap; use <= in the overlap test, not <": verdict(a.low < b.high and b.low < a.high),
+        "the loser was named: the winner is the better median (the smaller time, the larger rate)":
+            verdict(both, swapped=True),
+        "a rate (a unit ending in /s) says 'faster', like seconds; only other units say 'better'":
+            verdict(both, rate_word="better"),
+        "for a rate (tokens/s) more is better: the larger median wins": verdict(both, rate_lower_wins=True),
+    }
+
+
+def compare_verdict_slip(pairs: list) -> str:
+    """The classic slip that gives compare's verdicts on every (a, b, verdict it gave) of `pairs`; "" if none."""
+    named = [words for words in classic_verdicts(*pairs[0][:2])
+             if all(classic_verdicts(a, b)[words] == got for a, b, got in pairs)]
+    return named[0] if named else ""
+
+
 def test_unit_compare():
-    fast = Measurement("fast", np.linspace(1.0, 1.1, 15))
+    fast = Measurement("fast", np.r_[np.linspace(1.0, 1.1, 14), 1.6])  # one slow reading: its mean is not its median
     slow = Measurement("slow", np.linspace(2.0, 2.2, 15))
     result = compare(slow, fast)
-    assert abs(result.ratio - slow.median / fast.median) < 1e-12, \
-        f"ratio = median(a) / median(b) = {slow.median / fast.median}, got {result.ratio}"
-    assert result.verdict == "fast is faster", f"the smaller time wins: expected 'fast is faster', got {result.verdict!r}"
-    assert result.difference_low > 0, "slow − fast: the interval of the difference must exclude zero here"
+    ratio = slow.median / fast.median
+    assert abs(result.ratio - ratio) < 1e-12, (
+        f"ratio = median(a) / median(b) = {ratio}, got {result.ratio}"
+        + (": that is the ratio of the MEANS; one slow reading moves a mean, not a median"
+           if abs(result.ratio - slow.samples.mean() / fast.samples.mean()) < 1e-12 else ""))
+    for a, b in ((slow, fast), (fast, slow)):
+        got, want = compare(a, b).difference, a.median - b.median
+        assert abs(got - want) < 1e-12, (
+            f"compare({a.name}, {b.name}).difference: expected {want:+.4f}, got {got:+.4f}: "
+            + ("its sign was lost (abs): " if abs(got - abs(want)) < 1e-12 else "")
+            + "the difference is median(a) - median(b), a minus b, negative when a is the smaller")
+    wide = Measurement("wide", np.linspace(1.0, 2.0, 15))  # interval about [1.29, 1.79], median 1.5
+    narrow = Measurement("narrow", np.linspace(1.66, 1.74, 15))  # interval about [1.68, 1.72]: they overlap
     same = Measurement("same", np.linspace(1.02, 1.12, 15))
-    assert compare(fast, same).verdict == "no measurable difference", \
-        (f"overlapping intervals: expected exactly 'no measurable difference', got {compare(fast, same).verdict!r}: "
-         "compare intervals, not medians")
     low_rate = Measurement("low", np.linspace(100, 110, 9), unit="tokens/s")
     high_rate = Measurement("high", np.linspace(200, 210, 9), unit="tokens/s")
-    assert compare(low_rate, high_rate).verdict == "high is faster", \
-        "for a rate (tokens/s) more is better: expected 'high is faster'"
+    expected = [(slow, fast, "fast is faster"), (fast, same, NO_DIFFERENCE), (wide, narrow, NO_DIFFERENCE),
+                (low_rate, high_rate, "high is faster"), (high_rate, low_rate, "high is faster")]
+    got = [(a, b, compare(a, b).verdict) for a, b, _ in expected]
+    for (a, b, want), (_, _, verdict) in zip(expected, got):
+        assert verdict == want, (
+            f"compare({a.name} [{a.low:.3f}, {a.high:.3f}] {a.unit}, {b.name} [{b.low:.3f}, {b.high:.3f}]): expected "
+            f"exactly {want!r}, got {verdict!r}: "
+            + (compare_verdict_slip(got) or ("overlapping intervals are no measurable difference" if want == NO_DIFFERENCE
+                                             else "the better median wins: the smaller time, the larger rate")))
+    assert result.difference_low > 0, "slow − fast: the interval of the difference must exclude zero here"
     print(f"✓ compare: {result}")
 
 
@@ -759,9 +878,25 @@ class RandomLogits:
 def test_unit_quality_metrics():
     vocab, text = 7, np.arange(101) % 7  # 0 1 2 ... 6 0 1 ...: the next token is (token + 1) % 7
     uniform = lambda x: (Tensor(np.zeros(np.shape(x) + (vocab,), np.float32)), None)  # noqa: E731
-    per_window = lm_window_losses(uniform, text, context=8, batch_size=5)
+    per_window = lm_window_losses(uniform, text, context=8, batch_size=5)  # batches of 5, 5 and 2 windows
+    why = {(10,): "the last, smaller batch (2 windows) was never scored: range(0, n, batch_size) includes it",
+           (5,): "only the first batch was scored: batch i is inputs[first:first + batch_size], its END offset by first "
+                 "too (inputs[first:batch_size] is empty after the first batch)",
+           (3,): "that is one loss per BATCH: keep each window's loss"}.get(np.shape(per_window), "")
     assert np.shape(per_window) == (12,), (f"(101 - 1) // 8 = 12 non-overlapping windows: expected one loss per "
-                                           f"WINDOW, shape (12,), got {np.shape(per_window)}")
+                                           f"WINDOW, shape (12,), got {np.shape(per_window)}" + (f": {why}" if why else ""))
+    try:
+        exact = lm_window_losses(uniform, np.arange(96) % vocab, context=8, batch_size=5)
+    except IndexError as err:
+        raise AssertionError(f"96 tokens, context 8 raised IndexError ({err}): a window needs context + 1 tokens (its "
+                             "targets reach one further), so there are (96 - 1) // 8 = 11 of them, "
+                             "n = (len(tokens) - 1) // context") from None
+    assert np.shape(exact) == (11,), f"96 tokens, context 8: (96 - 1) // 8 = 11 windows, got {np.shape(exact)}"
+    capped = lm_window_losses(uniform, text, context=8, batch_size=5, max_batches=2)
+    assert np.shape(capped) == (10,), (
+        f"max_batches=2 with batch_size 5: the first 2 · 5 = 10 windows, got {np.shape(capped)}"
+        + (": max_batches counts BATCHES, not windows (keep max_batches · batch_size windows)"
+           if np.shape(capped) == (2,) else ""))
     loss = lm_validation_loss(uniform, text, context=8, batch_size=4)
     assert abs(loss - np.log(vocab)) < 1e-9, f"equal logits: the loss is ln(V) = {np.log(vocab):.6f}, got {loss}"
 
@@ -783,10 +918,16 @@ def test_unit_quality_metrics():
     except ValueError as err:  # NumPy's message names shapes, not the slip: name it
         if "broadcast" not in str(err):
             raise
+        if "(200,)" in str(err):
+            raise AssertionError(
+                f"batches of 64 examples, 200 labels raised {err!r}: each batch's predictions were compared with ALL "
+                "the labels; compare them with the batch's own, labels[first:first + batch_size]") from None
         raise AssertionError(
             f"batches of 64 examples, logits (64, 10), labels (64,) raised {err!r}: one prediction per example is the "
             "argmax over the classes (axis=-1, the last axis), shape (64,); axis 0 is the batch") from None
-    assert perfect == 1.0, f"a model outputting the answer scores 1.0, got {perfect}"
+    assert perfect == 1.0, f"a model outputting the answer scores 1.0, got {perfect}" + (
+        ": only the last batch's correct answers (8 of 200) were counted; add every batch's count (correct += ...)"
+        if perfect == 8 / 200 else "")
     chance = accuracy(RandomLogits(10), features, labels)
     assert 0.03 <= chance <= 0.17, f"random logits over 10 classes score about 0.1, got {chance}"
     print(f"✓ lm_validation_loss and accuracy: equal logits ln(V) = {loss:.4f}, oracle {good:.2g}, "
@@ -971,15 +1112,52 @@ def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, hig
     return fig
 
 # %%
+def pareto_slip(got: list, rows: list, quality: str, costs: list, higher_quality_is_better: bool = False) -> str:
+    """The classic pareto_front slip that keeps the names `got` of `rows`, in words ("" when none does)."""
+    values = np.array([[row[quality], *(row[c] for c in costs)] for row in rows], dtype=np.float64)
+    flipped = values.copy()
+    if higher_quality_is_better:
+        flipped[:, 0] = -flipped[:, 0]
+    other, this = flipped[None, :, :], flipped[:, None, :]
+    no_worse, better = np.all(other <= this, axis=2), np.any(other < this, axis=2)
+    kept = lambda dominated: [row["name"] for row, out in zip(rows, dominated) if not out]  # noqa: E731
+    candidates = {
+        "the rows that dominate another were removed, not the dominated ones: dominated[i, j] says row j beats "
+        "row i, so reduce over j, the OTHER rows (.any(axis=1))": kept((no_worse & better).any(axis=0)),
+        "a row was dropped for being beaten on ONE axis: it is dominated only when another row is no worse on "
+        "EVERY axis (np.all(other <= this)) and better on at least one": kept(better.any(axis=1)),
+        "identical rows do not dominate each other: a dominating row must also be strictly better somewhere "
+        "(np.any(other < this))": kept((no_worse & ~np.eye(len(rows), dtype=bool)).any(axis=1)),
+        "with accuracy HIGHER is better: negate the quality column only when higher_quality_is_better":
+            kept((np.all(values[None] <= values[:, None], axis=2) & np.any(values[None] < values[:, None], axis=2))
+                 .any(axis=1)),
+        "every column was negated: only the quality turns around (values[:, 0] = -values[:, 0]); costs stay "
+        "lower-is-better": kept((np.all(-values[None] <= -values[:, None], axis=2)
+                                 & np.any(-values[None] < -values[:, None], axis=2)).any(axis=1)),
+        "the pairs were not all compared: values[None, :, :] (1, n, k) against values[:, None, :] (n, 1, k) "
+        "broadcasts to (n, n, k), one [i, j] per pair; a (n, 1) operand gives a (1, n) mask, one row's answer":
+            kept((np.all(other <= flipped[:, None, 0], axis=2)
+                  & np.any(other < flipped[:, None, 0], axis=2)).any(axis=1)),
+    }
+    named = [words for words, names in candidates.items() if names == got]
+    return named[0] if named else ""
+
+
 def test_unit_pareto_front():
-    rows = [{"name": "big", "loss": 1.0, "ms": 10.0}, {"name": "small", "loss": 1.5, "ms": 2.0},
-            {"name": "worse", "loss": 1.6, "ms": 3.0}, {"name": "twin", "loss": 1.5, "ms": 2.0}]
+    rows = [{"name": "worse", "loss": 1.6, "ms": 3.0}, {"name": "big", "loss": 1.0, "ms": 10.0},
+            {"name": "small", "loss": 1.5, "ms": 2.0}, {"name": "twin", "loss": 1.5, "ms": 2.0}]
     names = [r["name"] for r in pareto_front(rows, "loss", ["ms"])]
-    assert names == ["big", "small", "twin"], (f"expected ['big', 'small', 'twin'], got {names}: 'worse' is "
-                                               "dominated by 'small'; identical rows do not dominate each other")
-    rows_acc = [{"name": "a", "acc": 0.9, "ms": 5.0}, {"name": "b", "acc": 0.8, "ms": 6.0}]
+    assert names == ["big", "small", "twin"], (f"expected ['big', 'small', 'twin'], got {names}: " + (
+        pareto_slip(names, rows, "loss", ["ms"])
+        or "'worse' is dominated by 'small'; identical rows do not dominate each other"))
+    rows_acc = [{"name": "a", "acc": 0.9, "ms": 5.0}, {"name": "b", "acc": 0.8, "ms": 6.0},
+                {"name": "c", "acc": 0.9, "ms": 7.0}]
     names = [r["name"] for r in pareto_front(rows_acc, "acc", ["ms"], higher_quality_is_better=True)]
-    assert names == ["a"], f"with accuracy HIGHER is better: 'a' (more accurate and faster) dominates 'b', got {names}"
+    assert names == ["a"], (f"with accuracy higher is better, 'a' dominates 'b' (more accurate and faster) and "
+                            f"'c' (as accurate, faster): "
+                            f"expected ['a'], got {names}: " + (
+                                pareto_slip(names, rows_acc, "acc", ["ms"], True)
+                                or "with accuracy HIGHER is better: negate it before comparing"))
     print("✓ pareto_front: the rows nothing beats on every axis")
 
 

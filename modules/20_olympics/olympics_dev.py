@@ -199,16 +199,38 @@ def test_unit_heldout_windows():
         except IndexError as err:
             raise AssertionError(f"a window ran past the end ({err}): starts go up to len - context - 1 "
                                  "(integers(0, len(tokens) - context): the high end is excluded)") from None
+        except ValueError as err:
+            if "high" not in str(err):
+                raise
+            raise AssertionError(f"6 tokens, context 5 raised ValueError ({err}): rng.integers(0, high) already "
+                                 "excludes high, so integers(0, len(tokens) - context) draws every start up to "
+                                 "len - context - 1 (here 0, the one window)") from None
 
-    tokens = np.arange(100, 130)
+    tokens = (np.arange(30) * 7) % 30 + 100  # ids that are not their positions: 100, 107, 114, ...
     x, y = windows(tokens, 5, 40, seed=3)
-    assert x.shape == y.shape == (40, 5), f"expected inputs and targets of shape (40, 5), got {x.shape} and {y.shape}"
+    assert x.shape == y.shape == (40, 5), (
+        f"expected inputs and targets of shape (40, 5), got {x.shape} and {y.shape}"
+        + (": the gather took context tokens per window; take context + 1 (np.arange(context + 1)): the inputs are "
+           "the first context of them, the targets the last context" if y.shape == (40, 4) else ""))
     assert x.dtype == np.int64 and y.dtype == np.int64, f"expected int64 ids, got {x.dtype} and {y.dtype}"
-    assert np.array_equal(y, x + 1), \
-        "targets must be the inputs shifted by one (position t predicts token t+1): the targets are not shifted by one"
-    assert y.max() <= tokens[-1], f"a window ran past the end ({y.max()} > {tokens[-1]}): starts go up to len - context - 1"
+    starts = np.array([int(np.flatnonzero(tokens == first)[0]) for first in x[:, 0]])
+    assert np.array_equal(x, tokens[starts[:, None] + np.arange(5)]), "inputs[i] must be tokens[s_i : s_i + context]"
+    shifted = tokens[np.minimum(starts[:, None] + np.arange(1, 6), len(tokens) - 1)]
+    assert np.array_equal(y, shifted), (
+        "targets must be the inputs shifted by one (position t predicts token t+1): "
+        + ("the targets are not shifted by one" if np.array_equal(y, x) else
+           "the targets are the input IDS plus one; shift the POSITIONS: targets[i] = tokens[s_i + 1 : s_i + context + 1]"
+           if np.array_equal(y, x + 1) else "targets[i] = tokens[s_i + 1 : s_i + context + 1]"))
+    assert y.max() <= tokens.max() and starts.max() <= len(tokens) - 6, \
+        f"a window ran past the end (start {starts.max()} of {len(tokens)} tokens): starts go up to len - context - 1"
     x_again, _ = windows(tokens, 5, 40, seed=3)
     assert np.array_equal(x, x_again), "the same seed must give the same windows: draw the starts from np.random.default_rng(seed)"
+    many, _ = windows(np.arange(30), 5, 400, seed=0)
+    assert many[:, 0].max() == 24, (
+        f"400 windows of 5 from 30 tokens: the last start, 30 - 5 - 1 = 24, must be drawn; the largest was "
+        f"{many[:, 0].max()}: rng.integers(0, len(tokens) - context) already excludes its high end")
+    narrow, _ = windows(np.arange(30, dtype=np.int32), 5, 3)
+    assert narrow.dtype == np.int64, f"int32 tokens in: expected int64 windows, got {narrow.dtype} (.astype(np.int64))"
     last = windows(np.arange(6), 5, 8)[1]
     assert np.array_equal(last, np.tile(np.arange(1, 6), (8, 1))), \
         f"6 tokens hold exactly one window of 5 (+1): expected starts 0 only, got targets {last[:2]}"
@@ -254,17 +276,50 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
 
 
 # %%
+def loss_slip(got: float, logits: np.ndarray, targets: np.ndarray) -> str:
+    """The classic slip whose loss of `logits` (B, T, V) against `targets` (B, T) is `got`, in words ("" if none)."""
+    z = np.asarray(logits, dtype=np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.sum(np.exp(z - peak), axis=-1))
+    picked = np.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
+    right = log_norm - picked
+    candidates = {
+        "the max was subtracted inside exp but not added back: log Σ exp(z) = m + log Σ exp(z − m)":
+            float((right - peak[..., 0]).mean()),
+        "the sign is flipped: the loss is −log softmax(z)[target] = logsumexp(z) − z[target], positive":
+            float(-right.mean()),
+        "that is log base 2 (bits per character): the loss is in nats, the natural log": float(right.mean() / np.log(2)),
+        "pick the TARGET's logit, not the largest one": float((log_norm - z.max(axis=-1)).mean()),
+        "the positions' losses were summed: the loss is the mean over positions (B·T of them)": float(right.sum()),
+    }
+    named = [words for words, wrong in candidates.items() if abs(got - wrong) < 1e-9 and abs(got - right.mean()) > 1e-9]
+    return named[0] if named else ""
+
+
 def test_unit_loss_from_logits():
+    def loss(logits, targets):
+        try:
+            return loss_from_logits(logits, targets)
+        except (ValueError, IndexError) as err:  # NumPy's message names shapes or indices, not the slip
+            which = ("the target's logit was picked along another axis than the classes" if isinstance(err, IndexError)
+                     else "the log-sum-exp ran over another axis than the classes")
+            raise AssertionError(
+                f"logits {np.shape(logits)}, targets {np.shape(targets)} raised {type(err).__name__}: {err}: {which}; "
+                "the log-sum-exp and the target's pick both run over the classes, the LAST axis (sum(axis=-1), "
+                "take_along_axis(..., axis=-1)); axis 0 is the batch, axis 1 the positions") from None
+
     uniform = np.zeros((2, 3, 4))
     targets = np.array([[0, 1, 2], [3, 0, 1]])
-    got = loss_from_logits(uniform, targets)
-    assert abs(got - math.log(4)) < 1e-12, \
-        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f}, got {got}: the mean over positions of -log p(target)"
+    got = loss(uniform, targets)
+    assert abs(got - math.log(4)) < 1e-12, (
+        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f}, got {got}: "
+        + (loss_slip(got, uniform, targets) or "the mean over positions of -log p(target)"))
     logits = np.array([[[2.0, 0.0, -1.0]]])
     expected = -(2.0 - math.log(math.exp(2) + 1 + math.exp(-1)))
-    got = loss_from_logits(logits, np.array([[0]]))
-    assert abs(got - expected) < 1e-12, f"expected {expected:.6f}, got {got}: -log softmax(logits)[target]"
-    got = loss_from_logits(logits, np.array([[2]]))
+    got = loss(logits, np.array([[0]]))
+    assert abs(got - expected) < 1e-12, (f"expected {expected:.6f}, got {got}: "
+                                         + (loss_slip(got, logits, np.array([[0]])) or "-log softmax(logits)[target]"))
+    got = loss(logits, np.array([[2]]))
     assert abs(got - (expected + 3.0)) < 1e-12, \
         f"target 2: expected {expected + 3:.6f}, got {got}: pick the TARGET's logit, not the largest one"
     rng = np.random.default_rng(0)
@@ -272,10 +327,10 @@ def test_unit_loss_from_logits():
     picks = rng.integers(0, 65, size=(2, 8))
     z = noisy.astype(np.float64)
     exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(z, picks[..., None], -1)[..., 0]))
-    got = loss_from_logits(noisy, picks)
+    got = loss(noisy, picks)
     assert abs(got - exact) < 1e-12, f"expected {exact!r}, got {got!r}: compute in float64, not in the logits' float32"
     huge = np.array([[[1000.0, 0.0]]], dtype=np.float32)
-    got = loss_from_logits(huge, np.array([[1]]))
+    got = loss(huge, np.array([[1]]))
     assert abs(got - 1000.0) < 1e-9, \
         f"logits 1000 and 0, target 1: expected 1000, got {got}: subtract each row's max before exp (it overflows)"
     print("✓ loss_from_logits: ln V for uniform logits, the target's log-probability, stable at logits of 1000")
@@ -334,6 +389,8 @@ def quality_verdict(loss: float, baseline_loss: float, margin: float | None = No
 
 # %%
 def test_unit_quality_verdict():
+    refused = quality_verdict(2.0, 1.5, 0.25)  # the reason names the bar this code computes
+    relative = "quality bar 1.8750" in refused
     assert quality_verdict(1.5, 1.5, 0.25) == "", \
         "a loss equal to the baseline's passes: the bar is baseline + margin (the margin added, not subtracted)"
     reason = quality_verdict(1.625, 1.5, 0.25)
@@ -346,8 +403,14 @@ def test_unit_quality_verdict():
         f"a loss exactly AT the bar (1.5 + 0.25) passes, got {reason!r}: "
         + ("'at most' is <=, not <" if "quality bar 1.7500" in reason else "the bar is baseline + margin"))
     reason = quality_verdict(1.875, 1.5, 0.25)
-    assert "above the quality bar" in reason and "1.7500" in reason, \
+    assert "above the quality bar" in reason and "1.7500" in reason, (
         f"1.875 > 1.5 + 0.25 must be refused with the bar in the reason, got {reason!r}"
+        + (": the margin was taken as a fraction of the baseline (bar = 1.5·(1 + 0.25) = 1.875); it is in nats, "
+           "added: bar = baseline + margin" if relative else ""))
+    reason = quality_verdict(1.0, 1.5, 0.25)
+    assert reason == "", (
+        f"a loss far BELOW the baseline (1.0 against 1.5: a better model) passes, got {reason!r}: the bar is an "
+        "upper limit only, loss <= baseline + margin (not |loss − baseline| <= margin)")
     assert quality_verdict(float("nan"), 1.5) != "", "a nan loss is never under the bar"
     print("✓ quality_verdict: at the bar passes, above it is refused with the reason")
 
@@ -403,12 +466,26 @@ def greedy_consistent(logits: Any, chosen: Any, atol: float = 1e-4) -> np.ndarra
 # %%
 def test_unit_greedy_consistent():
     logits = np.array([[0.0, 3.0, 1.0], [2.0, 2.0, -1.0], [5.0, 4.99999, 0.0], [1.0, 0.0, 0.5]])
-    got = greedy_consistent(logits, np.array([1, 1, 1, 2]))
-    assert got.shape == (4,) and got.dtype == bool, f"expected a bool array of shape (4,), got {got.shape} {got.dtype}"
-    assert got[0], "token 1 has the largest logit (3.0): it is greedy"
+    try:
+        got = greedy_consistent(logits, np.array([1, 1, 1, 2]))
+    except ValueError as err:  # NumPy's broadcast error names shapes, not the slip
+        raise AssertionError(
+            f"4 rows of 3 logits raised {err!r}: the maximum is per ROW, logits.max(axis=1), shape (4,); "
+            "max(axis=0) gives one per class, shape (3,)") from None
+    assert got.shape == (4,) and got.dtype == bool, (
+        f"expected a bool array of shape (4,), got {got.shape} {got.dtype}"
+        + (": logits[:, chosen] takes every chosen column in every row; pick one per row, "
+           "logits[np.arange(N), chosen]" if got.shape == (4, 4) else ""))
+    assert got[0], "token 1 has the largest logit (3.0): it is greedy" + (
+        "; nothing passed, not even a row's maximum: the chosen logit passes when it is >= max − slack "
+        "(the slack lowers the bar, it does not raise it)" if not got.any() else "")
     assert got[1], "tokens 0 and 1 tie at 2.0: a tie is a greedy choice too (argmax picks the first; compare with the max)"
     assert got[2], "4.99999 is within 1e-4 of 5.0: a near-tie from a different order of additions passes"
     assert not got[3], "token 2 (0.5) is not the largest (1.0): not greedy"
+    large = greedy_consistent(np.array([[1e5, 1e5 - 0.05, 0.0]]), np.array([1]))
+    assert large[0], (f"logits near 1e5, 0.05 apart (float32 steps there are {np.spacing(np.float32(1e5)):.4f}): "
+                      f"within the slack atol + 1e-6·(the row's largest |logit|) = {1e-4 + 1e-6 * 1e5:.4f}; "
+                      "the relative part is missing")
     print("✓ greedy_consistent: the largest logit, ties and near-ties pass")
 
 
@@ -482,6 +559,15 @@ def test_unit_access_violation():
     work, ckpt = "/tmp/olympics/work", "/tmp/olympics/work/model.npz"
     assert access_violation("/tmp/olympics/work/submission.py", work, ckpt) == "", "a file in the folder may be read"
     assert access_violation(ckpt, work, ckpt) == "", "the declared checkpoint may be read"
+    got = access_violation(work, work, ckpt)
+    assert got == "", (f"the work folder itself is inside it (listing it is allowed), got {got!r}: inside means "
+                       "path == folder or path.startswith(folder + os.sep)")
+    got = access_violation("/tmp/olympics/work/out/log.txt", work, ckpt, writing=True)
+    assert got == "", (f"a write inside the work folder is allowed, got {got!r}: `writing` matters only for paths "
+                       "outside it")
+    got = access_violation("/usr/lib/python3/numpy/lib/tests/data/py3-objarr.npz", work, ckpt, allowed=["/usr/lib/python3"])
+    assert got == "", (f"NumPy's own .npz test data in an allowed folder may be read, got {got!r}: the weights rule is "
+                       "for files INSIDE the work folder")
     got = access_violation("/tmp/olympics/work/other.npz", work, ckpt)
     assert got.startswith("loads weights other than its declared checkpoint"), \
         f"another .npz in the folder is other weights, got {got!r}"
@@ -585,16 +671,24 @@ def test_unit_rank_entries():
                             higher_is_better=False)
     assert [r.name for r in smallest] == ["b", "c", "a", "d"], \
         f"bytes: fewest first, disqualified last (a disqualified entry is never ranked): expected b, c, a, d, got {[r.name for r in smallest]}"
-    assert [r.rank for r in smallest] == [1, 2, 3, None], \
-        f"expected ranks 1, 2, 3 and None for the disqualified entry, got {[r.rank for r in smallest]}"
+    ranks = [r.rank for r in smallest]
+    assert ranks == [1, 2, 3, None], (f"expected ranks 1, 2, 3 and None for the disqualified entry, got {ranks}"
+                                      + (": ranks count from 1 (enumerate(..., start=1))" if ranks[:3] == [0, 1, 2] else ""))
     fastest = rank_entries([row("slow", 90, 2), row("fast", 120, 3), row("fast-too", 118, 3), row("mid", 100, 2)],
                            higher_is_better=True)
     assert [r.name for r in fastest] == ["fast", "fast-too", "mid", "slow"], \
         f"tokens/s: most first (descending when higher_is_better), got {[r.name for r in fastest]}"
     assert [r.rank for r in fastest] == [1, 1, 3, 4], \
         f"fast and fast-too overlap: they share rank 1 (competition ranking 1, 1, 3, 4), got {[r.rank for r in fastest]}"
+    chain = rank_entries([row("a", 100, 6), row("b", 90, 6), row("c", 80, 6)], higher_is_better=True)
+    assert [r.rank for r in chain] == [1, 1, 1], (
+        f"a [94, 106] overlaps b [84, 96], b overlaps c [74, 86]: one chain, ranks 1, 1, 1; got "
+        f"{[r.rank for r in chain]}: compare each row with the row just ABOVE it, not with its group's first row")
     renamed = rank_entries([row("zz", 100, key="k1"), row("aa", 100, key="k2")], higher_is_better=False)
     assert [r.name for r in renamed] == ["zz", "aa"], "exact ties are ordered by key (the content), never by the entry's name"
+    assert [r.rank for r in renamed] == [1, 1], (
+        f"two exact scores of 100 (intervals [100, 100]) tie: ranks 1, 1, got {[r.rank for r in renamed]}: intervals "
+        "that touch overlap, so compare with <= (row.low <= above.high and above.low <= row.high)")
     print("✓ rank_entries: direction, shared ranks for overlapping intervals, disqualified last")
 
 

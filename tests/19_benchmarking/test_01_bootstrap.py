@@ -64,10 +64,12 @@ def test_bootstrap_refuses_bad_input():
 def test_measurement_fields_and_percentiles():
     readings = np.array([5, 1, 4, 2, 3, 9, 6, 8, 7, 10], dtype=float) / 1000
     m = Measurement("x", readings)
-    assert m.unit == "s" and m.samples.dtype == np.float64
-    assert m.median == pytest.approx(0.0055)
-    assert (m.low, m.high) == bootstrap_ci(readings)
-    assert m.p50 == pytest.approx(np.percentile(readings, 50)) and m.p90 == pytest.approx(np.percentile(readings, 90))
+    assert m.unit == "s" and m.samples.dtype == np.float64, f"unit 's' and float64 samples, got {m.unit!r}, {m.samples.dtype}"
+    assert m.median == pytest.approx(0.0055), f"the median of 1..10 ms is 5.5 ms, got {m.median * 1e3} ms"
+    assert (m.low, m.high) == bootstrap_ci(readings), \
+        f"the interval {(m.low, m.high)} must be bootstrap_ci(samples): {bootstrap_ci(readings)}"
+    assert m.p50 == pytest.approx(np.percentile(readings, 50)) and m.p90 == pytest.approx(np.percentile(readings, 90)), \
+        f"p50 and p90 are np.percentile(samples, 50 and 90), got {m.p50} and {m.p90}"
     assert "ms" in str(m) and "x:" in str(m)
     assert Measurement("r", [100.0, 120.0], unit="tokens/s").higher_is_better
     assert not m.higher_is_better

@@ -26,7 +26,8 @@ def test_warmup_calls_are_not_readings():
     assert np.all(result["A"].samples == 1.0) and np.all(result["B"].samples == 2.0), (
         f"readings {result['A'].samples} and {result['B'].samples}: the slow first call (100 s) was timed; "
         "call every variant `warmup` times before the first reading")
-    assert len(calls) == 2 * 2 + 5 * 2
+    assert len(calls) == 2 * 2 + 5 * 2, \
+        f"2 warm-up rounds + 5 timed rounds of 2 variants = 14 calls, got {len(calls)}: {''.join(calls)}"
 
 
 def test_rounds_are_interleaved():
@@ -50,8 +51,10 @@ def test_order_rotates_each_round():
 def test_readings_and_keys():
     fake, _, variants = fake_variants({"slow": 3.0, "fast": 1.0})
     result = measure(variants, repeats=3, warmup=1, clock=fake)
-    assert list(result) == ["slow", "fast"]
-    assert result["slow"].name == "slow" and result["slow"].median == 3.0 and result["fast"].median == 1.0
+    assert list(result) == ["slow", "fast"], f"keys in the order of the variants, got {list(result)}"
+    assert result["slow"].name == "slow" and result["slow"].median == 3.0 and result["fast"].median == 1.0, (
+        f"each Measurement carries its variant's name and readings: got {result['slow'].name!r} with median "
+        f"{result['slow'].median} (want 'slow', 3.0) and median {result['fast'].median} for 'fast' (want 1.0)")
 
 
 def test_sync_runs_before_each_reading():

@@ -48,7 +48,9 @@ def test_one_loss_per_window():
 
 def test_equal_logits_score_ln_vocab():
     uniform = lambda x: np.zeros(np.shape(x) + (VOCAB,), np.float32)  # noqa: E731
-    assert lm_validation_loss(uniform, CYCLE, context=5) == pytest.approx(np.log(VOCAB), abs=1e-9)
+    got = lm_validation_loss(uniform, CYCLE, context=5)
+    assert got == pytest.approx(np.log(VOCAB), abs=1e-9), \
+        f"equal logits over {VOCAB} tokens score ln({VOCAB}) = {np.log(VOCAB):.6f} nats, got {got}"
 
 
 def test_windows_do_not_overlap():
@@ -87,8 +89,9 @@ def test_window_losses_follow_the_windows():
 def test_paired_difference():
     a = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
     mean, low, high = paired_difference(a + 0.5, a)
-    assert mean == pytest.approx(0.5) and low == pytest.approx(0.5) and high == pytest.approx(0.5), \
-        "a constant paired difference has a zero-width interval, whatever the spread of the windows"
+    assert mean == pytest.approx(0.5) and low == pytest.approx(0.5) and high == pytest.approx(0.5), (
+        f"a constant paired difference 0.5 has a zero-width interval, whatever the spread of the windows: expected "
+        f"(0.5, 0.5, 0.5), got {(mean, low, high)}")
     noise = np.random.default_rng(0).normal(size=200)
     mean, low, high = paired_difference(a.repeat(40)[:200] + noise, a.repeat(40)[:200])
     assert low < mean < high and low < 0.3 and high > -0.3
@@ -97,8 +100,11 @@ def test_paired_difference():
 def test_max_batches():
     gpt = GPT(VOCAB, 16, 1, 2, 8, seed=0)
     tokens = np.random.default_rng(0).integers(0, VOCAB, 200)
-    assert lm_validation_loss(gpt, tokens, 8, batch_size=4, max_batches=2) == pytest.approx(
-        reference_loss(gpt, tokens[:8 * 8 + 1], 8), rel=1e-6), "max_batches=2 with batch_size 4: the first 8 windows"
+    got, want = lm_validation_loss(gpt, tokens, 8, batch_size=4, max_batches=2), reference_loss(gpt, tokens[:8 * 8 + 1], 8)
+    assert got == pytest.approx(want, rel=1e-6), (
+        f"max_batches=2 with batch_size 4: the loss of the first 2 · 4 = 8 windows is {want:.6f}, got {got:.6f}"
+        + (": max_batches counts BATCHES, not windows" if abs(got - reference_loss(gpt, tokens[:2 * 8 + 1], 8)) < 1e-9
+           else ""))
 
 
 def test_eval_mode_no_graph_and_mode_restored():

@@ -46,10 +46,11 @@ def test_single_and_empty():
 def test_table_marks_the_front():
     table = pareto_table(ROWS, "loss", ["ms", "bytes"])
     lines = table.splitlines()
-    assert lines[0] == "| name | loss | ms | bytes | Pareto |"
-    assert len(lines) == 2 + len(ROWS)
-    assert "| slow-int8 | 1.51 | 12 | 100 | dominated |" in lines
-    assert "| int8 | 1.51 | 9 | 100 | ✓ |" in lines
+    assert lines[0] == "| name | loss | ms | bytes | Pareto |", f"header, got {lines[0]!r}"
+    assert len(lines) == 2 + len(ROWS), f"a header, a rule and one line per row: {2 + len(ROWS)} lines, got {len(lines)}"
+    assert "| slow-int8 | 1.51 | 12 | 100 | dominated |" in lines, (
+        f"int8 (the same loss and bytes, 9 ms) dominates slow-int8 (12 ms):\n{table}")
+    assert "| int8 | 1.51 | 9 | 100 | ✓ |" in lines, f"int8 is on the front:\n{table}"
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -113,8 +113,11 @@ def fresh_python_env(hash_seed: int) -> dict[str, str]:
     and no bytecode written (the cases files are read from the working tree, never written).
 
     A mistake that iterates a set (e.g. list(set(text))) then records the same values on
-    every recording, so mistakes.npz changes only when the code does."""
-    return {**os.environ, "PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"}
+    every recording, so mistakes.npz changes only when the code does. BLAS runs on one thread,
+    as in the grader's sandbox (ONE_THREAD_ENV): a float32 product can round differently on two,
+    and a mistake whose values the sandbox does not reproduce exactly cannot be named."""
+    from tito.grading.sandbox import ONE_THREAD_ENV  # main() put the course on sys.path
+    return {**os.environ, **ONE_THREAD_ENV, "PYTHONHASHSEED": str(hash_seed), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def run_cases(folder: Path, package_root: Path, scratch: Path, *, strict: bool,

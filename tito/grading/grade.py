@@ -61,8 +61,8 @@ from .cases import IMPORT_FAILED, RAISED
 from .compare import (CaseResult, CaseSpec, ProducedError, compare_case, describe_raised, load_expected,
                       rank_mistakes, read_values, split_mistakes)
 from .config import GRADING_DIR, GradingConfig, load_config, points_per_case
-from .sandbox import (STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation, prepare_workdir,
-                      run_sandboxed)
+from .sandbox import (ONE_THREAD_ENV, STOP, Limits, SandboxResult, SandboxUser, SandboxUsers, describe_isolation,
+                      prepare_workdir, run_sandboxed)
 from .scratch import remove_tree
 from .submissions import Submission, SubmittedNotebook
 
@@ -320,7 +320,7 @@ class GradingRun:
         (the grader's own process runs no course code; this one runs only the reference's)."""
         out = self.scratch / "cases" / "described.json"
         command = [sys.executable, "-m", "tito.grading.cases", "--describe", str(out), *map(str, files)]
-        env = {**os.environ, "PYTHONPATH": str(self.base), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(self.base), **ONE_THREAD_ENV}
         done = subprocess.run(command, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True, timeout=_DESCRIBE_TIMEOUT_S)
         if done.returncode != 0:

@@ -382,6 +382,13 @@ def prepare_workdir(path: Path, user: SandboxUser | None) -> Path:
     return path
 
 
+# One BLAS/OpenMP thread for every run of course code the grader compares: a product's float32 rounding
+# can depend on how many threads share it, so grading/record_expected.py records the expected values
+# with this same setting; it also keeps per-thread arenas from eating a run's address space.
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                  "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1"}
+
+
 def scratch_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment of a sandboxed command: built from nothing, so nothing of the grader's leaks in."""
     home, tmp = workdir / "home", workdir / "tmp"
@@ -393,9 +400,7 @@ def scratch_env(workdir: Path, extra: dict[str, str] | None = None) -> dict[str,
         "MPLCONFIGDIR": str(home / ".config" / "matplotlib"), "MPLBACKEND": "Agg",
         "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
-        # One BLAS/OpenMP thread: repeatable sums, and no per-thread arenas eating the address space.
-        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-        "NUMEXPR_NUM_THREADS": "1", "VECLIB_MAXIMUM_THREADS": "1",
+        **ONE_THREAD_ENV,
         "NO_COLOR": "1", "COLUMNS": "200",
     }
     if extra:

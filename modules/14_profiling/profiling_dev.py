@@ -579,7 +579,9 @@ def test_unit_profiler():
                                  "rule returned None for x (no gradient computed): skip None in grads when adding "
                                  "backward bytes") from err
         got = product.by_op()["matmul"].backward_bytes
-        assert got == 120, f"matmul's backward bytes {got}, expected 120 (dW alone; x got None): the gradients returned"
+        assert got == 120, (f"matmul's backward bytes {got}, expected 120 (dW alone: x needs no gradient, so the rule "
+                            "returned None for it): the bytes of the gradients the rule RETURNED (the arrays in "
+                            "grads, skipping None)" + (", not of node.inputs (x's 96 and w's 120)" if got == 216 else ""))
         assert prof.regions["update"].forward_s == 4.0 and prof.outside_s == 0.125 + 0.0625, (
             f"the 'update' label {prof.regions['update'].forward_s} s and (not in an op) {prof.outside_s} s: "
             "expected 4.0 and 0.1875 (given code: check that op_recorded and rule_finished keep the given lines)")

@@ -1054,11 +1054,11 @@ def test_unit_peak_memory():
         tracemalloc.stop()
     assert mib <= got < mib + 64 * 1024, (
         f"peak_memory inside a running trace returned {got} bytes for a 1 MiB temporary, expected just above {mib}. "
-        + (" Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()): a 32 MiB peak from before the "
+        + ("Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()): a 32 MiB peak from before the "
            "call was reported" if got >= 24 * mib else
-           " The 16 MiB allocated before the call were counted: subtract the bytes traced when fn started "
+           "The 16 MiB allocated before the call were counted: subtract the bytes traced when fn started "
            "(get_traced_memory()[0] then) from the peak" if got >= 16 * mib else
-           " Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced "
+           "Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced "
            "when fn started"))
     print(f"✓ peak_memory: a 1 MiB temporary peaks at {got:,} bytes, also inside a running trace")
 

@@ -175,6 +175,50 @@ def _graph_bytes(rng):
             "leaf": graph_saved_bytes(w)}
 
 
+def _table_top(rng):
+    """The table cut to `top` rows after sorting: the op seen first is not the largest by forward time."""
+    fake = FakeClock()
+    double, total = profiling.demo_ops(fake)
+    try:
+        with replaced("clock", fake):
+            x = Tensor(rng.standard_normal(6), requires_grad=True)
+            with Profiler() as prof:
+                loss = total(double(x))
+                loss.backward()
+                with record_function("update"):
+                    fake.advance(5.0)
+            orders = {f"{key}_top{top}": [line.split()[0] for line in prof.table(sort_by=key, top=top).splitlines()[3:-2]]
+                      for key in ("forward", "calls") for top in (1, 2)}
+    finally:
+        profiling.forget_demo_ops()
+    return orders
+
+
+def _peak_memory_kept(rng):
+    """peak_memory inside a running trace while an array allocated before the call stays alive."""
+    size = int(rng.integers(6, 10)) * MIB
+
+    def spike():
+        block = np.ones(size, dtype=np.uint8)
+        del block
+
+    tracemalloc.start()
+    try:
+        kept = np.ones(2 * size, dtype=np.uint8)  # alive during the call: below its baseline
+        inside = peak_memory(spike)
+        del kept
+    finally:
+        tracemalloc.stop()
+    return {"inside_mib": inside / MIB}
+
+
+def _graph_bytes_saved(rng):
+    """An array a node saves for its backward (masked_fill's mask) is held by the graph too."""
+    w = Tensor(rng.standard_normal((6, 5)), requires_grad=True)
+    mask = rng.random((6, 5)) < 0.5
+    return {"masked": graph_saved_bytes(w.masked_fill(mask, 0.0).sum())}
+
+
 def _machine_peak(rng):
     best = [float(rng.uniform(0.003, 0.005)), float(rng.uniform(0.001, 0.002))]
     calls = []
@@ -200,5 +244,9 @@ CASES = {
     "peak-memory": (_peak_memory, "peak_memory of a 6-9 MiB spike, alone and inside a running trace",
                     {"rtol": 0.02, "atol": 0.05}),
     "graph-bytes": (_graph_bytes, "graph_saved_bytes counts each buffer once, views as their base, no leaves"),
+    "table-top": (_table_top, "table(sort_by, top): every row sorted first, then the first `top` kept"),
+    "peak-memory-kept": (_peak_memory_kept, "peak_memory inside a running trace with a 12-18 MiB array alive",
+                         {"rtol": 0.02, "atol": 0.05}),
+    "graph-bytes-saved": (_graph_bytes_saved, "graph_saved_bytes counts what a node saved (masked_fill's mask)"),
     "machine-peak": (_machine_peak, "machine_peak from scripted timings: 2·n³ FLOPs, copy bytes twice, fastest sample"),
 }

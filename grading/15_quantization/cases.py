@@ -118,6 +118,18 @@ def _quantized_linear(rng):
     return values
 
 
+def _quantized_linear_more(rng):
+    """int4 per tensor, the weight-only graph (a gradient reaches x), the dynamic output's dtype."""
+    linear = Linear(6, 4, rng=rng)
+    x = Tensor(rng.standard_normal((3, 6)).astype(np.float32), requires_grad=True)
+    weight_only = QuantizedLinear.from_float(linear)
+    weight_only(x).sum().backward()
+    four = QuantizedLinear.from_float(linear, bits=4, per_channel=False)
+    dynamic = QuantizedLinear.from_float(linear, mode="dynamic")(Tensor(x.numpy()))
+    return {"x_grad": x.grad, "w4_tensor_out": four(Tensor(x.numpy())), "w4_tensor_scale": four.scale,
+            "dynamic_dtype": str(dynamic.dtype)}
+
+
 def _quantized_embedding(rng):
     table = Embedding(7, 5, rng=rng)
     ids = rng.integers(0, 7, (2, 3))
@@ -137,11 +149,13 @@ def _quantize_model(rng):
     quantized = quantize_model(model, embedding_bits=4)
     root_embedding = quantize_model(Embedding(4, 3, rng=rng))
     root_linear = quantize_model(Linear(3, 2, rng=rng), mode="dynamic")
+    grouped = quantize_model(Sequential(Linear(4, 6, rng=rng)), bits=4, group_size=2)[0]
     return {"types": [type(m).__name__ for _, m in quantized.named_modules()],
             "original_types": [type(m).__name__ for _, m in model.named_modules()],
             "root_embedding": type(root_embedding).__name__, "root_linear": type(root_linear).__name__,
             "out": quantized.blocks[1](quantized.blocks[0](quantized.embed(np.array([[1, 4, 0]])))),
-            "not_a_module": raised(quantize_model, [Linear(2, 2)])}
+            "not_a_module": raised(quantize_model, [Linear(2, 2)]),
+            "grouped_scale_shape": list(grouped.scale.shape)}
 
 
 CASES = {
@@ -155,6 +169,8 @@ CASES = {
     "integer-matmul": (_integer_matmul, "integer_matmul accumulates in int32 and folds the zero point out"),
     "quantized-linear": (_quantized_linear, "QuantizedLinear from a (6, 4) Linear: int8/int4, per channel/tensor/group, dynamic",
                          {"rtol": 1e-5, "atol": 1e-6}),
+    "quantized-linear-more": (_quantized_linear_more, "QuantizedLinear: int4 per tensor, a gradient through the "
+                              "weight-only forward, the dynamic output's dtype", {"rtol": 1e-5, "atol": 1e-6}),
     "quantized-embedding": (_quantized_embedding, "QuantizedEmbedding int8 and int4: lookups and packed rows"),
     "quantize-model": (_quantize_model, "quantize_model: a deep copy with every Linear and Embedding replaced; roots too"),
 }

@@ -526,10 +526,19 @@ def test_unit_profiler():
                 fake.advance(4.0)           # an optimizer step: its own row
             fake.advance(0.0625)            # after it: in no op again
         d, s = prof.by_op()["demo_double"], prof.by_op()["demo_sum"]
-        assert (d.calls, d.backward_calls, s.calls, s.backward_calls) == (1, 1, 1, 1), \
-            f"calls: demo_double {d.calls}/{d.backward_calls}, demo_sum {s.calls}/{s.backward_calls}, expected 1/1 each"
-        assert d.forward_s == 2.25 and s.forward_s == 1.0, \
-            f"forward times {d.forward_s}, {s.forward_s}: expected 2.25 (2 + the 0.25 before it) and 1.0 (elapsed)"
+        calls = (d.calls, d.backward_calls, s.calls, s.backward_calls)
+        assert calls == (1, 1, 1, 1), \
+            f"calls: demo_double {d.calls}/{d.backward_calls}, demo_sum {s.calls}/{s.backward_calls}, expected 1/1 each: " + {
+                (0, 1, 0, 1): "op_recorded counted no call: add 1 to stats.calls",
+                (1, 0, 1, 0): "rule_finished counted no call: add 1 to stats.backward_calls",
+                (2, 0, 2, 0): "rule_finished added its call to stats.calls (the forward's): a rule's call counts in "
+                              "stats.backward_calls"}.get(calls, "one forward call and one rule each")
+        forward = (d.forward_s, s.forward_s)
+        assert forward == (2.25, 1.0), f"forward times {forward[0]}, {forward[1]}: expected 2.25 (2 + the 0.25 before " \
+            "it) and 1.0 (elapsed)" + {
+                (0.0, 0.0): ": the given line already took the lap (elapsed); calling self._lap() again reads 0 s",
+                (5.25, 1.5): ": each includes its rule's time (3.0 and 0.5): rule_finished adds elapsed to "
+                             "stats.backward_s, not forward_s"}.get(forward, "")
         assert s.backward_s == 0.5 and d.backward_s == 3.0, \
             f"backward times {s.backward_s}, {d.backward_s}: expected 0.5 and 3.0 (elapsed, per rule)"
         flops = (d.forward_flops, d.backward_flops)
@@ -539,19 +548,40 @@ def test_unit_profiler():
             10: "the backward's equal the forward's: pass the rule's grads to op_flops(node, grad.shape, grads) "
                 "(without them the formula counts the forward)"}.get(d.backward_flops, "see op_recorded and rule_finished")
         total = prof.total_flops()
+        last_row = list(prof.stats.values())[-1].flops
         assert total == 30, f"total_flops() = {total}, expected 30: " + (
             "that is the forward's alone; phase None is forward + backward" if total == 10
-            else "phase None is forward + backward")
+            else f"that is the last row's alone ({last_row}): add up every row's (sum, or +=, not =)"
+            if total == last_row else "phase None is forward + backward")
         phases = (prof.total_flops("forward"), prof.total_flops("backward"))
         assert phases == (10, 20), (f"total_flops('forward'), total_flops('backward') = {phases}, expected (10, 20): "
-                                    "a phase sums that phase's FLOPs only (forward_flops or backward_flops)")
-        assert d.forward_bytes == 4 * 8 and s.forward_bytes == 8, (
-            f"forward bytes {d.forward_bytes}, {s.forward_bytes}, expected 32 and 8: the bytes an op produces are its "
-            "OUTPUT's, out.data.nbytes" + (" (demo_sum's 32 are the bytes of its input, 4 float64; its output is one "
-                                           "float64)" if s.forward_bytes == 32 else ""))
+                                    + ("the two phases are swapped: 'forward' sums forward_flops, 'backward' "
+                                       "backward_flops" if phases == (20, 10) else
+                                       "a phase sums that phase's FLOPs only (forward_flops or backward_flops)"))
+        produced = (d.forward_bytes, s.forward_bytes)
+        assert produced == (32, 8), (
+            f"forward bytes {produced[0]}, {produced[1]}, expected 32 and 8: the bytes an op produces are its "
+            "OUTPUT's, out.data.nbytes" + {
+                (32, 32): " (demo_sum's 32 are the bytes of its input, 4 float64; its output is one float64)",
+                (8, 8): " (8 and 8 are out.data.itemsize, the bytes of ONE element)",
+                (4, 1): " (4 and 1 are the outputs' element counts, out.data.size, not bytes)"}.get(produced, ""))
         assert d.backward_bytes == 32 and s.backward_bytes == 32, (
             f"backward bytes {d.backward_bytes}, {s.backward_bytes}: expected 32 each, the bytes of the gradients "
-            "each rule returned (4 float64)")
+            "each rule returned (4 float64)" + (": demo_sum's 8 are the INCOMING gradient's (grad, one float64), "
+                                                "not the gradients its rule returned (grads)"
+                                                if (d.backward_bytes, s.backward_bytes) == (32, 8) else ""))
+        xd, wd = Tensor(np.ones((4, 3))), Tensor(np.ones((3, 5)), requires_grad=True)  # xd needs no gradient
+        try:
+            with Profiler() as product:
+                (xd @ wd).sum().backward()
+        except AttributeError as err:
+            raise AssertionError(f"profiling x @ w where x needs no gradient raised AttributeError: {err}. matmul's "
+                                 "rule returned None for x (no gradient computed): skip None in grads when adding "
+                                 "backward bytes") from err
+        got = product.by_op()["matmul"].backward_bytes
+        assert got == 120, (f"matmul's backward bytes {got}, expected 120 (dW alone: x needs no gradient, so the rule "
+                            "returned None for it): the bytes of the gradients the rule RETURNED (the arrays in "
+                            "grads, skipping None)" + (", not of node.inputs (x's 96 and w's 120)" if got == 216 else ""))
         assert prof.regions["update"].forward_s == 4.0 and prof.outside_s == 0.125 + 0.0625, (
             f"the 'update' label {prof.regions['update'].forward_s} s and (not in an op) {prof.outside_s} s: "
             "expected 4.0 and 0.1875 (given code: check that op_recorded and rule_finished keep the given lines)")
@@ -572,7 +602,12 @@ def test_unit_profiler():
         assert names == ["demo_double", "update", "demo_sum", NOT_IN_AN_OP], (
             f"table rows {names}: sorted by total time, largest first (5.25 s, 4 s, 1.5 s), '(not in an op)' last")
         top = [line[:22].strip() for line in prof.table("flops", top=1).splitlines()[3:-2]]
-        assert top == ["demo_double", NOT_IN_AN_OP], f"table('flops', top=1) rows {top}: the first row only"
+        assert top == ["demo_double", NOT_IN_AN_OP], f"table('flops', top=1) rows {top}: the first row only, rows[:top]"
+        top = [line[:22].strip() for line in prof.table("forward", top=1).splitlines()[3:-2]]
+        assert top == ["update", NOT_IN_AN_OP], (
+            f"table('forward', top=1) rows {top}, expected ['update', ...] (4 s forward, the largest): "
+            + ("that is the first row SEEN: sort all the rows first, then cut to top" if top[0] == "demo_double"
+               else "sort by the forward time, largest first, then keep the first top rows"))
     finally:
         clock = real
         forget_demo_ops()
@@ -645,16 +680,42 @@ def count_flops(fn: Callable[..., Any], *args: Any, backward: bool = False) -> i
 from tinytorch.core.layers import Linear
 
 
+class BackwardSpy:
+    """A listener for tests: counts the forward ops (`forwards`, of matmul) and notes whether a Profiler was
+    listening while a backward rule ran (`profiled`)."""
+
+    def __init__(self):
+        self.forwards, self.profiled = 0, False
+
+    def op_recorded(self, op, out, inputs, saved):
+        self.forwards += op == "matmul"
+
+    def rule_started(self, node, grad):
+        self.profiled |= any(isinstance(listener, Profiler) for listener in OP_LISTENERS)
+
+    def rule_finished(self, node, grad, grads):
+        pass
+
+
 def test_unit_count_flops():
     layer = Linear(128, 512)
     x = Tensor(np.random.default_rng(1).standard_normal((64, 128)), dtype=np.float32)
     forward = 2 * 64 * 128 * 512
     got = count_flops(layer, x)
     assert got == forward, f"count_flops of Linear(128, 512) on 64 rows: {got}, expected 2·64·128·512 = {forward}"
-    train = count_flops(lambda: layer(x).sum(), backward=True)
+    rules = BackwardSpy()
+    OP_LISTENERS.append(rules)
+    try:
+        train = count_flops(lambda: layer(x).sum(), backward=True)
+    finally:
+        OP_LISTENERS.remove(rules)
     assert train == 2 * forward, f"forward + backward: {train}, expected {2 * forward} (forward + dW; x needs no gradient)" + (
+        ": that is the forward alone. The backward ran inside the profiler, so return its total, "
+        "prof.total_flops() (both phases), not one phase" if train == forward and rules.profiled else
         ": that is the forward alone, so run the loss's backward() inside the profiler (inside the with block)"
-        if train == forward else "")
+        if train == forward else
+        ": that is the forward twice and dW: call backward() on what fn returned, not on a second call of fn"
+        if train == 3 * forward and rules.forwards == 2 else "")
     x.requires_grad = True
     assert count_flops(lambda: layer(x).sum(), backward=True) == 3 * forward, "with x needing a gradient: 3× the forward"
     with no_grad():
@@ -809,26 +870,37 @@ def test_unit_measure_latency():
         durations = [9.0, 7.0, 5.0] + [1.0, 2.0, 1.0, 100.0, 1.0, 3.0, 1.0, 2.0]  # 3 cold calls, then 8 timed
         fn = ScriptedCall(fake, durations)
         t = measure_latency(fn, warmup=3, repeats=8)
-        assert fn.calls == 11, f"fn was called {fn.calls} times, expected warmup (3) + repeats (8) = 11" + (
-            ": run the warm-up calls first (fn(*args) `warmup` times, not timed)" if fn.calls == 8 else "")
+        assert fn.calls == 11, f"fn was called {fn.calls} times, expected warmup (3) + repeats (8) = 11" + {
+            8: ": run the warm-up calls first (fn(*args) `warmup` times, not timed)",
+            10: ": one timed call short: range(repeats) runs `repeats` calls"}.get(fn.calls, "")
+        if t.samples == list(np.cumsum(durations[3:])):
+            raise AssertionError(f"samples {t.samples} grow call after call: each is the time since the FIRST timed "
+                                 "call. Read start = clock() before EACH call, inside the loop")
         assert set(t.samples) <= set(durations), (
             f"samples {t.samples} are not times of the fake clock: read the module's `clock()` before and after "
             "each call (the tests replace it with a FakeClock), never time.perf_counter() or time.time()")
-        assert t.samples == durations[3:], f"samples {t.samples}: the 8 timed calls, warm-up excluded, in order"
+        assert t.samples == durations[3:], f"samples {t.samples}: the 8 timed calls, warm-up excluded, in order" + (
+            ": the first three are the warm-up calls' (9, 7, 5): run the warm-up untimed, keep no reading of it"
+            if t.samples == durations else "")
         mean = float(np.mean(durations[3:]))
         assert t.median_s == 1.5, f"median_s {t.median_s}: expected the median of the samples, 1.5" + (
             f" (that is their mean, {mean}, which the one slow run pulls up)" if np.isclose(t.median_s, mean) else "")
         spread = max(t.samples) - min(t.samples)
         assert t.iqr_s == 1.25, (
             f"iqr_s {t.iqr_s}: expected the interquartile range, np.percentile(samples, 75) - np.percentile(samples, 25)"
-            " = 1.25" + (f" (that is max - min, {spread}, which the one outlier decides)" if t.iqr_s == spread else ""))
+            " = 1.25" + (f" (that is max - min, {spread}, which the one outlier decides)" if t.iqr_s == spread else
+                         " (negative: the 25th percentile minus the 75th, the quartiles swapped)" if t.iqr_s == -1.25
+                         else " (that is the standard deviation, np.std, which the one outlier decides)"
+                         if np.isclose(t.iqr_s, np.std(t.samples)) else ""))
         gpu = ScriptedCall(fake, [5.0] * 2 + [4.0] * 3, queued=True)
         synchronize = gpu.synchronize
         t = measure_latency(gpu, warmup=2, repeats=3, device="cuda")
         assert t.samples == [4.0] * 3, (
             f"GPU samples {t.samples}, expected [4, 4, 4]: synchronise the device (synchronize(device)) after the "
             "warm-up and after each call, before reading the clock" + (
-                " (the clock was read while the work was still queued)" if max(t.samples) == 0 else ""))
+                " (the clock was read while the work was still queued)" if max(t.samples) == 0 else
+                " (the first sample carries the warm-up's 10 s of queued work: synchronize once after the warm-up, "
+                "before the first reading)" if t.samples == [14.0, 4.0, 4.0] else ""))
     finally:
         clock, synchronize = real_clock, real_sync
     print("✓ measure_latency: warm-up not timed, median and IQR of the samples, GPU synchronised before reading the clock")
@@ -982,8 +1054,12 @@ def test_unit_peak_memory():
         tracemalloc.stop()
     assert mib <= got < mib + 64 * 1024, (
         f"peak_memory inside a running trace returned {got} bytes for a 1 MiB temporary, expected just above {mib}. "
-        "Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced when fn "
-        "started" + (" (a 32 MiB peak from before the call was reported)" if got >= 8 * mib else ""))
+        + ("Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()): a 32 MiB peak from before the "
+           "call was reported" if got >= 24 * mib else
+           "The 16 MiB allocated before the call were counted: subtract the bytes traced when fn started "
+           "(get_traced_memory()[0] then) from the peak" if got >= 16 * mib else
+           "Reset tracemalloc's peak before calling fn (tracemalloc.reset_peak()) and subtract the bytes traced "
+           "when fn started"))
     print(f"✓ peak_memory: a 1 MiB temporary peaks at {got:,} bytes, also inside a running trace")
 
 
@@ -1070,7 +1146,15 @@ def test_unit_graph_saved_bytes():
         f"graph_saved_bytes = {got}, expected 1032: h (512) once (r is a view of it and is used twice: count each "
         "array once), r*r (512), the loss (8); leaves (w, x) exist without the graph" + {
             1544: ". The extra 512 are r's: a view (reshape) shares its base's memory, so count the buffer that "
-                  "owns it (_buffer_of(array)), not the view"}.get(got, ""))
+                  "owns it (_buffer_of(array)), not the view",
+            520: ". h and r*r are two arrays of the same size (512 bytes): tell arrays apart by identity "
+                 "(id(_buffer_of(array))), not by their size"}.get(got, ""))
+    mask = np.eye(8, 4, dtype=bool)
+    got = graph_saved_bytes(w.masked_fill(mask, 0.0).sum())
+    assert got == 256 + 32 + 8, (
+        f"graph_saved_bytes of w.masked_fill(mask, 0).sum(): {got}, expected 296: the filled (8, 4) array (256), the "
+        "mask masked_fill saved for its backward (32 bools, in node.saved) and the loss (8)" + (
+            ": count the arrays in node.saved too" if got == 256 + 8 else ""))
     e = w.exp()                                               # exp saves its output: the same array as e
     assert graph_saved_bytes(e.sum()) == 256 + 8, "exp's saved `out` is e's own array: count it once"
     assert graph_saved_bytes(w.transpose().sum()) == 8, "a view of a parameter is the parameter's memory: not the graph's"
@@ -1229,9 +1313,11 @@ def test_unit_machine_peak():
         "machine_peak timed the copy first (the second answer of measure_latency): time the product first, then the copy"
     assert not math.isclose(gflops, 2 * 64**3 / 0.010 / 1e9), \
         "machine_peak used the median: a peak is the FASTEST sample, min(timing.samples)"
-    assert math.isclose(gflops, 2 * 64**3 / 0.004 / 1e9), (
+    right = 2 * 64**3 / 0.004 / 1e9
+    assert math.isclose(gflops, right), (
         f"GFLOP/s {gflops}: a (64, 64) @ (64, 64) product taking 4 ms at best is 2·64³ FLOPs (a multiply and an "
-        f"add per term) / 0.004 s = {2 * 64**3 / 0.004 / 1e9:.4f} GFLOP/s")
+        f"add per term) / 0.004 s = {right:.4f} GFLOP/s" + (
+            f" ({gflops / right:.0f}× too large: a GFLOP is 1e9 FLOPs, divide by 1e9)" if gflops > 10 * right else ""))
     assert math.isclose(gbytes, 2 * 2**20 / 0.002 / 1e9), (
         f"GB/s {gbytes}: a copy of 1 MiB taking 2 ms reads and writes every byte: 2·2^20 bytes / 0.002 s / 1e9")
     print("✓ machine_peak: 2·n³ FLOPs per product, 2 × nbytes per copy, the fastest of the repeats")

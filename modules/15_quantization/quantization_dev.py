@@ -362,7 +362,10 @@ def test_unit_quantize_per_tensor():
     ends = quantize_per_tensor([-1000.0, 1000.0], 1.0, 0).numpy()
     assert np.array_equal(ends, [-128, 127]), f"clamp to the int8 range [-128, 127]: expected [-128, 127], got {ends}"
     u = quantize_per_tensor([-1000.0, 0.0, 1000.0], 1.0, 128, "uint8")
-    assert u.dtype == np.uint8 and np.array_equal(u.numpy(), [0, 128, 255]), f"uint8: expected [0, 128, 255], got {u.numpy()}"
+    assert u.dtype == np.uint8 and np.array_equal(u.numpy(), [0, 128, 255]), (
+        f"uint8: expected [0, 128, 255], got {u.numpy()} stored as {u.dtype}" + (
+            ": stored as int8, the values above 127 wrap around; store them as storage_dtype(dtype) (np.uint8 for "
+            "an unsigned type)" if u.dtype == np.int8 else ""))
     four = quantize_per_tensor([-100.0, 3.0, 100.0], 1.0, 0, "int4").numpy()
     assert np.array_equal(four, [-8, 3, 7]), f"int4 holds -8..7: expected [-8, 3, 7], got {four}"
     back = dequantize(u, 1.0, 128).numpy()
@@ -372,6 +375,11 @@ def test_unit_quantize_per_tensor():
     assert np.array_equal(back, [-128.0, 0.0, 127.0]), (
         f"dequantize uint8 with zero point 128: expected [-128, 0, 127], got {back} "
         "(subtract the zero point in int32: uint8 wraps around below 0)")
+    once = quantize_per_tensor(np.float32([0.273939937]), 0.00214854861, -10).item()
+    assert once == 118, (
+        f"expected 118 (PyTorch's integer), got {once}: x·inv_scale + zero_point is 117.49999… in float64 and exactly "
+        "117.5 once rounded to float32, PyTorch's single rounding (a fused multiply-add); convert the float64 sum to "
+        "float32 (exact.astype(np.float32)) BEFORE rint")
     wide = quantize_per_tensor(np.array([-21.45000171661377, -34.35000038146973, 12.749999523162842]), 0.3, 3).numpy()
     assert np.array_equal(wide, [-68, -111, 46]), (
         f"a float64 x is taken as float32 FIRST: expected [-68, -111, 46] (PyTorch's integers for the float32 x), "
@@ -505,11 +513,15 @@ def test_unit_observer():
     scale, zero_point = calculate_qparams(-1.0, 3.0)
     assert scale.dtype == np.float32 and zero_point.dtype == np.int64, (scale.dtype, zero_point.dtype)
     assert np.isclose(scale, 4 / 255, rtol=1e-6), (
-        f"affine int8 scale for [-1, 3]: expected (max - min)/255 = {4 / 255:.6f}, got {scale} "
-        "(the scale comes from the width of the range, max - min, not from max alone)")
+        f"affine int8 scale for [-1, 3]: expected (max - min)/255 = {4 / 255:.6f}, got {scale} " + (
+            "= (max - min)/256: 256 integers have 255 steps between them, divide by qmax - qmin"
+            if np.isclose(scale, 4 / 256, rtol=1e-6) else
+            "(the scale comes from the width of the range, max - min, not from max alone)"))
     assert zero_point == -64, (
         f"affine int8 zero point for [-1, 3]: expected -128 - round(-1 / scale) = -64, got {zero_point} "
-        "(round the quotient min/scale, then subtract it from qmin)")
+        "(round the quotient min/scale, then subtract it from qmin" + (
+            "; -128 + round(-63.75) = -192, clamped to -128: the rounded quotient was ADDED)" if zero_point == -128
+            else ")"))
     s, z = calculate_qparams(0.5, 2.0)
     assert np.isclose(s, 2 / 255, rtol=1e-6) and z == -128, (
         f"[0.5, 2] must be widened to include 0: expected scale 2/255 and zero point -128, got {s}, {z}")
@@ -519,7 +531,9 @@ def test_unit_observer():
     assert np.isclose(s, 3 / 127.5, rtol=1e-6) and z == 0, (
         f"int8 symmetric [-1, 3]: expected scale max|x| / 127.5 = {3 / 127.5:.6f} and zero point 0, got {s}, {z}")
     s, z = calculate_qparams(-1.0, 3.0, "uint8", symmetric=True)
-    assert np.isclose(s, 3 / 127.5, rtol=1e-6) and z == 128, f"uint8 symmetric: expected zero point 128, got {z}"
+    assert np.isclose(s, 3 / 127.5, rtol=1e-6) and z == 128, f"uint8 symmetric: expected zero point 128, got {z}" + {
+        0: ": 0 is the middle of a SIGNED type only; an unsigned one centres its grid on (qmin + qmax + 1) // 2",
+        127: ": (qmin + qmax) // 2 rounds down; PyTorch's middle is (qmin + qmax + 1) // 2 = 128"}.get(int(z), "")
     s, z = calculate_qparams(0.0, 0.0)
     assert s == np.finfo(np.float32).eps and z == -128, f"a range [0, 0] needs scale eps, zero point -128; got {s}, {z}"
     s, z = calculate_qparams([-1.0, 0.0], [3.0, 1.0], "int4")
@@ -670,8 +684,10 @@ def test_unit_per_channel():
     observer = PerChannelMinMaxObserver(axis=1, symmetric=True)
     observer.observe(w)
     assert observer.min_val.shape == (3,) and np.array_equal(observer.max_val, w.max(axis=0)), (
-        f"per-channel ranges along axis 1: expected 3 channels with max [0.1, 4.0, 1.0], got {observer.max_val} "
-        "(reduce over every axis EXCEPT the channel axis)")
+        f"per-channel ranges along axis 1: expected 3 channels with max [0.1, 4.0, 1.0], got {observer.max_val} " + (
+            f"of shape {observer.max_val.shape}: the right values, with the reduced axes kept; reduce without "
+            "keepdims, so min_val and max_val have shape (C,)" if observer.max_val.shape == (1, 3) else
+            "(reduce over every axis EXCEPT the channel axis)"))
     scales, zero_points = observer.qparams()
     assert np.allclose(scales, np.array([0.1, 4.0, 1.0]) / 127.5) and np.array_equal(zero_points, [0, 0, 0]), (scales, zero_points)
     q = quantize_per_channel(w, scales, zero_points, axis=1)
@@ -806,11 +822,19 @@ class PercentileObserver(MinMaxObserver):
 def test_unit_percentile_observer():
     values = np.concatenate([np.linspace(-1, 1, 999), [100.0]]).astype(np.float32)
     observer = PercentileObserver(99.0)
-    observer.observe(values)
+    try:
+        observer.observe(values)
+    except ValueError as err:
+        if "Quantiles" not in str(err):
+            raise
+        raise AssertionError(f"PercentileObserver(99.0).observe raised {err!r}: np.quantile takes fractions in "
+                             "[0, 1]; np.percentile takes percents (1.0 and 99.0)") from None
     low, high = np.percentile(values, [1.0, 99.0])
     assert np.isclose(observer.min_val, low) and np.isclose(observer.max_val, high), (
         f"range from the 1st and 99th percentiles: expected ({low:.4f}, {high:.4f}), got "
-        f"({observer.min_val}, {observer.max_val}); the outlier 100 must not set the range")
+        f"({observer.min_val}, {observer.max_val}); " + (
+            "the two ends are swapped: the low end is the (100 - p)-th percentile, the high end the p-th"
+            if observer.min_val > observer.max_val else "the outlier 100 must not set the range"))
     observer.observe(np.array([-5.0, 0.0], np.float32))
     assert observer.min_val < -4, f"the running range widens with each batch, got min {observer.min_val}"
     full = PercentileObserver(100.0)
@@ -951,11 +975,23 @@ def test_unit_int4_packing():
     every = np.arange(-8, 8, dtype=np.int8)
     both_orders = np.stack([every, every[::-1]])
     back = unpack_int4(pack_int4(both_orders), 16)
+    minus_8 = (both_orders.astype(np.uint8) & 0x0F).astype(np.int8) - 8
     assert back.dtype == np.int8 and np.array_equal(back, both_orders), (
         f"every value -8..7 must survive pack/unpack, got {back.tolist()} "
-        "(sign-extend each nibble: (n ^ 8) - 8; without it -1 comes back as 15)")
-    odd = np.array([[1, -1, 7]], dtype=np.int8)
-    assert pack_int4(odd).shape == (1, 2) and np.array_equal(unpack_int4(pack_int4(odd), 3), odd), "odd length: pad one 0"
+        "(sign-extend each nibble: (n ^ 8) - 8; without it -1 comes back as 15)" + (
+            ": every nibble came back as n - 8, which is right only for n >= 8 (the negatives); (n ^ 8) - 8 leaves "
+            "0..7 as they are" if np.array_equal(back, minus_8) else ""))
+    odd = np.array([[1, -1, 7, -8, 3]], dtype=np.int8)
+    try:
+        packed_odd = pack_int4(odd)
+    except ValueError as err:  # NumPy's broadcast error names shapes, not the slip
+        raise AssertionError(f"pack_int4 of 5 values raised {err!r}: an odd length has one value without a partner; "
+                             "pad one 0 at the end before pairing elements 2i and 2i + 1") from None
+    assert packed_odd.shape == (1, 3), f"odd length: pad one 0; 5 values packed to shape {packed_odd.shape}, expected (1, 3)"
+    odd_back = unpack_int4(packed_odd, 5)
+    assert odd_back.shape == (1, 5), (f"unpack_int4(packed, 5) returned shape {odd_back.shape}, expected (1, 5): drop "
+                                      "the padding after the n-th value ([..., :n])")
+    assert np.array_equal(odd_back, odd), f"odd length: {odd.tolist()} came back as {odd_back.tolist()}"
     unsigned = np.arange(16, dtype=np.uint8)
     assert np.array_equal(unpack_int4(pack_int4(unsigned), 16, signed=False), unsigned), "uint4 0..15 round trip"
     print("✓ pack_int4 / unpack_int4: layout (low nibble first, each value masked to 4 bits), every value -8..7 and "
@@ -1134,12 +1170,25 @@ class QuantizedLinear(Module):
         (reshaped to the buffers' shapes), on the layer's device."""
         xp = array_module(self.qweight.data)
         q = xp.asarray(q)
+        if tuple(q.shape) != (self.in_features, self.out_features):  # given: named before packing hides the shape
+            raise ValueError(
+                f"QuantizedLinear: got integers of shape {tuple(q.shape)}, the layer's weight is (in, out) = "
+                f"{(self.in_features, self.out_features)}" + (
+                    f": grouped columns (group_size={self.group_size}) go back to (in, out) with _uncolumns"
+                    if self.group_size is not None else ""))
         scale = np.asarray(to_host(scale), np.float32)
         if scale.size != int(np.prod(self.scale.shape)):  # given: the classic wrong axis, named before any reshape
             raise ValueError(
                 f"QuantizedLinear: got {scale.size} scales, the layer needs {int(np.prod(self.scale.shape))} "
                 f"(shape {tuple(self.scale.shape)}): per output channel = per COLUMN (axis 1) of our (in, out) "
                 "weight, one scale per output feature (PyTorch's weight is (out, in): its axis 0 is our axis 1)")
+        qmin, qmax = qrange(self.weight_dtype)
+        low, high = (int(to_host(q.min())), int(to_host(q.max()))) if q.size else (qmin, qmax)
+        if low < qmin or high > qmax:  # given: integers of another width, named before packing scrambles them
+            raise ValueError(
+                f"QuantizedLinear: the weight's integers lie in [{low}, {high}], outside {self.weight_dtype}'s "
+                f"[{qmin}, {qmax}]: observe and quantize with dtype {self.weight_dtype!r} (f\"int{{bits}}\"), "
+                "in the per-tensor branch too, not int8")
         self.qweight.data = pack_int4(q) if self.bits <= 4 else q.astype(np.int8)
         self.scale.data = xp.asarray(scale.reshape(self.scale.shape))
         self.zero_point.data = xp.asarray(np.asarray(to_host(zero_point)).astype(np.int8).reshape(self.scale.shape))
@@ -1260,14 +1309,31 @@ def test_unit_integer_matmul():
     rng = np.random.default_rng(3)
     qa = rng.integers(-128, 128, (5, 300)).astype(np.int8)
     qb = rng.integers(-128, 128, (300, 4)).astype(np.int8)
-    acc = integer_matmul(qa, 7, qb)
+    try:
+        acc = integer_matmul(qa, 7, qb)
+    except (ValueError, TypeError) as err:  # NumPy's own words name shapes or dtypes, not the slip
+        raise AssertionError(f"integer_matmul((5, 300), 7, (300, 4)) raised {type(err).__name__}: {err}. " + (
+            "The zero-point term must have one value per output column, shape (4,): the column sums of qb, "
+            "qb summed over axis 0 (over k), not over axis 1" if "broadcast" in str(err) else
+            "The int32 accumulator cannot take an int64 term in place: sum qb's columns in int32 "
+            "(sum(axis=0, dtype=np.int32)); NumPy sums int8 in int64" if "cast" in str(err) else "")) from None
     exact = (qa.astype(np.float64) - 7) @ qb.astype(np.float64)   # float64 holds these integers exactly
     assert acc.dtype == np.int32, f"integer_matmul accumulates in int32, got {acc.dtype}"
+    column_sums = qb.astype(np.int64).sum(axis=0)
+    slips = {  # what the classic slips compute (int8 arithmetic wraps around as NumPy's does)
+        "the sum of (qa + zero_point)·qb: SUBTRACT zero_point times the column sums of qb":
+            (qa.astype(np.float64) + 7) @ qb.astype(np.float64),
+        "qa @ qb computed on the int8 arrays: int8 accumulation overflows (wraps around); convert both operands "
+        "to int32 first": (qa @ qb).astype(np.int64) - 7 * column_sums,
+        "qa - zero_point on the int8 array wraps around (qa - 7 leaves int8's range): convert to int32 first, or "
+        "fold the zero point out with the column sums of qb": (qa - np.int8(7)).astype(np.int64) @ qb.astype(np.int64),
+    }
+    named = [what for what, value in slips.items() if np.array_equal(acc, value)]
     assert np.array_equal(acc, exact), (
         "integer_matmul must equal the exact sum of (qa - zero_point)·qb; the largest difference is "
-        f"{np.abs(acc - exact).max()} (int8 arithmetic wraps around: int8 accumulation overflows, and so does "
-        "qa - zero_point on the int8 array; convert both operands to int32 first; fold the zero point out with the "
-        "column sums of qb)")
+        f"{np.abs(acc - exact).max()}: " + (named[0] if named else
+            "int8 arithmetic wraps around (int8 accumulation overflows, and so does qa - zero_point on the int8 "
+            "array): convert both operands to int32 first; fold the zero point out with the column sums of qb"))
     print("✓ integer_matmul: exact int32 accumulation with the zero point folded out")
 
 
@@ -1275,6 +1341,38 @@ test_unit_integer_matmul()
 
 
 # %%
+def dynamic_slip(out, rows, qweight, scale, bias):
+    """None when `out` (N, out) is the dynamic forward of `rows` (N, in) with the int8 weight integers `qweight`
+    (in, out), their scales (out,) and `bias`; else what differs, named by the classic slip it matches."""
+    def forward(x_symmetric=False, fold_zero_point=True, x_scale=True, add_bias=True):
+        observer = MinMaxObserver(symmetric=x_symmetric)
+        observer.observe(rows)
+        sx, zx = observer.qparams()
+        qx = quantize_per_tensor(rows, sx, zx).numpy().astype(np.float64)
+        acc = (qx - (zx if fold_zero_point else 0)) @ qweight.astype(np.float64)   # exact integers in float64
+        y = acc.astype(np.float32) * ((np.float32(sx) if x_scale else np.float32(1)) * scale)
+        return y + bias if add_bias else y
+
+    def close(y):
+        return np.allclose(out, y, rtol=1e-6, atol=1e-6)
+
+    if close(forward()):
+        return None
+    slips = [
+        ({"add_bias": False}, "it equals the right output without the bias: add self.bias"),
+        ({"fold_zero_point": False}, "x's zero point was never folded out (integer_matmul got 0): x is quantized "
+                                     "affine, q = x/s_x + z_x, so pass its zero point x_zero_point to integer_matmul"),
+        ({"x_scale": False}, "the int32 sums were rescaled by the weight's scale only: multiply by x_scale·scale"),
+        ({"x_symmetric": True}, "x was quantized symmetric: quantize it affine int8, its own min and max "
+                                "(MinMaxObserver('int8'), the default), so it uses all 256 integers"),
+    ]
+    for change, what in slips:
+        if close(forward(**change)):
+            return what
+    return (f"largest difference {np.abs(out - forward()).max():.3g} from quantize x (affine int8, its own min and "
+            "max), integer_matmul with x's zero point, times x_scale·scale, plus the bias; matched no classic slip")
+
+
 def test_unit_quantized_linear():
     linear = Linear(3, 2, seed=0)
     linear.weight.data = np.array([[0.5, -0.02], [-0.75, 0.01], [1.0, 0.04]], dtype=np.float32)
@@ -1289,23 +1387,42 @@ def test_unit_quantized_linear():
     w_hat = layer.dequantized_weight().numpy()
     got, expected = layer(Tensor(x)).numpy(), x @ w_hat + linear.bias.numpy()
     assert np.allclose(got, expected, atol=1e-6), (
-        f"weight-only forward: expected x @ dequantized_weight() + bias = {expected.tolist()}, got {got.tolist()}")
+        f"weight-only forward: expected x @ dequantized_weight() + bias = {expected.tolist()}, got {got.tolist()}" + (
+            ": that is x @ dequantized_weight() without the bias" if np.allclose(got, x @ w_hat, atol=1e-6) else ""))
+    x_grad = Tensor(x, requires_grad=True)
+    y = layer(x_grad)
+    assert y.requires_grad, (
+        "weight-only forward: x requires a gradient but the output does not, so no gradient can reach x: build the "
+        "output with Tensor operations (x @ self.dequantized_weight() + self.bias), not from arrays (.data) wrapped "
+        "in a new Tensor")
     assert np.all(np.abs(w_hat - linear.weight.numpy()) <= layer.scale.numpy() / 2 + 1e-7), "|W - Ŵ| <= scale/2"
     four = QuantizedLinear.from_float(linear, bits=4)
     assert four.qweight.dtype == np.uint8 and four.qweight.shape == (3, 1), "int4: two values per byte"
+    tensor_four = QuantizedLinear.from_float(linear, bits=4, per_channel=False)
+    assert np.isclose(tensor_four.scale.item(), 1.0 / 7.5), (
+        f"int4 per tensor: expected the scale max|w| / 7.5 = {1 / 7.5:.6f}, got {tensor_four.scale.item():.6f}: "
+        "observe the weight with the layer's dtype, f\"int{bits}\"")
+    lopsided = Linear(3, 2, seed=0)
+    lopsided.weight.data = np.array([[0.5, 0.2], [1.0, 0.1], [0.0, -0.1]], dtype=np.float32)
+    affine = QuantizedLinear.from_float(lopsided, symmetric=False)
+    observer = PerChannelMinMaxObserver(axis=1, symmetric=False)
+    observer.observe(lopsided.weight)
+    assert np.array_equal(affine.zero_point.numpy(), observer.qparams()[1]), (
+        f"from_float(symmetric=False): expected the affine zero points {observer.qparams()[1].tolist()}, got "
+        f"{affine.zero_point.numpy().tolist()}" + (": the weight was observed symmetric; pass symmetric=symmetric to "
+                                                  "the observer" if not affine.zero_point.numpy().any() else ""))
     assert np.array_equal(four._weight_integers(), [[4, -4], [-6, 2], [7, 7]]), (
         f"int4 symmetric (scale max|w|/7.5): expected [[4, -4], [-6, 2], [7, 7]], got {four._weight_integers().tolist()}")
     dyn = QuantizedLinear.from_float(linear, mode="dynamic")
     xs = np.random.default_rng(4).standard_normal((2, 4, 3)).astype(np.float32)
     out = dyn(Tensor(xs)).numpy()
-    obs = MinMaxObserver()
-    obs.observe(xs)
-    sx, zx = obs.qparams()
-    qx = quantize_per_tensor(xs.reshape(-1, 3), sx, zx).numpy().astype(np.float64)
-    ref = ((qx - zx) @ layer.qweight.numpy().astype(np.float64)).astype(np.float32) * (np.float32(sx) * layer.scale.numpy())
-    assert out.shape == (2, 4, 2) and np.allclose(out.reshape(-1, 2), ref + linear.bias.numpy(), rtol=1e-6, atol=1e-6), (
-        "dynamic: quantize x per tensor (affine int8, its own min and max), integer product, "
-        "then multiply by x_scale·scale and add the bias")
+    assert out.shape == (2, 4, 2), (f"dynamic forward of x (2, 4, 3): expected shape (2, 4, 2), got {out.shape}: "
+                                    "reshape the (N, out) rows back to x's leading axes, (..., out)")
+    assert out.dtype == np.float32, (f"dynamic forward returned {out.dtype}: convert the int32 accumulator to float32 "
+                                     "before multiplying by the scales (NumPy's int32 times float32 is float64)")
+    slip = dynamic_slip(out.reshape(-1, 2), xs.reshape(-1, 3), layer.qweight.numpy(), layer.scale.numpy(),
+                        linear.bias.numpy())
+    assert slip is None, f"dynamic forward: {slip}"
     print("✓ QuantizedLinear: per output channel, int8 and packed int4 weights, weight-only and dynamic forwards")
 
 
@@ -1511,6 +1628,11 @@ def test_unit_quantize_model():
     x = np.random.default_rng(6).standard_normal((5, 4)).astype(np.float32)
     assert np.allclose(quantized(Tensor(x)).numpy(), model(Tensor(x)).numpy(), atol=0.05), "close to the float model"
     assert isinstance(quantize_model(Linear(3, 2, seed=0), bits=4), QuantizedLinear), "a Linear becomes a QuantizedLinear"
+    grouped = quantize_model(model, bits=4, group_size=2)[0]
+    assert grouped.group_size == 2 and grouped.scale.shape == (2, 8), (
+        f"quantize_model(model, bits=4, group_size=2): the first layer has group_size {grouped.group_size} and scales "
+        f"of shape {grouped.scale.shape}, expected 2 and (2, 8): pass **options (group_size, symmetric) on to "
+        "QuantizedLinear.from_float")
     print("✓ quantize_model: every Linear replaced, original untouched, integers in the state_dict")
 
 

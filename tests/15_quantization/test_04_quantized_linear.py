@@ -78,10 +78,19 @@ def test_dynamic_matches_the_integer_arithmetic_exactly():
     qx = quantize_per_tensor(x.reshape(-1, 48), x_scale, x_zero).numpy()
     acc = (qx.astype(np.float64) - x_zero) @ layer.qweight.numpy().astype(np.float64)   # exact integers
     ref = acc.astype(np.float32) * (np.float32(x_scale) * layer.scale.numpy()) + linear.bias.numpy()
-    assert out.shape == (3, 5, 8) and out.dtype == np.float32
-    assert np.array_equal(out.reshape(-1, 8), ref), (
-        "dynamic: quantize x per tensor (affine int8, its own min and max), integer product, then multiply by "
-        f"x_scale·scale and add the bias; largest difference {np.abs(out.reshape(-1, 8) - ref).max()} (a float "
+    assert out.shape == (3, 5, 8), f"dynamic forward of x (3, 5, 48): expected (3, 5, 8), got {out.shape}: reshape " \
+                                   "the (N, out) rows back to x's leading axes"
+    assert out.dtype == np.float32, f"dynamic forward returned {out.dtype}: convert the int32 accumulator to float32 " \
+                                    "before multiplying by the scales (int32 times float32 is float64 in NumPy)"
+    unfolded = (qx.astype(np.float64) @ layer.qweight.numpy().astype(np.float64)).astype(np.float32) * (
+        np.float32(x_scale) * layer.scale.numpy()) + linear.bias.numpy()
+    got = out.reshape(-1, 8)
+    assert np.array_equal(got, ref), "dynamic: " + (
+        "it equals the right output without the bias: add self.bias" if np.allclose(got, ref - linear.bias.numpy())
+        else "x's zero point was never folded out: pass x_zero_point to integer_matmul (x is quantized affine)"
+        if np.allclose(got, unfolded) else
+        "quantize x per tensor (affine int8, its own min and max), integer product with x's zero point folded out, "
+        f"then multiply by x_scale·scale and add the bias; largest difference {np.abs(got - ref).max()} (a float "
         "product of the dequantized x and weight differs in the last bits: multiply the integers with integer_matmul)")
     w_hat = layer.dequantized_weight().numpy()
     exact = x.reshape(-1, 48).astype(np.float64) @ linear.weight.numpy() + linear.bias.numpy()
@@ -127,6 +136,9 @@ def test_no_bias_and_gradient_through_weight_only():
     layer = QuantizedLinear.from_float(linear)
     assert layer.bias is None and "bias" not in layer.state_dict()
     x = Tensor(np.ones((1, 5), np.float32), requires_grad=True)
-    layer(x).sum().backward()
+    y = layer(x)
+    assert y.requires_grad, ("the weight-only output does not require a gradient though x does: build it with Tensor "
+                             "operations (x @ self.dequantized_weight()), not from arrays wrapped in a new Tensor")
+    y.sum().backward()
     assert np.allclose(x.grad.numpy(), layer.dequantized_weight().numpy().sum(axis=1)), "dx = Ŵ summed over outputs"
     assert layer.parameters() == [], "a quantized layer has no trainable parameters: its state is buffers"

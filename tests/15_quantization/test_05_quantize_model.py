@@ -71,7 +71,10 @@ def test_the_gpt_is_quantized_without_touching_module_13():
     tables = quantize_model(model, embeddings=False)
     assert isinstance(tables.token_embedding, Embedding), "embeddings=False leaves the tables in float32"
     four = quantize_model(model, bits=4)
-    assert four.token_embedding.bits == 8 and four.blocks[0].mlp.fc.bits == 4, "tables: embedding_bits, 8 by default"
+    assert four.blocks[0].mlp.fc.bits == 4, f"quantize_model(bits=4): the Linears get 4 bits, got {four.blocks[0].mlp.fc.bits}"
+    assert four.token_embedding.bits == 8, (
+        f"quantize_model(bits=4): the embedding tables got {four.token_embedding.bits} bits, expected 8: they take "
+        "embedding_bits (8 by default), not the Linears' bits")
     assert quantize_model(model, bits=4, embedding_bits=4).token_embedding.qweight.dtype == np.uint8
     assert np.array_equal(quantized.generate([1, 2], 5, seed=0).numpy(), quantized.generate([1, 2], 5, seed=0).numpy())
     dynamic = quantize_model(model, mode="dynamic")

@@ -401,7 +401,7 @@ def unpack_int4(packed: Any, n: int, signed: bool = True) -> Any:
         return nibbles.astype(np.uint8)
     return ((nibbles.astype(np.int8) ^ 8) - 8).astype(np.int8)
 
-# %% ../../modules/15_quantization/quantization_dev.py #f68fee52
+# %% ../../modules/15_quantization/quantization_dev.py #b7b24456
 def integer_matmul(qa: Any, a_zero_point: int, qb: Any) -> Any:
     """Σ_k (qa[m, k] − a_zero_point) · qb[k, n]: an int32 (M, N) array (NumPy or CuPy, like qa).
 
@@ -500,12 +500,25 @@ class QuantizedLinear(Module):
         (reshaped to the buffers' shapes), on the layer's device."""
         xp = array_module(self.qweight.data)
         q = xp.asarray(q)
+        if tuple(q.shape) != (self.in_features, self.out_features):  # given: named before packing hides the shape
+            raise ValueError(
+                f"QuantizedLinear: got integers of shape {tuple(q.shape)}, the layer's weight is (in, out) = "
+                f"{(self.in_features, self.out_features)}" + (
+                    f": grouped columns (group_size={self.group_size}) go back to (in, out) with _uncolumns"
+                    if self.group_size is not None else ""))
         scale = np.asarray(to_host(scale), np.float32)
         if scale.size != int(np.prod(self.scale.shape)):  # given: the classic wrong axis, named before any reshape
             raise ValueError(
                 f"QuantizedLinear: got {scale.size} scales, the layer needs {int(np.prod(self.scale.shape))} "
                 f"(shape {tuple(self.scale.shape)}): per output channel = per COLUMN (axis 1) of our (in, out) "
                 "weight, one scale per output feature (PyTorch's weight is (out, in): its axis 0 is our axis 1)")
+        qmin, qmax = qrange(self.weight_dtype)
+        low, high = (int(to_host(q.min())), int(to_host(q.max()))) if q.size else (qmin, qmax)
+        if low < qmin or high > qmax:  # given: integers of another width, named before packing scrambles them
+            raise ValueError(
+                f"QuantizedLinear: the weight's integers lie in [{low}, {high}], outside {self.weight_dtype}'s "
+                f"[{qmin}, {qmax}]: observe and quantize with dtype {self.weight_dtype!r} (f\"int{{bits}}\"), "
+                "in the per-tensor branch too, not int8")
         self.qweight.data = pack_int4(q) if self.bits <= 4 else q.astype(np.int8)
         self.scale.data = xp.asarray(scale.reshape(self.scale.shape))
         self.zero_point.data = xp.asarray(np.asarray(to_host(zero_point)).astype(np.int8).reshape(self.scale.shape))

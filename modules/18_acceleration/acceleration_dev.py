@@ -1241,7 +1241,7 @@ def causal_softmax_rows_backward(probs, dprobs):
 
 # %%
 #| export
-def causal_attention(q: Any, k: Any, v: Any, scale: float | None = None) -> Tensor:
+def causal_attention(q: Any, k: Any, v: Any, scale: float | None = None, return_weights: bool = False) -> Any:
     """softmax(Q Kᵀ·scale with the future masked) V, the softmax by causal_softmax_rows.
 
     q, k (..., T, dk), v (..., T, dv), the same leading dims (batch, heads) and T; scale
@@ -1249,6 +1249,7 @@ def causal_attention(q: Any, k: Any, v: Any, scale: float | None = None) -> Tens
     Records ONE op "causal_attention", inputs (q, k, v); saved probs (M, T, T) (M = the
     product of the leading dims), scale. Equal to module 12's
     scaled_dot_product_attention(q, k, v, is_causal=True)[0] without dropout.
+    return_weights -- also return the weights (..., T, T) as a Tensor without a graph (to look at).
     """
     q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
     if not compilable(q.data, k.data, v.data) or not q.dtype == k.dtype == v.dtype \
@@ -1262,7 +1263,8 @@ def causal_attention(q: Any, k: Any, v: Any, scale: float | None = None) -> Tens
     scores *= scale
     causal_softmax_rows(scores)  # in place: now the probabilities
     out = np.matmul(scores, vs)
-    return record_op("causal_attention", out.reshape(*lead, t, v.shape[-1]), (q, k, v), probs=scores, scale=scale)
+    output = record_op("causal_attention", out.reshape(*lead, t, v.shape[-1]), (q, k, v), probs=scores, scale=scale)
+    return (output, Tensor(scores.reshape(*lead, t, t))) if return_weights else output
 
 
 @register_backward("causal_attention")
@@ -1396,10 +1398,8 @@ class CompiledCausalSelfAttention(CausalSelfAttention):
         rows = x.reshape(B * T, E)
         q, k, v = (proj(rows).reshape(B, T, H, D).permute(0, 2, 1, 3)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
-        heads = causal_attention(q, k, v)
-        out = self.out_proj(heads.permute(0, 2, 1, 3).reshape(B * T, E)).reshape(B, T, E)
-        weights = Tensor(heads._node.saved["probs"].reshape(B, H, T, T)) if heads._node is not None else None
-        return out, weights
+        heads, weights = causal_attention(q, k, v, return_weights=True)
+        return self.out_proj(heads.permute(0, 2, 1, 3).reshape(B * T, E)).reshape(B, T, E), weights
 
 
 class CompiledGPT(GPT):

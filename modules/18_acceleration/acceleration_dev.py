@@ -681,9 +681,11 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
 # with SIMD), fuse a multiply and an add, and *assume no NaN and no ±inf*. The reordering only
 # changes rounding: `SAFE_FASTMATH` below allows exactly that, for the sums of LayerNorm and
 # the polynomial of GELU. The "no inf" assumption is never safe in a softmax: a masked or very
-# negative logit is `-inf`, `exp(-inf − max)` must be exactly 0, and the compiler may fold the
-# comparisons of the max search or the exp away when told that infinities do not exist.
-# The softmax kernels here use no fastmath at all.
+# negative logit is `-inf`, `exp(-inf − max)` must be exactly 0, and the max search compares
+# with it. Told that infinities do not exist, the compiler is free to drop or fold those
+# comparisons; whether it does depends on the compiler version and the CPU, so a test that
+# passes today proves nothing about tomorrow. The softmax kernels here use no fastmath at all,
+# and neither does the AdamW kernel (section 7), which must round exactly as NumPy does.
 
 # %%
 #| export
@@ -707,7 +709,9 @@ SAFE_FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz"})
 
 
 def kernel(fastmath: Any = False, parallel: bool = False):
-    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel) of the function.
+    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel, error_model="numpy")
+    of the function: a division by zero gives inf or NaN as in NumPy, instead of Python's
+    ZeroDivisionError (whose check in every division also keeps loops from vectorising).
 
     Where the cache cannot be written (Numba finds no writable folder: a read-only install and
     no writable NUMBA_CACHE_DIR or home, or a function defined in a notebook cell) it compiles
@@ -719,9 +723,9 @@ def kernel(fastmath: Any = False, parallel: bool = False):
             return fn
         flags = set(fastmath) if isinstance(fastmath, frozenset) else fastmath  # numba takes a bool or a set
         try:
-            return numba.njit(cache=True, fastmath=flags, parallel=parallel)(fn)
+            return numba.njit(cache=True, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
         except RuntimeError:  # "cannot cache function …: no locator available"
-            return numba.njit(cache=False, fastmath=flags, parallel=parallel)(fn)
+            return numba.njit(cache=False, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
     return compile_kernel
 
 
@@ -1064,7 +1068,8 @@ test_unit_compiled_bias_gelu()
 # `dz_ij = grad·(p_ij − [j = y_i]) / N`.
 #
 # No fastmath here: a logit may be `-inf` (a class that is ruled out), and `exp(-inf − m)`
-# must give exactly 0 (the test checks it).
+# must give exactly 0 (the test checks it, though a check cannot prove that a fastmath build
+# would keep it: see above).
 
 # %%
 #| export
@@ -1158,8 +1163,8 @@ def test_unit_compiled_cross_entropy():
     ruled_out = np.array([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])
     probs = compiled_cross_entropy(Tensor(ruled_out, requires_grad=True), np.array([2, 0]))._node.saved["probs"]
     assert np.isfinite(probs).all() and probs[0, 0] == 0 and probs[1, 1] == 0, (
-        f"a logit of -inf must get probability exactly 0, got {probs.tolist()}: no fastmath on a softmax "
-        "(it lets the compiler assume that no value is ±inf)")
+        f"a logit of -inf must get probability exactly 0, got {probs.tolist()}: exp(-inf − m) = 0, m the row's "
+        "maximum found by comparisons (start it at the row's first logit)")
     grad = BACKWARD_RULES["compiled_cross_entropy"](np.float64(2.0), loss._node)[0]
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)
@@ -1766,7 +1771,8 @@ def test_unit_fused_adamw():
             assert np.array_equal(a, b), (
                 f"adamw_kernel ({np.dtype(dtype).name}): {name} after 3 steps differs from AdamW's by up to "
                 f"{np.abs(a - b).max():.2e}: module 06's operations in its order, p·decay first, m and v before p, "
-                "sqrt(v)/bias_root + eps, then ·step_size")
+                "sqrt(v)/bias_root + eps, then ·step_size; and no fastmath (a fused multiply-add rounds once where "
+                "NumPy rounds twice)")
     print("✓ FusedAdamW: bit-for-bit AdamW over 3 steps (NumPy update and adamw_kernel), decay on the matrices "
           "only, parameters stay views")
 

@@ -235,7 +235,7 @@ class BlasLayerNorm(Module):
 # module it replaces (FusedMLP(mlp)). Complete here: no later cell changes it.
 FUSED_REPLACEMENTS: dict[type, type] = {MLP: FusedMLP, LayerNorm: BlasLayerNorm}
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #b9b39bb3
+# %% ../../modules/18_acceleration/acceleration_dev.py #f8087e65
 import warnings
 
 from ..core.attention import sdpa_flops
@@ -256,7 +256,9 @@ SAFE_FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz"})
 
 
 def kernel(fastmath: Any = False, parallel: bool = False):
-    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel) of the function.
+    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel, error_model="numpy")
+    of the function: a division by zero gives inf or NaN as in NumPy, instead of Python's
+    ZeroDivisionError (whose check in every division also keeps loops from vectorising).
 
     Where the cache cannot be written (Numba finds no writable folder: a read-only install and
     no writable NUMBA_CACHE_DIR or home, or a function defined in a notebook cell) it compiles
@@ -268,9 +270,9 @@ def kernel(fastmath: Any = False, parallel: bool = False):
             return fn
         flags = set(fastmath) if isinstance(fastmath, frozenset) else fastmath  # numba takes a bool or a set
         try:
-            return numba.njit(cache=True, fastmath=flags, parallel=parallel)(fn)
+            return numba.njit(cache=True, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
         except RuntimeError:  # "cannot cache function …: no locator available"
-            return numba.njit(cache=False, fastmath=flags, parallel=parallel)(fn)
+            return numba.njit(cache=False, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
     return compile_kernel
 
 

@@ -374,20 +374,23 @@ def compiled_layer_norm_backward(grad: Any, node) -> tuple:
     grads = (dx.reshape(x.shape), dweight.reshape(weight.shape).astype(weight.dtype))
     return grads if len(node.inputs) == 2 else grads + (dbias.reshape(weight.shape).astype(node.inputs[2].dtype),)
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #7df1daf4
-@kernel(fastmath=SAFE_FASTMATH)
+# %% ../../modules/18_acceleration/acceleration_dev.py #787d7d32
+@kernel()
 def bias_gelu_rows(x, bias, u, t, out):
     """GELU (tanh form) of x + bias on rows x (N, D), bias (D,) (zeros for no bias).
-    Writes u = x + bias, t = tanh(GELU_C·(u + GELU_COEFF·u³)) and out = 0.5·u·(1 + t), each (N, D)
-    in x's dtype."""
+    Writes u = x + bias, t = tanh(z) with z = GELU_C·(u + GELU_COEFF·u³), computed as
+    1 − 2/(exp(2z) + 1), and out = 0.5·u·(1 + t), each (N, D); the arithmetic in x's dtype (the
+    constants converted with x.dtype.type)."""
     n, d = x.shape
+    two_c, coeff = x.dtype.type(2 * GELU_C), x.dtype.type(GELU_COEFF)
+    one, two, half = x.dtype.type(1), x.dtype.type(2), x.dtype.type(0.5)
     for i in range(n):
         for j in range(d):
             v = x[i, j] + bias[j]
-            th = np.tanh(GELU_C * (v + GELU_COEFF * v * v * v))
+            th = one - two / (np.exp(two_c * (v + coeff * v * v * v)) + one)
             u[i, j] = v
             t[i, j] = th
-            out[i, j] = 0.5 * v * (1.0 + th)
+            out[i, j] = half * v * (one + th)
 
 
 @kernel(fastmath=SAFE_FASTMATH)

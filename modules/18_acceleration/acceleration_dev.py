@@ -1318,7 +1318,7 @@ def test_unit_causal_attention():
         reference, weights = scaled_dot_product_attention(Tensor(q.numpy()), Tensor(k.numpy()), Tensor(v.numpy()),
                                                           is_causal=True)
         if not np.allclose(probs.reshape(weights.shape), weights.numpy(), rtol=1e-12, atol=1e-14):
-            future = np.triu(np.ones(shape[-2:], bool), 1)
+            future = np.triu(np.ones((shape[-2], shape[-2]), bool), 1)
             assert np.all(probs.reshape(weights.shape)[..., future] == 0), \
                 "causal_softmax_rows: the future (key j > query i) must get weight exactly 0"
             assert np.allclose(probs.sum(axis=-1), 1), "causal_softmax_rows: each row must sum to 1 over keys 0 … i"

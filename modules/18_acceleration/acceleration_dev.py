@@ -663,7 +663,7 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
 # compiler behind clang).
 #
 # `@numba.njit` compiles the function the first time it is called with new argument types
-# (float32 and float64 arrays are two compilations, a second or two each). `cache=True` writes
+# (float32 and float64 arrays are two compilations; the cell below prints what one costs). `cache=True` writes
 # the machine code to disk beside the source, so the next process loads it instead of
 # compiling. `kernel()` below (given) is `numba.njit(cache=True)`, with two fallbacks: where
 # the cache cannot be written (a read-only install, or a notebook cell, which has no file) it
@@ -751,7 +751,8 @@ def scale_shift(x, a, b, out):
 
 import time
 
-demo_x = np.random.default_rng(20).standard_normal(2_000_000).astype(np.float32)
+# Without Numba the kernel is a Python loop: a smaller array keeps the cell short.
+demo_x = np.random.default_rng(20).standard_normal(2_000_000 if numba else 20_000).astype(np.float32)
 demo_out = np.empty_like(demo_x)
 started = time.perf_counter()
 scale_shift(demo_x[:4], np.float32(2), np.float32(1), demo_out[:4])  # compiles for float32 arrays
@@ -1538,8 +1539,22 @@ test_unit_layer_norm_backward_parallel()
 
 # %% [markdown]
 # Time it against the one-thread kernel at the milestone's size (12·64 rows of 128) and at
-# 100 times that. Does the second thread pay for waking it at the small size? (On this
-# lesson's machines it does not: at 768 rows the whole backward takes tens of microseconds.)
+# 100 times that. Before running: does the second thread pay for waking it at the small size?
+
+# %%
+for rows_count in (768, 76_800) if numba else ():  # plain Python loops would take minutes
+    xs = np.random.default_rng(26).standard_normal((rows_count, 128)).astype(np.float32)
+    gs, ws = np.ones_like(xs), np.ones(128, np.float32)
+    means, rstds = xs.mean(axis=1).astype(np.float64), 1 / np.sqrt(xs.var(axis=1).astype(np.float64) + 1e-5)
+    dxs = np.empty_like(xs)
+    one = measure_latency(lambda: layer_norm_rows_backward(gs, xs, ws, means, rstds, dxs, np.zeros(128), np.zeros(128),
+                                                           0, rows_count), warmup=2, repeats=20)
+    two = measure_latency(lambda: layer_norm_backward_parallel(gs, xs, ws, means, rstds, dxs, np.zeros((2, 128)),
+                                                               np.zeros((2, 128))), warmup=2, repeats=20)
+    print(f"{rows_count:6d} rows: one thread {one.median_s * 1e3:.3f} ms, prange over 2 parts "
+          f"{two.median_s * 1e3:.3f} ms ({numba.get_num_threads()} threads)")
+if numba is None:
+    print("Numba is not installed: no timing (the kernels run as plain Python here)")
 
 # %% [markdown]
 # ## 7. A multi-tensor optimizer: AdamW over one flat buffer

@@ -663,9 +663,9 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
 # compiler behind clang).
 #
 # `@numba.njit` compiles the function the first time it is called with new argument types
-# (float32 and float64 arrays are two compilations; the cell below prints what one costs). `cache=True` writes
-# the machine code to disk beside the source, so the next process loads it instead of
-# compiling. `kernel()` below (given) is `numba.njit(cache=True)`, with two fallbacks: where
+# (float32 and float64 arrays are two compilations; the cell below prints what one costs).
+# `cache=True` writes the machine code to disk beside the source, so the next process loads it
+# instead of compiling. `kernel()` below (given) is `numba.njit(cache=True)`, with two fallbacks: where
 # the cache cannot be written (a read-only install, or a notebook cell, which has no file) it
 # compiles in every process instead, and where Numba is not installed it returns the plain
 # Python function: the kernels still run, as slow Python loops, so every check of this

@@ -394,7 +394,7 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, k
         "cross-entropy) and `FusedAdamW` with `adamw_kernel`" + ("" if acceleration.NUMBA_AVAILABLE else
                                                                 " (not measured: Numba is not installed)") + ".", "",
         "The step ran twice, all three variants interleaved each time: first with glibc's default allocator,",
-        "then after `keep_freed_memory()` (module 18 section 8: glibc keeps freed memory instead of returning",
+        "then after `keep_freed_memory()` (module 18 section 10: glibc keeps freed memory instead of returning",
         "it, so a step does not fault its pages back in; it applies to PyTorch in this process too).", "",
         "| allocator | path | step | PyTorch eager | ratio |", "|---|---|---:|---:|---:|",
     ]

@@ -233,11 +233,13 @@ def compile_seconds(dispatcher, *args) -> float:
     return time.perf_counter() - started
 
 
-def kernels(repeats: int, peaks: tuple[float, float]) -> list[dict]:
+def kernels(repeats: int, peaks: tuple[float, float], compile_times: bool = True) -> list[dict]:
     """Each compiled op, forward + backward at the milestone's shapes, against the composed NumPy version and
     the NumPy fusion, with its roofline bound. Bytes and FLOPs count what the compiled op's kernels do
     (float32, 4 bytes): each array element read or written once per pass over it; FLOPs count +, −, ·, /,
-    comparisons, and exp, tanh and sqrt as one each (an estimate: the roofline is a bound, not a prediction)."""
+    comparisons, and exp, tanh and sqrt as one each (an estimate: the roofline is a bound, not a prediction).
+    compile_times -- also compile each kernel afresh, without cache, and time it (seconds per kernel: left
+    out of --quick runs)."""
     peak_gflops, peak_gbytes = peaks
     rng = np.random.default_rng(3)
     n, e, hidden, vocab, b, h, t, d = 768, 128, 512, 65, 12, 4, 64, 32
@@ -301,14 +303,16 @@ def kernels(repeats: int, peaks: tuple[float, float]) -> list[dict]:
     for what, composed_label, fusion_label, composed, fusion, compiled, nbytes, flops, names in cases:
         medians = interleaved_medians({"composed": composed, "fusion": fusion, "compiled": compiled}, repeats)
         bound = max(nbytes / (peak_gbytes * 1e9), flops / (peak_gflops * 1e9))
-        compile_s = sum(compile_seconds(getattr(acceleration, name), *compile_args[name]()) for name in names)
+        compile_s = (sum(compile_seconds(getattr(acceleration, name), *compile_args[name]()) for name in names)
+                     if compile_times else float("nan"))
         rows.append({"what": what, "composed": composed_label, "fusion": fusion_label, **{f"{key}_s": medians[key]
                      for key in ("composed", "fusion", "compiled")}, "bytes": nbytes, "flops": flops,
                      "bound_s": bound, "compile_s": compile_s, "kernels": names})
         console.print(f"{what}: {composed_label} {medians['composed'] * 1e3:.3f} ms, {fusion_label} "
                       f"{medians['fusion'] * 1e3:.3f} ms, compiled {medians['compiled'] * 1e3:.3f} ms; roofline bound "
                       f"{bound * 1e3:.3f} ms ({nbytes / 1e6:.2f} MB, {flops / 1e6:.2f} MFLOP), {bound / medians['compiled']:.0%} "
-                      f"of it reached; compiling {' + '.join(names)}: {compile_s:.2f} s")
+                      f"of it reached; compiling {' + '.join(names)}: "
+                      + (f"{compile_s:.2f} s" if compile_times else "not measured (--quick)"))
     return rows
 
 
@@ -475,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     step = training_step(args.repeats)
     rows = fusions(args.repeats)
     vec = vectorisation(args.repeats)
-    kernel_rows = kernels(args.repeats, vec["peak"]) if acceleration.NUMBA_AVAILABLE else []
+    kernel_rows = kernels(args.repeats, vec["peak"], compile_times=not args.quick) if acceleration.NUMBA_AVAILABLE else []
     if args.write_results:
         write_results(info, tables, step, rows, vec, kernel_rows, args)
     return 0

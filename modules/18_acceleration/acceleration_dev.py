@@ -709,9 +709,11 @@ SAFE_FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz"})
 
 
 def kernel(fastmath: Any = False, parallel: bool = False):
-    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel, error_model="numpy")
-    of the function: a division by zero gives inf or NaN as in NumPy, instead of Python's
-    ZeroDivisionError (whose check in every division also keeps loops from vectorising).
+    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel, error_model="numpy",
+    nogil=True) of the function: a division by zero gives inf or NaN as in NumPy, instead of
+    Python's ZeroDivisionError (whose check in every division also keeps loops from vectorising),
+    and the kernel lets go of Python's lock while it runs, as NumPy's loops do, so that section
+    11's threads can run kernels at the same time.
 
     Where the cache cannot be written (Numba finds no writable folder: a read-only install and
     no writable NUMBA_CACHE_DIR or home, or a function defined in a notebook cell) it compiles
@@ -722,10 +724,11 @@ def kernel(fastmath: Any = False, parallel: bool = False):
         if numba is None:
             return fn
         flags = set(fastmath) if isinstance(fastmath, frozenset) else fastmath  # numba takes a bool or a set
+        options = dict(fastmath=flags, parallel=parallel, error_model="numpy", nogil=True)
         try:
-            return numba.njit(cache=True, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
+            return numba.njit(cache=True, **options)(fn)
         except RuntimeError:  # "cannot cache function …: no locator available"
-            return numba.njit(cache=False, fastmath=flags, parallel=parallel, error_model="numpy")(fn)
+            return numba.njit(cache=False, **options)(fn)
     return compile_kernel
 
 

@@ -245,3 +245,15 @@ def test_fuse_without_numba_falls_back_and_says_so(tmp_path):
     grad = float(sum(np.abs(p.grad.numpy()).sum() for p in model.parameters()))
     assert np.isclose(report["grad"], grad, rtol=1e-10)
     assert FUSED_REPLACEMENTS is not COMPILED_REPLACEMENTS
+
+
+@needs_numba
+def test_kernels_let_go_of_the_gil_and_keep_numpy_division():
+    """Section 11's threads run kernels at once only if each lets go of Python's lock (nogil), as NumPy does;
+    error_model="numpy": x/0 is inf or NaN, as in NumPy, not a ZeroDivisionError."""
+    names = ["layer_norm_rows", "layer_norm_rows_backward", "bias_gelu_rows", "bias_gelu_rows_backward",
+             "softmax_cross_entropy_rows", "softmax_cross_entropy_rows_backward", "causal_softmax_rows",
+             "causal_softmax_rows_backward", "adamw_kernel"]
+    for name in names:
+        options = getattr(acceleration, name).targetoptions
+        assert options.get("nogil") and options.get("error_model") == "numpy", f"{name}: {options}"

@@ -2324,6 +2324,11 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 #   differences, the composed version, and (in the tests) PyTorch.
 # * `fuse(model)` is a deep copy of the module tree that shares the weight tensors; module
 #   13's classes are unchanged.
+# * A compiled kernel (Numba) does a whole fused formula in one pass over memory: LayerNorm,
+#   bias + GELU, the softmax with its loss, the causal softmax and AdamW, each one recorded op
+#   with its backward rule. Subtract the row's maximum before every exp; fastmath only where it
+#   changes rounding and nothing else, never in a softmax or where bits must match; threads
+#   (`prange`) need one accumulator per part. `fuse(model)` uses the kernels when Numba imports.
 # * `FusedAdamW` keeps every parameter as a view into one flat buffer and updates each group
 #   with a handful of array calls: bit-for-bit `AdamW`, because every element sees the same
 #   operations in the same order.
@@ -2347,7 +2352,10 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 # 3. **One flat gradient.** `FusedAdamW` copies every gradient into `grad_flat`. How long does
 #    that copy take compared with the update? What would the engine have to do to write the
 #    gradients straight into the flat buffer?
-# 4. **Tiles in C.** On the roofline of section 8, at what tile size does a tile's intensity
+# 4. **One more kernel.** The profile of the compiled model still shows the embedding's
+#    backward (a scatter-add of rows). Write it as a kernel with its op, and check it against
+#    module 11's rule. Is it worth it at the milestone's size?
+# 5. **Tiles in C.** On the roofline of section 8, at what tile size does a tile's intensity
 #    reach this machine's ridge point (peak FLOP/s ÷ peak bytes/s)?
 #
 # ## Questions (answer them by running your code)
@@ -2363,3 +2371,6 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 # 5. In section 11, how much faster are two parts on two threads than the whole batch on one?
 #    Profile one part (module 14): how much of its time is Python between NumPy calls, which
 #    the two threads cannot run at once? Does that explain the gap to 2×?
+# 6. In section 6, time each compiled op against its NumPy fusion at the milestone's shapes
+#    (`tito bench acceleration` prints them beside their roofline bounds). Which comes closest
+#    to its bound? Which gains least over NumPy, and what in its kernel would you change?

@@ -13,7 +13,9 @@ What is measured, on ONE thread, CPU time (`time.process_time`), variants interl
 1. where the time goes: module 14's Profiler on one forward and backward pass of the milestone's GPT
    (4 layers, 4 heads, width 128, context 64, batch 12, no biases), plain and fused;
 2. the training step (forward, cross-entropy, backward, AdamW with decay on the matrices only): module
-   13's GPT with module 06's AdamW, `fuse(model)` with `FusedAdamW`, and PyTorch eager (the same model,
+   13's GPT with module 06's AdamW; the NumPy fusions, `fuse(model, FUSED_REPLACEMENTS)` with
+   `FusedAdamW(compiled=False)`; the compiled kernels, `fuse(model)` with `FusedAdamW` (what both pick
+   when Numba imports; this path is left out without Numba); and PyTorch eager (the same model,
    written in benchmarks/gpt.py), interleaved in the same run; first with glibc's default allocator,
    then after module 18's `keep_freed_memory()` (the process keeps freed memory: no page faults);
 3. each fusion before and after: add + gelu against bias_gelu (with a bias, and gelu against bias_gelu
@@ -21,10 +23,16 @@ What is measured, on ONE thread, CPU time (`time.process_time`), variants interl
    blas_layer_norm at the activations' shape (12 × 64 × 128); log_softmax · one-hot against
    module 04's cross_entropy; AdamW's per-parameter step against FusedAdamW's flat step on the
    milestone's parameters (gradients set, no graph);
+3b. each compiled kernel (module 18 section 6, as its recorded op, forward + backward) against the
+   composed NumPy version and the NumPy fusion, beside its roofline bound: max(bytes the kernel moves /
+   peak GB/s, FLOPs / peak GFLOP/s), both peaks from module 14's `machine_peak`; and each kernel's
+   compile time (a fresh `numba.njit` of the same function, no cache), measured apart from the step;
 4. vectorisation: a convolution looped over output positions against module 09's im2col `conv2d`;
    `blocked_matmul` at several tile sizes against one BLAS product, beside each tile's roofline
    (module 14's `machine_peak`).
 The GPU parts of module 18 (CuPy kernels, CUDA graphs) are not written yet: this benchmark is CPU only.
+Compilation never lands in a timed step: every variant is called once before timing (`measure`'s
+warm-up), and the kernels are cached on disk (`cache=True`) where the package is writable.
 """
 from __future__ import annotations
 
@@ -57,8 +65,12 @@ from tinytorch.core.spatial import conv2d  # noqa: E402
 from tinytorch.core.tensor import Tensor  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
 from tinytorch.models.transformer import layer_norm  # noqa: E402
-from tinytorch.perf.acceleration import (FusedAdamW, ThreadedDataParallel, bias_gelu, blas_layer_norm,  # noqa: E402
-                                         blocked_matmul, conv2d_loops, fuse, keep_freed_memory)
+from tinytorch.core.attention import composed_attention, scaled_dot_product_attention  # noqa: E402
+from tinytorch.perf import acceleration  # noqa: E402
+from tinytorch.perf.acceleration import (COMPILED_REPLACEMENTS, FUSED_REPLACEMENTS, FusedAdamW,  # noqa: E402
+                                         ThreadedDataParallel, bias_gelu, blas_layer_norm, blocked_matmul,
+                                         causal_attention, compiled_bias_gelu, compiled_cross_entropy,
+                                         compiled_layer_norm, conv2d_loops, fuse, keep_freed_memory)
 from tinytorch.perf.profiling import Profiler, machine_peak  # noqa: E402
 
 torch = import_torch(THREADS)
@@ -75,14 +87,21 @@ console = Console(width=None if sys.stdout.isatty() else 120, highlight=False)
 PARTS = f"fused, batch in {THREADS} parts"  # the --threads path that cuts each batch (ThreadedDataParallel)
 
 
-def milestone_model(fused: bool):
-    """The milestone's GPT and its optimizer: plain (GPT, AdamW) or fused (fuse(GPT), FusedAdamW)."""
+PATHS = ("plain", "fused", "compiled") if acceleration.NUMBA_AVAILABLE else ("plain", "fused")
+
+
+def milestone_model(path: str):
+    """The milestone's GPT and its optimizer: "plain" (GPT, AdamW), "fused" (the NumPy fusions:
+    fuse(GPT, FUSED_REPLACEMENTS), FusedAdamW(compiled=False)) or "compiled" (the Numba kernels:
+    fuse(GPT, COMPILED_REPLACEMENTS), FusedAdamW(compiled=True)). True/False mean compiled/plain."""
+    path = {True: "compiled" if acceleration.NUMBA_AVAILABLE else "fused", False: "plain"}.get(path, path)
     r = RECIPE
     model = GPT(r["vocab"], r["embed"], r["layers"], r["heads"], r["context"], bias=False, seed=0)
-    if fused:
-        model = fuse(model)
-    make = FusedAdamW if fused else AdamW
-    return model, make(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+    groups = lambda: weight_decay_groups(model, 0.1)  # noqa: E731  (after fuse: the model's own tensors)
+    if path == "plain":
+        return model, AdamW(groups(), lr=1e-3, betas=(0.9, 0.99))
+    model = fuse(model, COMPILED_REPLACEMENTS if path == "compiled" else FUSED_REPLACEMENTS)
+    return model, FusedAdamW(groups(), lr=1e-3, betas=(0.9, 0.99), compiled=path == "compiled")
 
 
 def batch() -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +112,8 @@ def batch() -> tuple[np.ndarray, np.ndarray]:
 def profiles() -> dict[str, str]:
     x, y = batch()
     tables = {}
-    for label, fused in (("plain", False), ("fused", True)):
-        model, _ = milestone_model(fused)
+    for label in PATHS:
+        model, _ = milestone_model(label)
         for _ in range(2):  # warm up: the first pass pays for first-touch allocations
             model(x, targets=y)[1].backward()
         with Profiler() as prof:
@@ -110,8 +129,8 @@ def profiles() -> dict[str, str]:
 def training_step(repeats: int, threaded: bool = False) -> dict[str, float]:
     x, y = batch()
     fns = {}
-    for label, fused in (("plain", False), ("fused", True)):
-        model, optimizer = milestone_model(fused)
+    for label in PATHS:
+        model, optimizer = milestone_model(label)
 
         def step(model=model, optimizer=optimizer):
             _, loss = model(x, targets=y)
@@ -170,8 +189,8 @@ def fusions(repeats: int) -> list[dict]:
     activations = Tensor(rng.standard_normal((12, 64, 128)).astype(np.float32), requires_grad=True)
     norm_weight = Tensor(np.ones(128, np.float32), requires_grad=True)
     row_grad = rng.standard_normal(activations.shape).astype(np.float32)
-    plain_model, plain_opt = milestone_model(False)
-    fused_model, fused_opt = milestone_model(True)
+    plain_model, plain_opt = milestone_model("plain")
+    fused_model, fused_opt = milestone_model("fused")
     for model in (plain_model, fused_model):
         for p in model.parameters():
             p.grad = Tensor(np.full(p.shape, 1e-3, np.float32))
@@ -196,6 +215,104 @@ def fusions(repeats: int) -> list[dict]:
                      "before_s": medians["before"], "after_s": medians["after"]})
         console.print(f"{what}: {before} {medians['before'] * 1e3:.3f} ms, {after} {medians['after'] * 1e3:.3f} ms, "
                       f"{medians['before'] / medians['after']:.2f}x")
+    return rows
+
+
+# ---- 3b. each compiled kernel against the composed NumPy version and its roofline ----------------------
+def compile_seconds(dispatcher, *args) -> float:
+    """Seconds of the first call of a fresh numba.njit of `dispatcher`'s Python function with the same
+    options and no cache: the compilation a process pays where the disk cache cannot be used."""
+    import time
+
+    import numba
+
+    options = {k: v for k, v in dispatcher.targetoptions.items() if k in ("fastmath", "parallel", "error_model")}
+    fresh = numba.njit(cache=False, **options)(dispatcher.py_func)
+    started = time.perf_counter()
+    fresh(*args)
+    return time.perf_counter() - started
+
+
+def kernels(repeats: int, peaks: tuple[float, float], compile_times: bool = True) -> list[dict]:
+    """Each compiled op, forward + backward at the milestone's shapes, against the composed NumPy version and
+    the NumPy fusion, with its roofline bound. Bytes and FLOPs count what the compiled op's kernels do
+    (float32, 4 bytes): each array element read or written once per pass over it; FLOPs count +, −, ·, /,
+    comparisons, and exp, tanh and sqrt as one each (an estimate: the roofline is a bound, not a prediction).
+    compile_times -- also compile each kernel afresh, without cache, and time it (seconds per kernel: left
+    out of --quick runs)."""
+    peak_gflops, peak_gbytes = peaks
+    rng = np.random.default_rng(3)
+    n, e, hidden, vocab, b, h, t, d = 768, 128, 512, 65, 12, 4, 64, 32
+    x = Tensor(rng.standard_normal((n, e)).astype(np.float32), requires_grad=True)
+    w = Tensor(np.ones(e, np.float32), requires_grad=True)
+    gx = rng.standard_normal((n, e)).astype(np.float32)
+    u = Tensor(rng.standard_normal((n, hidden)).astype(np.float32), requires_grad=True)
+    ub = Tensor(np.zeros(hidden, np.float32), requires_grad=True)
+    gu = np.ones((n, hidden), np.float32)
+    z = Tensor(rng.standard_normal((n, vocab)).astype(np.float32), requires_grad=True)
+    labels = rng.integers(0, vocab, n)
+    onehot = np.eye(vocab, dtype=np.float32)[labels]
+    q, k, v = (Tensor(rng.standard_normal((b, h, t, d)).astype(np.float32), requires_grad=True) for _ in range(3))
+    go = rng.standard_normal((b, h, t, d)).astype(np.float32)
+    optimizers = {}
+    for label, make in (("plain", AdamW), ("numpy", lambda g, **o: FusedAdamW(g, compiled=False, **o)),
+                        ("compiled", lambda g, **o: FusedAdamW(g, compiled=True, **o))):
+        model, _ = milestone_model("plain")  # one model each: every optimizer updates its own parameters
+        for p in model.parameters():
+            p.grad = Tensor(np.full(p.shape, 1e-3, np.float32))
+        optimizers[label] = make(weight_decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+    numpy_adamw, compiled_adamw = optimizers["numpy"], optimizers["compiled"]
+    size = numpy_adamw.flat.size
+    scores = b * h * t * t
+    cases = [
+        ("LayerNorm (768 × 128)", "layer_norm (module 13)", "blas_layer_norm",
+         lambda: layer_norm(x, w).backward(gx), lambda: blas_layer_norm(x, w).backward(gx),
+         lambda: compiled_layer_norm(x, w).backward(gx),
+         4 * n * e * 5, n * e * (7 + 12), ["layer_norm_rows", "layer_norm_rows_backward"]),
+        ("bias + GELU (768 × 512)", "add, gelu", "bias_gelu",
+         lambda: gelu(u + ub).backward(gu), lambda: bias_gelu(u, ub).backward(gu),
+         lambda: compiled_bias_gelu(u, ub).backward(gu),
+         4 * n * hidden * 8, n * hidden * (10 + 14), ["bias_gelu_rows", "bias_gelu_rows_backward"]),
+        ("softmax + cross-entropy (768 × 65)", "log_softmax · one-hot, sum", "cross_entropy (module 04)",
+         lambda: (-(log_softmax(z, dim=-1) * onehot).sum() / n).backward(), lambda: cross_entropy(z, labels).backward(),
+         lambda: compiled_cross_entropy(z, labels).backward(),
+         4 * n * vocab * 4, n * vocab * (6 + 2), ["softmax_cross_entropy_rows", "softmax_cross_entropy_rows_backward"]),
+        ("causal attention (12 × 4 heads, T 64, d 32)", "composed_attention", "sdpa (module 12)",
+         lambda: composed_attention(q, k, v, is_causal=True)[0].backward(go),
+         lambda: scaled_dot_product_attention(q, k, v, is_causal=True)[0].backward(go),
+         lambda: causal_attention(q, k, v).backward(go),
+         4 * (3 * b * h * t * d * 3 + scores * 6), 12 * scores * d + scores * (6 + 5),
+         ["causal_softmax_rows", "causal_softmax_rows_backward"]),
+        (f"AdamW update ({size:,} parameters)", "AdamW (per parameter)", "FusedAdamW (NumPy)",
+         optimizers["plain"].step, numpy_adamw.step, compiled_adamw.step, 4 * size * 9, size * 14, ["adamw_kernel"]),
+    ]
+    compile_args = {
+        "layer_norm_rows": lambda: (gx[:2], np.ones(e, np.float32), np.zeros(e, np.float32), 1e-5, gx[:2].copy(),
+                                    np.empty(2), np.empty(2)),
+        "layer_norm_rows_backward": lambda: (gx[:2], gx[:2], np.ones(e, np.float32), np.zeros(2), np.ones(2),
+                                             gx[:2].copy(), np.zeros(e), np.zeros(e), 0, 2),
+        "bias_gelu_rows": lambda: (gu[:2], np.zeros(hidden, np.float32), *(gu[:2].copy() for _ in range(3))),
+        "bias_gelu_rows_backward": lambda: (gu[:2], gu[:2], gu[:2], gu[:2].copy(), np.zeros(hidden)),
+        "softmax_cross_entropy_rows": lambda: (onehot[:2], labels[:2], onehot[:2].copy(), np.empty(2)),
+        "softmax_cross_entropy_rows_backward": lambda: (onehot[:2], labels[:2], 0.5, onehot[:2].copy()),
+        "causal_softmax_rows": lambda: (np.ones((1, 4, 4), np.float32),),
+        "causal_softmax_rows_backward": lambda: (np.ones((1, 4, 4), np.float32), np.ones((1, 4, 4), np.float32)),
+        "adamw_kernel": lambda: (*(np.ones(4, np.float32) for _ in range(4)), *(np.float32(0.5) for _ in range(8))),
+    }
+    rows = []
+    for what, composed_label, fusion_label, composed, fusion, compiled, nbytes, flops, names in cases:
+        medians = interleaved_medians({"composed": composed, "fusion": fusion, "compiled": compiled}, repeats)
+        bound = max(nbytes / (peak_gbytes * 1e9), flops / (peak_gflops * 1e9))
+        compile_s = (sum(compile_seconds(getattr(acceleration, name), *compile_args[name]()) for name in names)
+                     if compile_times else float("nan"))
+        rows.append({"what": what, "composed": composed_label, "fusion": fusion_label, **{f"{key}_s": medians[key]
+                     for key in ("composed", "fusion", "compiled")}, "bytes": nbytes, "flops": flops,
+                     "bound_s": bound, "compile_s": compile_s, "kernels": names})
+        console.print(f"{what}: {composed_label} {medians['composed'] * 1e3:.3f} ms, {fusion_label} "
+                      f"{medians['fusion'] * 1e3:.3f} ms, compiled {medians['compiled'] * 1e3:.3f} ms; roofline bound "
+                      f"{bound * 1e3:.3f} ms ({nbytes / 1e6:.2f} MB, {flops / 1e6:.2f} MFLOP), {bound / medians['compiled']:.0%} "
+                      f"of it reached; compiling {' + '.join(names)}: "
+                      + (f"{compile_s:.2f} s" if compile_times else "not measured (--quick)"))
     return rows
 
 
@@ -263,7 +380,7 @@ def write_threads_results(info: dict, step: dict, args) -> None:
     console.print(f"wrote the section {heading[3:]!r} of {RESULTS}")
 
 
-def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, args) -> None:
+def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, kernel_rows: list, args) -> None:
     lines = [
         SECTION, "",
         f"Measured {info['date']} with `python benchmarks/acceleration.py` (`tito bench acceleration`) on "
@@ -274,11 +391,14 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, a
         "(CuPy kernels, CUDA graphs) are not written yet.", "",
         "### Training step of the milestone's model", "",
         "4 layers, 4 heads, width 128, context 64, batch 12, no biases, tied head: forward, cross-entropy,",
-        "backward, AdamW (decay on matrices only). Plain: module 13's GPT, module 06's AdamW. Fused: `fuse(model)`",
-        "(bias + GELU as one op saving its tanh, LayerNorm with its row reductions as BLAS products) and",
-        "`FusedAdamW` (one flat buffer).", "",
+        "backward, AdamW (decay on matrices only). Plain: module 13's GPT, module 06's AdamW. Fused: the NumPy",
+        "fusions, `fuse(model, FUSED_REPLACEMENTS)` (bias + GELU as one op saving its tanh, LayerNorm with its row",
+        "reductions as BLAS products) and `FusedAdamW(compiled=False)` (one flat buffer). Compiled: `fuse(model)`",
+        "with Numba, the kernels of module 18 section 6 (LayerNorm, bias + GELU, the causal softmax, softmax +",
+        "cross-entropy) and `FusedAdamW` with `adamw_kernel`" + ("" if acceleration.NUMBA_AVAILABLE else
+                                                                " (not measured: Numba is not installed)") + ".", "",
         "The step ran twice, all three variants interleaved each time: first with glibc's default allocator,",
-        "then after `keep_freed_memory()` (module 18 section 8: glibc keeps freed memory instead of returning",
+        "then after `keep_freed_memory()` (module 18 section 10: glibc keeps freed memory instead of returning",
         "it, so a step does not fault its pages back in; it applies to PyTorch in this process too).", "",
         "| allocator | path | step | PyTorch eager | ratio |", "|---|---|---:|---:|---:|",
     ]
@@ -288,7 +408,9 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, a
                       else "not installed | -")
             lines.append(f"| {allocator} | {label} | {medians[label] * 1e3:.1f} ms | {theirs} |")
     lines += ["", "Fused / plain: " + ", ".join(f"{a} allocator {m['fused'] / m['plain']:.2f}" for a, m in step.items())
-              + ". Target: the fused step at most 1.1× PyTorch eager.", "",
+              + ("; compiled / plain: " + ", ".join(f"{a} allocator {m['compiled'] / m['plain']:.2f}"
+                                                    for a, m in step.items()) if "compiled" in PATHS else "")
+              + ". Target (issue 33): the compiled step at most 1.0× PyTorch eager, kept memory.", "",
               "### Each fusion, before and after", "",
               "| what | before | after | before | after | speed-up |", "|---|---|---|---:|---:|---:|"]
     for row in rows:
@@ -310,8 +432,24 @@ def write_results(info: dict, tables: dict, step: dict, rows: list, vec: dict, a
                      f"{row['roofline']:.1f} GFLOP/s | {row['s'] / vec['blas_s']:.1f}× |")
     lines += ["", "Small tiles fall far below their roofline: the time is Python and NumPy's cost per call, not",
               "arithmetic or memory. Each tile product is itself a BLAS call, so tiling from Python can only add calls.",
-              "", "### Where the time goes (module 14's Profiler, one forward + backward, after warm-up)", "",
-              "Plain:", "", "```", tables["plain"], "```", "", "Fused:", "", "```", tables["fused"], "```", ""]
+              ""]
+    if kernel_rows:
+        lines += ["### Each compiled kernel against the composed NumPy version and its roofline", "",
+                  "Each op forward + backward at the milestone's shapes (float32), interleaved, medians. The roofline",
+                  "bound is max(bytes / peak GB/s, FLOPs / peak GFLOP/s) with this machine's peaks above; bytes and",
+                  "FLOPs are counted from what the compiled kernels do (benchmarks/acceleration.py, `kernels`).",
+                  "Compile time: a fresh `numba.njit` of the kernels, no cache, measured apart (a process with the",
+                  "disk cache loads them instead; no timed step ever includes it).", "",
+                  "| op | composed | time | NumPy fusion | time | compiled | roofline bound | bound / compiled | compile |",
+                  "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+        for row in kernel_rows:
+            lines.append(f"| {row['what']} | {row['composed']} | {row['composed_s'] * 1e3:.3f} ms | {row['fusion']} | "
+                         f"{row['fusion_s'] * 1e3:.3f} ms | {row['compiled_s'] * 1e3:.3f} ms | {row['bound_s'] * 1e3:.3f} ms | "
+                         f"{row['bound_s'] / row['compiled_s']:.0%} | {row['compile_s']:.2f} s |")
+        lines.append("")
+    lines += ["### Where the time goes (module 14's Profiler, one forward + backward, after warm-up)", ""]
+    for label in tables:
+        lines += [f"{label.capitalize()}:", "", "```", tables[label], "```", ""]
     write_section(SECTION, "\n".join(lines), RESULTS)
     console.print(f"wrote the section {SECTION[3:]!r} of {RESULTS}")
 
@@ -341,8 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     step = training_step(args.repeats)
     rows = fusions(args.repeats)
     vec = vectorisation(args.repeats)
+    kernel_rows = kernels(args.repeats, vec["peak"], compile_times=not args.quick) if acceleration.NUMBA_AVAILABLE else []
     if args.write_results:
-        write_results(info, tables, step, rows, vec, args)
+        write_results(info, tables, step, rows, vec, kernel_rows, args)
     return 0
 
 

@@ -1,6 +1,9 @@
-"""Module 18, graded cases: the fused bias + GELU op and its rule, FusedMLP and fuse, FusedAdamW
-(bit for bit AdamW's updates, so compared as the floats' bits), blocked_matmul. (BlasLayerNorm
-is given code: fuse's case checks that it replaces LayerNorm.)
+"""Module 18, graded cases: the fused bias + GELU op and its rule, FusedMLP and fuse, the compiled
+kernels of section 6 (LayerNorm, bias + GELU, softmax + cross-entropy, the causal softmax, the
+prange backward) through their ops, FusedAdamW with and without adamw_kernel (bit for bit AdamW's
+updates, so compared as the floats' bits), blocked_matmul. (BlasLayerNorm is given code: fuse's
+case checks that it replaces LayerNorm.) The kernels run as plain Python where Numba is missing:
+the same values.
 
 Format: grading/reference_values.py.
 """
@@ -16,7 +19,11 @@ from tinytorch.core.layers import Linear, Module
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import MLP, LayerNorm
-from tinytorch.perf.acceleration import FusedAdamW, FusedMLP, bias_gelu, blocked_matmul, fuse
+from tinytorch.perf.acceleration import (COMPILED_REPLACEMENTS, FUSED_REPLACEMENTS, FusedAdamW, FusedMLP, bias_gelu,
+                                         blocked_matmul, causal_attention, compiled_bias_gelu, compiled_cross_entropy,
+                                         compiled_layer_norm, fuse, layer_norm_backward_parallel,
+                                         layer_norm_rows_backward)
+from tinytorch.models.transformer import GPT
 
 
 def graph_ops(out):
@@ -84,14 +91,14 @@ class Small(Module):
 
 def _fuse(rng):
     model = Small(rng)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     x = Tensor(rng.standard_normal((3, 4)))
     shared = [a is b for a, b in zip(model.parameters(), fused.parameters())]
     fused.mlp.fc.weight.data = fused.mlp.fc.weight.data * 0.5  # an update through the fused model
     return {"types": [type(m).__name__ for _, m in fused.named_modules()],
             "original_types": [type(m).__name__ for _, m in model.named_modules()], "shared": shared,
             "same_update": bool(np.array_equal(model.mlp.fc.weight.numpy(), fused.mlp.fc.weight.numpy())),
-            "out": fused(x), "lone": type(fuse(MLP(2, 4, rng=rng))).__name__, "not_a_module": raised(fuse, [model])}
+            "out": fused(x), "lone": type(fuse(MLP(2, 4, rng=rng), FUSED_REPLACEMENTS)).__name__, "not_a_module": raised(fuse, [model])}
 
 
 def _fused_adamw(rng):
@@ -99,7 +106,9 @@ def _fused_adamw(rng):
     start = [rng.standard_normal(s) for s in shapes]
     grads = [[rng.standard_normal(s) for s in shapes] for _ in range(4)]
     results = {}
-    for label, make in (("fused", FusedAdamW), ("plain", AdamW)):
+    makers = (("fused", lambda *a, **k: FusedAdamW(*a, **k, compiled=False)),
+              ("kernel", lambda *a, **k: FusedAdamW(*a, **k, compiled=True)), ("plain", AdamW))
+    for label, make in makers:
         params = [Tensor(v.copy(), requires_grad=True) for v in start]
         groups = [{"params": params[:2], "weight_decay": 0.1}, {"params": params[2:], "weight_decay": 0.0, "lr": 0.02}]
         optimizer = make(groups, lr=0.01, betas=(0.85, 0.99), eps=1e-6)
@@ -110,6 +119,7 @@ def _fused_adamw(rng):
         results[label] = np.concatenate([p.numpy().ravel() for p in params])
         results[f"{label}_moments"] = np.concatenate([optimizer.state[i]["exp_avg_sq"].ravel() for i in range(3)])
     return {"fused_bits": bits(results["fused"]), "plain_bits": bits(results["plain"]),
+            "kernel_bits": bits(results["kernel"]), "kernel_moment_bits": bits(results["kernel_moments"]),
             "moment_bits": bits(results["fused_moments"]),
             "mixed": raised(FusedAdamW, [Tensor(np.ones(2), requires_grad=True),
                                          Tensor(np.ones(2, dtype=np.float32), requires_grad=True)])}
@@ -145,12 +155,90 @@ def _blocked_matmul(rng):
             "bad_tile": raised(blocked_matmul, a, b, 0), "bad_shapes": raised(blocked_matmul, a, a, 2)}
 
 
+def _backward_of(op, inputs, rng):
+    """op(*inputs) and the gradients of its Tensor inputs for a random cotangent."""
+    out = op(*inputs)
+    (out * Tensor(rng.standard_normal(out.shape))).sum().backward()
+    return out, [t.grad for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+
+
+def _kernel_layer_norm(rng):
+    x = Tensor(rng.standard_normal((7, 13)) * 2 + 1, requires_grad=True)
+    w, b = (Tensor(rng.standard_normal(13), requires_grad=True) for _ in range(2))
+    out, (dx, dw, db) = _backward_of(compiled_layer_norm, [x, w, b], rng)
+    x3 = Tensor(rng.standard_normal((2, 3, 5)).astype(np.float32), requires_grad=True)
+    out3, (dx3, dw3) = _backward_of(compiled_layer_norm, [x3, Tensor(np.ones(5, np.float32), requires_grad=True)], rng)
+    return {"out": out, "rstd": out._node.saved["rstd"], "mean": out._node.saved["mean"], "dx": dx, "dweight": dw,
+            "dbias": db, "float32": out3, "dx_float32": dx3, "dweight_float32": dw3, "op": out._node.op}
+
+
+def _kernel_bias_gelu(rng):
+    x = Tensor(rng.standard_normal((7, 13)) * 2, requires_grad=True)
+    b = Tensor(rng.standard_normal(13), requires_grad=True)
+    out, (dx, db) = _backward_of(compiled_bias_gelu, [x, b], rng)
+    return {"out": out, "u": out._node.saved["u"], "tanh": out._node.saved["tanh"], "dx": dx, "dbias": db,
+            "op": out._node.op}
+
+
+def _kernel_cross_entropy(rng):
+    logits = Tensor(rng.standard_normal((2, 5, 7)) * 3, requires_grad=True)
+    targets = rng.integers(0, 7, (2, 5))
+    loss = compiled_cross_entropy(logits, targets)
+    loss.backward()
+    huge = compiled_cross_entropy(np.array([[1000.0, 0.0, -1000.0], [0.0, 990.0, 1000.0]]), np.array([0, 1]))
+    return {"loss": loss, "probs": loss._node.saved["probs"], "dlogits": logits.grad, "huge": huge,
+            "bad_targets": raised(compiled_cross_entropy, np.zeros((2, 3)), np.array([0, 3]))}
+
+
+def _kernel_causal_attention(rng):
+    q, k, v = (Tensor(rng.standard_normal((2, 3, 6, 4)), requires_grad=True) for _ in range(3))
+    out, (dq, dk, dv) = _backward_of(causal_attention, [q, k, v], rng)
+    big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]])
+    eye = np.eye(2)[None, None]
+    return {"out": out, "probs": out._node.saved["probs"], "dq": dq, "dk": dk, "dv": dv,
+            "huge": causal_attention(big, eye, eye, scale=1.0)}
+
+
+def _kernel_prange(rng):
+    x, grad = rng.standard_normal((600, 16)), rng.standard_normal((600, 16))
+    w = rng.standard_normal(16)
+    mean, rstd = x.mean(axis=1), 1 / np.sqrt(x.var(axis=1) + 1e-5)
+    dx, dw_parts, db_parts = np.empty_like(x), np.zeros((3, 16)), np.zeros((3, 16))
+    layer_norm_backward_parallel(grad, x, w, mean, rstd, dx, dw_parts, db_parts)
+    serial_dx, dw, db = np.empty_like(x), np.zeros(16), np.zeros(16)
+    layer_norm_rows_backward(grad, x, w, mean, rstd, serial_dx, dw, db, 100, 250)
+    return {"dx": dx, "dweight_parts": dw_parts, "dbias_parts": db_parts, "rows_100_to_250": serial_dx[100:250],
+            "dweight_100_to_250": dw, "dbias_100_to_250": db}
+
+
+def _compiled_gpt(rng):
+    model = GPT(11, 8, 2, 2, 6, seed=int(rng.integers(1000)), dtype=np.float64)
+    compiled = fuse(model, COMPILED_REPLACEMENTS)
+    ids, targets = rng.integers(0, 11, (2, 2, 6))
+    logits, loss = compiled(ids, targets=targets)
+    loss.backward()
+    return {"type": type(compiled).__name__, "types": sorted({type(m).__name__ for _, m in compiled.named_modules()}),
+            "logits": logits, "loss": loss, "ops": graph_ops(loss),
+            "grads": np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])}
+
+
 CASES = {
     "bias-gelu": (_bias_gelu, "bias_gelu: value, saved u and tanh, gradients for x and bias, twice on a kept graph"),
     "bias-gelu-no-bias": (_bias_gelu_no_bias, "bias_gelu without a bias, 3-D and float16", {"rtol": 1e-3, "atol": 1e-3}),
     "fused-mlp": (_fused_mlp, "FusedMLP equals the MLP through the fused op; gradients reach fc's weight and bias"),
     "fuse": (_fuse, "fuse: a new tree, the same weight tensors, MLP and LayerNorm replaced by the table"),
-    "fused-adamw": (_fused_adamw, "FusedAdamW with two groups (one without decay): AdamW's updates bit for bit"),
+    "fused-adamw": (_fused_adamw, "FusedAdamW with two groups (one without decay), NumPy update and adamw_kernel: "
+                                  "AdamW's updates bit for bit"),
+    "kernel-layer-norm": (_kernel_layer_norm, "compiled_layer_norm: values, saved mean and rstd, gradients; 3-D float32",
+                          {"rtol": 1e-5, "atol": 1e-6}),
+    "kernel-bias-gelu": (_kernel_bias_gelu, "compiled_bias_gelu: values, saved u and tanh, dx and the summed dbias"),
+    "kernel-cross-entropy": (_kernel_cross_entropy, "compiled_cross_entropy on 3-D logits: loss, probs, gradient; "
+                                                    "logits near 1000; targets out of range"),
+    "kernel-causal-attention": (_kernel_causal_attention, "causal_attention: output, causal probabilities, "
+                                                          "dQ, dK, dV; scores near 1000"),
+    "kernel-prange": (_kernel_prange, "layer_norm_backward_parallel in 3 parts: dx and one accumulator row per part; "
+                                      "layer_norm_rows_backward on rows 100..249"),
+    "compiled-gpt": (_compiled_gpt, "fuse(GPT, COMPILED_REPLACEMENTS): every compiled module and op, loss, gradients"),
     "blocked-tiles": (_blocked_tiles, "blocked_matmul (5, 9) @ (9, 4) with tile 4: 2·1·3 products on 4×4 blocks at most"),
     "blocked-matmul": (_blocked_matmul, "blocked_matmul with tiles 3, 4, 20; float32 and int inputs keep their dtype",
                        {"rtol": 1e-5, "atol": 1e-5}),

@@ -20,10 +20,12 @@
 # Module 13's GPT trains on Shakespeare. Module 14's profiler showed where its training step
 # spends its time: the matrix products (the same BLAS kernels PyTorch calls), then GELU,
 # LayerNorm and attention, then a long tail of small operations and the optimizer. This module
-# makes the step faster with the three tools that every fast framework uses:
+# makes the step faster with the tools that every fast framework uses:
 #
 # * **fusion** — several elementwise steps as one recorded op that keeps exactly what its
 #   backward needs (GELU's backward recomputes a `tanh` its forward already had);
+# * **compiled kernels** — the fused formula as one loop compiled by Numba: one pass over
+#   memory instead of one per NumPy call;
 # * **multi-tensor updates** — AdamW over one flat buffer in which every parameter is a view,
 #   so a step is a handful of array calls instead of a dozen per parameter;
 # * **vectorisation** — the same arithmetic, fewer Python-level steps: a loop convolution
@@ -38,21 +40,29 @@
 #   differences and against the composed version, and measure what it saves;
 # * write `fuse(model)`: a new GPT with the fused ops in place and the same weight tensors,
 #   without touching module 13's classes;
+# * write compiled kernels with Numba (LayerNorm, bias + GELU, softmax with cross-entropy, the
+#   causal softmax, AdamW), forward and backward, and say where fastmath is safe and where not;
 # * write the flat-buffer update of `FusedAdamW` and show it is bit-for-bit `AdamW`;
 # * predict from arithmetic intensity when a blocked product or a loop is slow, and check
 #   it on your machine;
 # * say why a batch's gradient can be computed in parts on several threads, and measure what
 #   the second core buys.
 #
-# **Time:** about three hours — sections 1–5 (profile, fused GELU, `fuse`, LayerNorm) in a first sitting,
-# 6–10 (the flat optimizer, vectorisation, the whole step, the allocator, two cores) in a second.
+# **Time:** about four hours — sections 1–5 (profile, fused GELU, `fuse`, LayerNorm) in a first sitting,
+# 6 (compiled kernels) in a second, 7–11 (the flat optimizer, vectorisation, the whole step, the
+# allocator, two cores) in a third.
 #
 # | section | you write | what it does |
 # |---|---|---|
 # | 2 | `bias_gelu`, `bias_gelu_backward` | bias + GELU as one op that saves its `tanh` |
 # | 3 | `FusedMLP.forward`, `fuse` | the GPT with fused MLPs, same weight tensors |
-# | 6 | `FusedAdamW._group_update` | one group's AdamW update on flat arrays |
-# | 7 | `blocked_matmul` | a matrix product tile by tile, honouring the tile size |
+# | 6 | `layer_norm_rows`, `layer_norm_rows_backward` | LayerNorm as two compiled loops over rows |
+# | 6 | `bias_gelu_rows`, `bias_gelu_rows_backward` | bias + GELU in one compiled pass each way |
+# | 6 | `softmax_cross_entropy_rows` and its backward | the loss from the logits, max subtracted |
+# | 6 | `causal_softmax_rows` and its backward | attention's masked softmax, in place |
+# | 6 | `layer_norm_backward_parallel` | the backward on threads, one accumulator per part |
+# | 7 | `FusedAdamW._group_update`, `adamw_kernel` | one group's AdamW update: NumPy, then compiled |
+# | 8 | `blocked_matmul` | a matrix product tile by tile, honouring the tile size |
 #
 # **On a GPU.** The same ideas go further there (one CuPy `ElementwiseKernel` per fused op,
 # the whole step captured in a CUDA graph, because small GPU steps are bound by kernel
@@ -117,7 +127,7 @@ print(prof.table(top=8))
 # are already one op each (modules 12 and 13 fused them), and so is `cross_entropy`
 # (module 04 computes softmax and the loss from the logits in one op and saves the
 # probabilities). The optimizer is not in the table at all: it records no op, so it is
-# timed separately in section 6.
+# timed separately in section 7.
 #
 # Profiling costs time itself (the profiler runs Python for every op), so compare rows of one
 # table with each other, and time the step without the profiler.
@@ -359,7 +369,10 @@ for label, fn in (("composed add + gelu", composed_step), ("fused bias_gelu", fu
 # the fused model trains the original too, and saving the original saves what was trained.
 # The parameter names stay the same (`blocks.0.mlp.fc.weight`), because `FusedMLP` registers
 # the MLP's own `fc`, `proj` and `dropout` under the same names. Which classes are replaced, and
-# by what, is one table, `FUSED_REPLACEMENTS` (given); section 5 adds a second entry to it.
+# by what, is a table handed to `fuse`: here `{MLP: FusedMLP}`. The course's tables are built once
+# each, complete where they are defined: `FUSED_REPLACEMENTS` (the NumPy fusions, section 5) and
+# `COMPILED_REPLACEMENTS` (the Numba kernels, section 6). `fuse(model)` without a table takes the
+# compiled one when Numba is installed, else the NumPy one (`fused_replacements()`, section 6).
 
 # %%
 #| export
@@ -398,34 +411,34 @@ def _replace_submodule(root: Module, name: str, new: Module) -> None:
         setattr(parent, last, new)
 
 
-# Module 13's classes and what `fuse` puts in their place, each built from the module it replaces
-# (FusedMLP(mlp)). Exact types: a subclass of MLP may compute something else. Section 5 adds one.
-FUSED_REPLACEMENTS: dict[type, type] = {MLP: FusedMLP}
-
-
-def fuse(model: Module) -> Module:
+def fuse(model: Module, replacements: dict | None = None) -> Module:
     """A new model with the fused ops in place: every sub-module whose type is exactly a key of
-    FUSED_REPLACEMENTS (module 13's MLP) becomes FUSED_REPLACEMENTS[type](module), e.g.
-    FusedMLP(mlp). `model` itself is not changed.
+    `replacements` (e.g. module 13's MLP) becomes replacements[type](module), e.g. FusedMLP(mlp).
+    Exact types: a subclass of MLP may compute something else. `model` itself is not changed.
 
+    replacements -- {module 13's class: the class built from it}; None (given line): the best
+                    table this machine has, fused_replacements() of section 6 (the compiled
+                    kernels when Numba imports, else the NumPy fusions FUSED_REPLACEMENTS)
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with _replace_submodule(copy, name, replacement). A model whose own type is a key
-    (a lone MLP) is returned as its replacement, built from the copy. TypeError (given) for
-    anything but a Module.
+    replace with _replace_submodule(copy, name, replacement). Then, when the model's own type
+    is a key (a lone MLP, or a GPT whose loss has a compiled replacement), return its
+    replacement built from the copy (with its sub-modules already replaced); else the copy.
+    TypeError (given) for anything but a Module.
     """
     if not isinstance(model, Module):
         raise TypeError(f"fuse needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
+    replacements = fused_replacements() if replacements is None else replacements  # given
     ### BEGIN SOLUTION
     shared = {id(t): t for t in model.parameters()}
     shared.update({id(t): t for _, t in model.named_buffers()})
     fused = copy.deepcopy(model, shared)
-    if type(fused) in FUSED_REPLACEMENTS:
-        return FUSED_REPLACEMENTS[type(fused)](fused)
     for name, module in fused.named_modules()[1:]:
-        if type(module) in FUSED_REPLACEMENTS:
-            _replace_submodule(fused, name, FUSED_REPLACEMENTS[type(module)](module))
+        if type(module) in replacements:
+            _replace_submodule(fused, name, replacements[type(module)](module))
+    if type(fused) in replacements:
+        return replacements[type(fused)](fused)
     return fused
     ### END SOLUTION
 
@@ -487,7 +500,7 @@ def test_unit_fuse():
     for block in model.blocks:  # biases start at 0: make them count, so a forgotten bias shows
         block.mlp.fc.bias.data = np.linspace(-1.0, 1.0, block.mlp.fc.bias.size)
     before = {name: p.data.copy() for name, p in model.named_parameters()}
-    fused = fuse(model)
+    fused = fuse(model, {MLP: FusedMLP})
     assert fused is not model, "fuse must return a NEW model (copy.deepcopy), not change the one it is given"
     assert all(type(block.mlp) is MLP for block in model.blocks), \
         "the original model's MLPs were replaced: replace them in the copy only"
@@ -590,8 +603,9 @@ print(f"ones @ rows       : {measure_latency(lambda: ones768 @ rows768, repeats=
 #   products (`ones @ (grad·x̂)` and `ones @ grad`), so the engine has nothing left to reduce.
 #
 # `BlasLayerNorm` wraps module 13's `LayerNorm` (the same weight and bias tensors, the same
-# names), and one line adds it to `FUSED_REPLACEMENTS`: from now on `fuse(model)` puts it in
-# place of every `LayerNorm`. All of this is given code: read it, then run the checks.
+# names). With it the NumPy table is complete, `FUSED_REPLACEMENTS = {MLP: FusedMLP, LayerNorm:
+# BlasLayerNorm}`: `fuse(model, FUSED_REPLACEMENTS)` puts it in place of every `LayerNorm`. All
+# of this is given code: read it, then run the checks.
 
 # %%
 #| export
@@ -672,7 +686,10 @@ class BlasLayerNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, bias={self.bias is not None}"
 
 
-FUSED_REPLACEMENTS[LayerNorm] = BlasLayerNorm
+
+# Module 13's classes and what `fuse` puts in their place with NumPy only, each built from the
+# module it replaces (FusedMLP(mlp)). Complete here: no later cell changes it.
+FUSED_REPLACEMENTS: dict[type, type] = {MLP: FusedMLP, LayerNorm: BlasLayerNorm}
 
 # %%
 from tinytorch.models.transformer import layer_norm
@@ -697,9 +714,9 @@ def test_unit_blas_layer_norm():
     assert got.dtype == np.float32 and np.allclose(got, layer_norm(huge, ones4).numpy(), atol=1e-5), \
         "a row near 1e20 must normalise as in module 13 (float32 squares overflow: the float64 retry)"
     block = GPT(17, 16, 2, 2, 8, seed=3, dtype=np.float64)
-    fused_ops = recorded_ops(fuse(block)(np.zeros((1, 8), int), targets=np.zeros((1, 8), int))[1])
+    fused_ops = recorded_ops(fuse(block, FUSED_REPLACEMENTS)(np.zeros((1, 8), int), targets=np.zeros((1, 8), int))[1])
     assert "blas_layer_norm" in fused_ops and "layer_norm" not in fused_ops, \
-        f"fuse must now replace every LayerNorm; the fused graph's ops: {sorted(fused_ops)}"
+        f"fuse(model, FUSED_REPLACEMENTS) must replace every LayerNorm; the fused graph's ops: {sorted(fused_ops)}"
     print("✓ blas_layer_norm: module 13's values and gradients (one and two normalised axes), "
           "huge rows handled, and fuse puts it in place of every LayerNorm")
 
@@ -720,7 +737,916 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
     print(f"{label:22s} forward + backward: {measure_latency(lambda: norm(ln_x, ln_w).backward(ln_g), repeats=50)}")
 
 # %% [markdown]
-# ## 6. A multi-tensor optimizer: AdamW over one flat buffer
+# ## 6. Compiled kernels with Numba
+#
+# Every NumPy call is one pass over memory, plus a few microseconds of Python and dispatch.
+# `blas_layer_norm` makes about eight passes over its (N, D) array forward and backward;
+# `bias_gelu` makes seven forward (`t = u*u`, `t *= …`, `tanh`, …), each reading and writing
+# 1.5 MB at the milestone's shape. The arithmetic is cheap; the passes are what costs. A
+# **compiled loop** reads each element once, does the whole formula in registers and writes
+# the result once: one pass. C, CUDA and Triton kernels are written this way; in Python,
+# **Numba** compiles a function of loops over NumPy arrays to machine code (through LLVM, the
+# compiler behind clang).
+#
+# `@numba.njit` compiles the function the first time it is called with new argument types
+# (float32 and float64 arrays are two compilations; the cell below prints what one costs).
+# `cache=True` writes the machine code to disk beside the source, so the next process loads it
+# instead of compiling. `kernel()` below (given) is `numba.njit(cache=True)`, with two fallbacks: where
+# the cache cannot be written (a read-only install, or a notebook cell, which has no file) it
+# compiles in every process instead, and where Numba is not installed it returns the plain
+# Python function: the kernels still run, as slow Python loops, so every check of this
+# lesson works without Numba (only the timings lose).
+#
+# Three rules for a kernel:
+# * it loops over indices and reads and writes array elements, nothing else: no Tensors, no
+#   `record_op` (the op around it records, as `bias_gelu` does);
+# * its outputs are arrays it is given (`out`, `rstd`, …), made by the caller with `np.empty`;
+# * it is **one thread** (Numba's default): `prange` and threads are an exercise at the end.
+#
+# **fastmath.** `fastmath=True` lets LLVM reorder additions (so it can add 8 floats at a time
+# with SIMD), fuse a multiply and an add, and *assume no NaN and no ±inf*. The reordering only
+# changes rounding: `SAFE_FASTMATH` below allows exactly that, for the sums of LayerNorm and
+# the polynomial of GELU. The "no inf" assumption is never safe in a softmax: a masked or very
+# negative logit is `-inf`, `exp(-inf − max)` must be exactly 0, and the max search compares
+# with it. Told that infinities do not exist, the compiler is free to drop or fold those
+# comparisons; whether it does depends on the compiler version and the CPU, so a test that
+# passes today proves nothing about tomorrow. The softmax kernels here use no fastmath at all,
+# and neither does the AdamW kernel (section 7), which must round exactly as NumPy does.
+
+# %%
+#| export
+import warnings
+
+from tinytorch.core.attention import sdpa_flops
+from tinytorch.core.autograd import register_flops
+from tinytorch.core.losses import cross_entropy
+from tinytorch.models.transformer import GPT, CausalSelfAttention
+
+try:
+    import numba
+except ImportError:  # the course runs without it: fuse() then picks the NumPy fusions and says so
+    numba = None
+
+NUMBA_AVAILABLE = numba is not None
+prange = range if numba is None else numba.prange  # a parallel loop under numba.njit(parallel=True)
+# fastmath flags that change rounding only (reorder sums, fuse multiply-add, x/y as x·(1/y),
+# ignore the sign of zero); never "nnan"/"ninf", which let the compiler assume no NaN or inf.
+SAFE_FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz"})
+
+
+def kernel(fastmath: Any = False, parallel: bool = False):
+    """Decorator: numba.njit(cache=True, fastmath=fastmath, parallel=parallel, error_model="numpy",
+    nogil=True) of the function: a division by zero gives inf or NaN as in NumPy, instead of
+    Python's ZeroDivisionError (whose check in every division also keeps loops from vectorising),
+    and the kernel lets go of Python's lock while it runs, as NumPy's loops do, so that section
+    11's threads can run kernels at the same time.
+
+    Where the cache cannot be written (Numba finds no writable folder: a read-only install and
+    no writable NUMBA_CACHE_DIR or home, or a function defined in a notebook cell) it compiles
+    without cache, once per process. Without Numba it returns the function itself (plain Python,
+    the same results, slowly).
+    """
+    def compile_kernel(fn):
+        if numba is None:
+            return fn
+        flags = set(fastmath) if isinstance(fastmath, frozenset) else fastmath  # numba takes a bool or a set
+        options = dict(fastmath=flags, parallel=parallel, error_model="numpy", nogil=True)
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError:  # "cannot cache function …: no locator available"
+            return numba.njit(cache=False, **options)(fn)
+    return compile_kernel
+
+
+def compilable(*arrays: Any) -> bool:
+    """True when every array is a NumPy float32 or float64 array: what the kernels here take.
+    (float16, integers and CuPy arrays go to the NumPy versions.)"""
+    return all(isinstance(a, np.ndarray) and a.dtype in (np.float32, np.float64) for a in arrays)
+
+# %% [markdown]
+# ### A worked example: `x·a + b` in one pass
+#
+# NumPy computes `x * a + b` in two passes (the product into a temporary, then the sum) and
+# allocates the temporary. The kernel below reads `x` once and writes `out` once. Run it: the
+# first call includes the compilation (or the load from the cache), so it is timed apart.
+
+# %%
+@kernel()
+def scale_shift(x, a, b, out):
+    """out[i] = x[i]·a + b for 1-D arrays x and out."""
+    for i in range(x.shape[0]):
+        out[i] = x[i] * a + b
+
+
+import time
+
+# Without Numba the kernel is a Python loop: a smaller array keeps the cell short.
+demo_x = np.random.default_rng(20).standard_normal(2_000_000 if numba else 20_000).astype(np.float32)
+demo_out = np.empty_like(demo_x)
+started = time.perf_counter()
+scale_shift(demo_x[:4], np.float32(2), np.float32(1), demo_out[:4])  # compiles for float32 arrays
+print(f"first call (compile or load from the cache): {(time.perf_counter() - started) * 1e3:.0f} ms")
+scale_shift(demo_x, np.float32(2), np.float32(1), demo_out)
+assert np.allclose(demo_out, demo_x * 2 + 1), "the kernel must compute x·a + b"
+numpy_time = measure_latency(lambda: demo_x * np.float32(2) + np.float32(1), warmup=2, repeats=20)
+kernel_time = measure_latency(scale_shift, demo_x, np.float32(2), np.float32(1), demo_out, warmup=2, repeats=20)
+moved = 2 * demo_x.nbytes  # the kernel's bytes: read x, write out
+print(f"NumPy x * a + b (two passes, a temporary): {numpy_time}")
+print(f"compiled kernel (one pass):               {kernel_time}  "
+      f"{moved / kernel_time.median_s / 1e9:.1f} GB/s")
+print("Numba installed:", NUMBA_AVAILABLE)
+
+# %% [markdown]
+# The kernel moves 8 bytes per element; NumPy's two passes move about 16 and allocate 8 MB.
+# Without Numba the "kernel" line is a Python loop, hundreds of times slower: the lesson's
+# checks still pass, and `fuse` uses the NumPy fusions.
+#
+# ### LayerNorm, forward and backward, one row at a time
+#
+# On the rows (N, D) of `x`, row i has `mean_i = Σ_j x_ij / D`, `var_i = Σ_j (x_ij − mean_i)² / D`,
+# `rstd_i = 1/√(var_i + eps)`, `x̂_ij = (x_ij − mean_i)·rstd_i` and `out_ij = x̂_ij·w_j + b_j`. The
+# forward saves `mean` and `rstd` (N numbers each, float64), not x̂: the backward recomputes x̂
+# from x, which it reads anyway. Accumulate the sums in float64 (`total = 0.0` is a float64 in
+# Numba): a float32 square overflows above 1.8·10¹⁹, and long float32 sums lose digits.
+#
+# The backward on row i, with ĝ_j = grad_ij·w_j:
+#
+# `dx_ij = rstd_i·(ĝ_j − mean_j(ĝ) − x̂_ij·mean_j(ĝ·x̂))`,  `dw_j += grad_ij·x̂_ij`,  `db_j += grad_ij`
+#
+# Both means are over the row's D features. The two terms inside come from the mean and the
+# variance depending on every x of the row; forget either and the gradient is wrong (the test
+# names which). The kernel handles rows `start … stop − 1` and *adds* to `dweight` and `dbias`
+# (float64, zeros from the caller), so that the `prange` exercise at the end can reuse it.
+
+# %%
+#| export
+@kernel(fastmath=SAFE_FASTMATH)
+def layer_norm_rows(x, weight, bias, eps, out, mean, rstd):
+    """LayerNorm of each row of x (N, D): out (N, D) = (x − mean)·rstd·weight + bias.
+
+    weight, bias (D,) (zeros for no bias); eps > 0. Writes out (N, D) in x's dtype, and
+    mean (N,), rstd (N,) = 1/sqrt(var + eps) in float64 (var the biased variance, /D).
+    Sums in float64. N = 0 does nothing.
+    """
+    ### BEGIN SOLUTION
+    n, d = x.shape
+    for i in range(n):
+        total = 0.0
+        for j in range(d):
+            total += x[i, j]
+        m = total / d
+        squares = 0.0
+        for j in range(d):
+            c = x[i, j] - m
+            squares += c * c
+        r = 1.0 / np.sqrt(squares / d + eps)
+        mean[i] = m
+        rstd[i] = r
+        for j in range(d):
+            out[i, j] = (x[i, j] - m) * r * weight[j] + bias[j]
+    ### END SOLUTION
+
+
+@kernel(fastmath=SAFE_FASTMATH)
+def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, start, stop):
+    """LayerNorm's backward for rows start … stop−1 of x (N, D), from the forward's mean, rstd.
+
+    grad, x, dx (N, D); weight (D,); mean, rstd (N,). Writes dx[i] for those rows:
+        dx_ij = rstd_i·(ĝ_ij − mean_j(ĝ_i) − x̂_ij·mean_j(ĝ_i·x̂_i)),  ĝ_ij = grad_ij·w_j,
+        x̂_ij = (x_ij − mean_i)·rstd_i
+    and ADDS grad_ij·x̂_ij to dweight[j] and grad_ij to dbias[j] (float64 (D,) accumulators).
+    """
+    ### BEGIN SOLUTION
+    d = x.shape[1]
+    for i in range(start, stop):
+        m, r = mean[i], rstd[i]
+        sum_g = 0.0
+        sum_gx = 0.0
+        for j in range(d):
+            h = (x[i, j] - m) * r
+            g_hat = grad[i, j] * weight[j]
+            sum_g += g_hat
+            sum_gx += g_hat * h
+            dweight[j] += grad[i, j] * h
+            dbias[j] += grad[i, j]
+        mean_g = sum_g / d
+        mean_gx = sum_gx / d
+        for j in range(d):
+            h = (x[i, j] - m) * r
+            dx[i, j] = r * (grad[i, j] * weight[j] - mean_g - h * mean_gx)
+    ### END SOLUTION
+
+# %% [markdown]
+# The op around the kernels is given: it checks its inputs as `blas_layer_norm` does, views x
+# as rows, makes the outputs, calls the kernel and records **one** op, `compiled_layer_norm`,
+# whose backward rule (beside it) calls the backward kernel. A float16 or CuPy input goes to
+# `blas_layer_norm` instead (Numba compiles for the CPU, and float16 is not one of its types).
+
+# %%
+#| export
+def compiled_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
+    """Module 13's layer_norm computed by the kernel layer_norm_rows: the same value, shape and
+    dtype. x (..., *S); weight S; bias S or None. Records ONE op "compiled_layer_norm", inputs
+    (x, weight) or (x, weight, bias); saved: mean, rstd (N,) float64. float16 (outside module 17's
+    autocast) and CuPy arrays: blas_layer_norm (section 5)."""
+    x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
+    bias = None if bias is None else as_tensor(bias)
+    if not compilable(x.data, weight.data):
+        return blas_layer_norm(x, weight, bias, eps)
+    check_floating_input("compiled_layer_norm", x)
+    _normalized_axes(weight.shape, x.shape)
+    _check_eps("compiled_layer_norm", eps)
+    size = math.prod(weight.shape)
+    rows = np.ascontiguousarray(x.data.reshape(-1, size))
+    w = np.ascontiguousarray(weight.data.reshape(size), dtype=rows.dtype)
+    b = np.zeros(size, rows.dtype) if bias is None else np.ascontiguousarray(bias.data.reshape(size), dtype=rows.dtype)
+    out = np.empty_like(rows)
+    mean, rstd = np.empty(len(rows)), np.empty(len(rows))
+    layer_norm_rows(rows, w, b, float(eps), out, mean, rstd)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return record_op("compiled_layer_norm", out.reshape(x.shape), inputs, mean=mean, rstd=rstd)
+
+
+@register_backward("compiled_layer_norm")
+def compiled_layer_norm_backward(grad: Any, node) -> tuple:
+    """(dx, dweight) or (dx, dweight, dbias) from layer_norm_rows_backward over all rows; the
+    weight's and bias's gradients already summed over the rows, in their own shape and dtype."""
+    x, weight = node.inputs[0], node.inputs[1]
+    mean, rstd = node.saved["mean"], node.saved["rstd"]
+    size = weight.size
+    rows = np.ascontiguousarray(x.data.reshape(-1, size))
+    g = np.ascontiguousarray(grad.reshape(rows.shape), dtype=rows.dtype)
+    dx = np.empty_like(rows)
+    dweight, dbias = np.zeros(size), np.zeros(size)
+    w = np.ascontiguousarray(weight.data.reshape(size), dtype=rows.dtype)
+    layer_norm_rows_backward(g, rows, w, mean, rstd, dx, dweight, dbias, 0, len(rows))
+    grads = (dx.reshape(x.shape), dweight.reshape(weight.shape).astype(weight.dtype))
+    return grads if len(node.inputs) == 2 else grads + (dbias.reshape(weight.shape).astype(node.inputs[2].dtype),)
+
+# %% [markdown]
+# The test compares with module 13's `layer_norm` (the composed NumPy version): values in
+# float32 and float64, gradients against central differences in float64, one row, odd shapes
+# and an empty batch. When a gradient is wrong it says which term of the formula is missing.
+
+# %%
+def layer_norm_backward_slip(dx: np.ndarray, x: np.ndarray, w: np.ndarray, grad: np.ndarray) -> str:
+    """Which classic mistake of the LayerNorm backward gives `dx` (rows (N, D), float64)."""
+    m = x.mean(axis=1, keepdims=True)
+    r = 1 / np.sqrt(((x - m) ** 2).mean(axis=1, keepdims=True) + 1e-5)
+    h, g_hat = (x - m) * r, grad * w
+    mean_g, mean_gx = g_hat.mean(axis=1, keepdims=True), (g_hat * h).mean(axis=1, keepdims=True)
+    wrong = {"the mean-of-ĝ term is missing: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))": r * (g_hat - h * mean_gx),
+             "the x̂·mean(ĝ·x̂) term is missing: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))": r * (g_hat - mean_g),
+             "the weight is missing from ĝ = grad·w": r * (grad - grad.mean(axis=1, keepdims=True)
+                                                          - h * (grad * h).mean(axis=1, keepdims=True)),
+             "rstd is missing in front: dx = rstd·(…)": g_hat - mean_g - h * mean_gx}
+    named = [name for name, value in wrong.items() if np.allclose(dx, value, rtol=1e-6, atol=1e-9)]
+    return named[0] if named else "dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with ĝ = grad·w, means over the row"
+
+
+def test_unit_compiled_layer_norm():
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((7, 13)) * 2 + 1
+    w, b = 1 + 0.3 * rng.standard_normal(13), rng.standard_normal(13)
+    out = compiled_layer_norm(Tensor(x, requires_grad=True), Tensor(w, requires_grad=True), Tensor(b))
+    assert out._node is not None and out._node.op == "compiled_layer_norm", \
+        f"record ONE op 'compiled_layer_norm', got {None if out._node is None else out._node.op!r}"
+    expected = layer_norm(Tensor(x), Tensor(w), Tensor(b)).numpy()
+    assert np.allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12), (
+        f"layer_norm_rows differs from module 13's layer_norm by up to {np.abs(out.numpy() - expected).max():.2e}: "
+        "out = (x − mean)·rstd·w + b, var the mean of squared deviations (/D), rstd = 1/sqrt(var + eps)")
+    assert np.allclose(out._node.saved["rstd"], 1 / np.sqrt(x.var(axis=1) + 1e-5), rtol=1e-12), \
+        "rstd[i] must be 1/sqrt(var_i + eps), eps inside the square root"
+    grad = rng.standard_normal(x.shape)
+    dx = BACKWARD_RULES["compiled_layer_norm"](grad, out._node)[0]
+    want = BACKWARD_RULES["layer_norm"](grad, layer_norm(Tensor(x, requires_grad=True), Tensor(w, requires_grad=True),
+                                                            Tensor(b))._node)[0]
+    assert np.allclose(dx, want, rtol=1e-10, atol=1e-12), \
+        f"layer_norm_rows_backward: dx is wrong (max |diff| {np.abs(dx - want).max():.2e}): " + \
+        layer_norm_backward_slip(dx, x, w, grad)
+    for shape in ((1, 5), (7, 13), (2, 3, 6)):
+        args = [Tensor(rng.standard_normal(shape), requires_grad=True),
+                Tensor(1 + 0.2 * rng.standard_normal(shape[-1]), requires_grad=True),
+                Tensor(rng.standard_normal(shape[-1]), requires_grad=True)]
+        assert gradcheck(compiled_layer_norm, args), f"compiled_layer_norm {shape}: gradients differ"
+    x32 = (rng.standard_normal((4, 9)) * 3).astype(np.float32)
+    got32 = compiled_layer_norm(x32, np.ones(9, np.float32)).numpy()
+    assert got32.dtype == np.float32 and np.allclose(got32, layer_norm(x32, np.ones(9, np.float32)).numpy(),
+                                                     atol=1e-5), "float32 in, float32 out, equal to module 13's"
+    empty = compiled_layer_norm(Tensor(np.zeros((0, 4)), requires_grad=True), Tensor(np.ones(4), requires_grad=True))
+    assert empty.shape == (0, 4), f"an empty batch gives an empty output, got shape {empty.shape}"
+    print("✓ compiled_layer_norm: module 13's values (float32, float64) and gradients, odd shapes, empty batch")
+
+
+test_unit_compiled_layer_norm()
+
+# %% [markdown]
+# ### Bias + GELU, forward and backward
+#
+# The same formula as section 2's `bias_gelu`, element by element: `u = x + b`,
+# `t = tanh(c·(u + 0.044715·u³))`, `out = 0.5·u·(1 + t)`, saving `u` and `t`; the backward
+# `dx = grad·slope` with section 2's slope, and the bias's gradient `Σ_rows dx`, summed in the
+# kernel (float64) instead of by the engine.
+#
+# Two things make the forward fast. `np.tanh` in a kernel is the C library's scalar `tanh`, many
+# times slower per element than NumPy's vectorised one; `exp` is cheap, and
+# `tanh(z) = 1 − 2/(exp(2z) + 1)` is exact in real numbers and stays right at the ends
+# (`exp(2z)` = inf gives 1, `exp(2z)` = 0 gives −1). And the arithmetic should be in the array's
+# dtype: a Python float (`GELU_C`) is a float64 in Numba, which turns a float32 loop into a
+# float64 one. Convert the constants once, `x.dtype.type(2 * GELU_C)`. (In float32 the cube may
+# overflow to inf for |u| above 7·10¹²: `exp` then gives inf or 0, and t is ±1, as it should be.)
+
+# %%
+#| export
+@kernel()
+def bias_gelu_rows(x, bias, u, t, out):
+    """GELU (tanh form) of x + bias on rows x (N, D), bias (D,) (zeros for no bias).
+    Writes u = x + bias, t = tanh(z) with z = GELU_C·(u + GELU_COEFF·u³), computed as
+    1 − 2/(exp(2z) + 1), and out = 0.5·u·(1 + t), each (N, D); the arithmetic in x's dtype (the
+    constants converted with x.dtype.type)."""
+    ### BEGIN SOLUTION
+    n, d = x.shape
+    two_c, coeff = x.dtype.type(2 * GELU_C), x.dtype.type(GELU_COEFF)
+    one, two, half = x.dtype.type(1), x.dtype.type(2), x.dtype.type(0.5)
+    for i in range(n):
+        for j in range(d):
+            v = x[i, j] + bias[j]
+            th = one - two / (np.exp(two_c * (v + coeff * v * v * v)) + one)
+            u[i, j] = v
+            t[i, j] = th
+            out[i, j] = half * v * (one + th)
+    ### END SOLUTION
+
+
+@kernel(fastmath=SAFE_FASTMATH)
+def bias_gelu_rows_backward(grad, u, t, dx, dbias):
+    """dx (N, D) = grad·slope, slope = 0.5·(1 + t) + 0.5·u·(1 − t²)·GELU_C·(1 + 3·GELU_COEFF·u²),
+    from the saved u and t (no tanh here); ADDS Σ_i dx_ij to dbias[j] (float64 (D,))."""
+    ### BEGIN SOLUTION
+    n, d = u.shape
+    for i in range(n):
+        for j in range(d):
+            v, th = u[i, j], t[i, j]
+            slope = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * GELU_C * (1.0 + 3.0 * GELU_COEFF * v * v)
+            value = grad[i, j] * slope
+            dx[i, j] = value
+            dbias[j] += value
+    ### END SOLUTION
+
+# %%
+#| export
+def compiled_bias_gelu(x: Any, bias: Any = None) -> Tensor:
+    """bias_gelu (section 2) computed by the kernel bias_gelu_rows: the same value, shape and dtype.
+    Records ONE op "compiled_bias_gelu", inputs (x, bias) or (x,); saved u, tanh (rows (N, D)).
+    float16 and CuPy arrays: bias_gelu."""
+    x = as_tensor(x)
+    bias = None if bias is None else as_tensor(bias)
+    if not compilable(x.data):
+        return bias_gelu(x, bias)
+    check_floating_input("compiled_bias_gelu", x)
+    if bias is not None and bias.shape != (x.shape[-1],):
+        raise ValueError(f"compiled_bias_gelu: the bias must have shape ({x.shape[-1]},) for x of shape {x.shape}, "
+                         f"got {bias.shape}.")
+    rows = np.ascontiguousarray(x.data.reshape(-1, x.shape[-1]) if x.ndim else x.data.reshape(1, 1))
+    b = np.zeros(rows.shape[1], rows.dtype) if bias is None else np.ascontiguousarray(bias.data, dtype=rows.dtype)
+    u, t, out = np.empty_like(rows), np.empty_like(rows), np.empty_like(rows)
+    bias_gelu_rows(rows, b, u, t, out)
+    inputs = (x,) if bias is None else (x, bias)
+    return record_op("compiled_bias_gelu", out.reshape(x.shape), inputs, u=u, tanh=t)
+
+
+@register_backward("compiled_bias_gelu")
+def compiled_bias_gelu_backward(grad: Any, node) -> tuple:
+    """(dx,) or (dx, dbias) from bias_gelu_rows_backward; dbias summed over the rows already."""
+    u, t = node.saved["u"], node.saved["tanh"]
+    x = node.inputs[0]
+    dx, dbias = np.empty_like(u), np.zeros(u.shape[1])
+    bias_gelu_rows_backward(np.ascontiguousarray(grad.reshape(u.shape), dtype=u.dtype), u, t, dx, dbias)
+    if len(node.inputs) == 1:
+        return (dx.reshape(x.shape),)
+    return dx.reshape(x.shape), dbias.astype(node.inputs[1].dtype)
+
+# %%
+def test_unit_compiled_bias_gelu():
+    rng = np.random.default_rng(22)
+    x, b = rng.standard_normal((7, 13)) * 2, rng.standard_normal(13)
+    out = compiled_bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))
+    assert out._node is not None and out._node.op == "compiled_bias_gelu", \
+        f"record ONE op 'compiled_bias_gelu', got {None if out._node is None else out._node.op!r}"
+    reference = bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))
+    assert np.allclose(out._node.saved["u"], x + b), "bias_gelu_rows: u must be x + bias"
+    assert np.allclose(out._node.saved["tanh"], reference._node.saved["tanh"], rtol=1e-12, atol=1e-12), \
+        "bias_gelu_rows: t must be tanh(GELU_C·(u + GELU_COEFF·u³)), before 1 + t"
+    assert np.allclose(out.numpy(), reference.numpy(), rtol=1e-12, atol=1e-12), \
+        f"bias_gelu_rows: out differs from bias_gelu by up to {np.abs(out.numpy() - reference.numpy()).max():.2e}"
+    grad = rng.standard_normal(x.shape)
+    dx, dbias = BACKWARD_RULES["compiled_bias_gelu"](grad, out._node)
+    check_gelu_slope(dx / grad, x + b, reference._node.saved["tanh"])
+    assert np.allclose(dbias, dx.sum(axis=0), rtol=1e-10), "dbias must be the sum of dx over the rows (+= per row)"
+    assert gradcheck(compiled_bias_gelu, [Tensor(x, requires_grad=True), Tensor(b, requires_grad=True)]), \
+        "compiled_bias_gelu: gradients differ from central differences"
+    x3 = Tensor(rng.standard_normal((2, 3, 4)), requires_grad=True)
+    assert gradcheck(compiled_bias_gelu, [x3]), "compiled_bias_gelu without a bias (3-D): gradients differ"
+    x32 = rng.standard_normal((1, 6)).astype(np.float32) * 4
+    got32 = compiled_bias_gelu(x32).numpy()
+    assert got32.dtype == np.float32 and np.allclose(got32, bias_gelu(x32).numpy(), atol=1e-6), \
+        "float32 in, float32 out, equal to bias_gelu"
+    assert compiled_bias_gelu(np.zeros((0, 4))).shape == (0, 4), "an empty batch gives an empty output"
+    print("✓ compiled_bias_gelu: bias_gelu's values and saved arrays, slope and bias gradient checked")
+
+
+test_unit_compiled_bias_gelu()
+
+# %% [markdown]
+# ### Softmax and cross-entropy from the logits
+#
+# Module 04's `cross_entropy` in one pass per row of the logits (N, C): the row's maximum `m`,
+# then `e_j = exp(z_j − m)` written into `probs` while summing `s = Σ e_j`, then `probs /= s`
+# and the row's loss `log(s) + m − z_y`. The **max subtraction** is not optional: `exp(z)` of a
+# float32 logit above 88.7 is inf, and inf/inf is NaN; with `m` subtracted every exponent is
+# ≤ 0, so every `e_j` ≤ 1 and `s` ≥ 1. The backward of the mean loss over the N rows is
+# `dz_ij = grad·(p_ij − [j = y_i]) / N`.
+#
+# No fastmath here: a logit may be `-inf` (a class that is ruled out), and `exp(-inf − m)`
+# must give exactly 0 (the test checks it, though a check cannot prove that a fastmath build
+# would keep it: see above).
+
+# %%
+#| export
+@kernel()
+def softmax_cross_entropy_rows(logits, targets, probs, losses):
+    """Softmax and cross-entropy of each row of logits (N, C) with targets (N,) int64 in [0, C).
+    Writes probs (N, C) (the softmax, logits' dtype) and losses (N,) float64, each
+    log Σ_j exp(z_j − m) + m − z_y, m the row's maximum (subtracted before every exp)."""
+    ### BEGIN SOLUTION
+    n, c = logits.shape
+    for i in range(n):
+        m = logits[i, 0]
+        for j in range(1, c):
+            if logits[i, j] > m:
+                m = logits[i, j]
+        total = 0.0
+        for j in range(c):
+            e = np.exp(logits[i, j] - m)
+            probs[i, j] = e
+            total += e
+        inverse = 1.0 / total
+        for j in range(c):
+            probs[i, j] *= inverse
+        losses[i] = np.log(total) + m - logits[i, targets[i]]
+    ### END SOLUTION
+
+
+@kernel()
+def softmax_cross_entropy_rows_backward(probs, targets, scale, dlogits):
+    """dlogits (N, C) = scale·(probs − onehot(targets)): scale = grad / N for the mean loss."""
+    ### BEGIN SOLUTION
+    n, c = probs.shape
+    for i in range(n):
+        for j in range(c):
+            dlogits[i, j] = scale * probs[i, j]
+        dlogits[i, targets[i]] -= scale
+    ### END SOLUTION
+
+# %%
+#| export
+def compiled_cross_entropy(logits: Any, targets: Any) -> Tensor:
+    """Module 04's cross_entropy(logits, targets) (no ignore_index) by softmax_cross_entropy_rows:
+    the mean over the rows of logits (..., C) of LSE(z) − z_y, a 0-d Tensor in the logits' dtype.
+    Records ONE op "compiled_cross_entropy", input (logits,); saved probs (N, C), targets (N,).
+    ValueError when targets are not integers of shape logits.shape[:-1] in [0, C). float16 and
+    CuPy arrays: module 04's cross_entropy. An empty batch has loss 0."""
+    logits = autocast_float32(as_tensor(logits))
+    if not compilable(logits.data):
+        return cross_entropy(logits, targets)
+    if logits.ndim == 0:
+        raise ValueError("compiled_cross_entropy: logits need a class dimension, got a 0-d tensor.")
+    ids = np.asarray(targets.data if isinstance(targets, Tensor) else targets)
+    num_classes = logits.shape[-1]
+    if ids.shape != logits.shape[:-1] or ids.dtype.kind not in "iu" or \
+            (ids.size and (ids.min() < 0 or ids.max() >= num_classes)):
+        raise ValueError(f"compiled_cross_entropy: logits of shape {logits.shape} need integer targets of shape "
+                         f"{logits.shape[:-1]} in [0, {num_classes}), got {ids.dtype} {ids.shape}.")
+    rows = np.ascontiguousarray(logits.data.reshape(-1, num_classes))
+    flat_targets = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+    probs, losses = np.empty_like(rows), np.empty(len(rows))
+    softmax_cross_entropy_rows(rows, flat_targets, probs, losses)
+    loss = losses.sum() / max(len(rows), 1)
+    return record_op("compiled_cross_entropy", np.asarray(loss, dtype=logits.dtype), (logits,),
+                     probs=probs, targets=flat_targets)
+
+
+@register_backward("compiled_cross_entropy")
+def compiled_cross_entropy_backward(grad: Any, node) -> tuple:
+    """(dlogits,) = grad·(probs − onehot)/N in the logits' shape, by the backward kernel."""
+    probs, targets = node.saved["probs"], node.saved["targets"]
+    dlogits = np.empty_like(probs)
+    softmax_cross_entropy_rows_backward(probs, targets, float(grad) / max(len(probs), 1), dlogits)
+    return (dlogits.reshape(node.inputs[0].shape),)
+
+# %%
+def test_unit_compiled_cross_entropy():
+    rng = np.random.default_rng(23)
+    logits = rng.standard_normal((7, 13)) * 3
+    labels = rng.integers(0, 13, 7)
+    loss = compiled_cross_entropy(Tensor(logits, requires_grad=True), labels)
+    assert loss._node is not None and loss._node.op == "compiled_cross_entropy", \
+        f"record ONE op 'compiled_cross_entropy', got {None if loss._node is None else loss._node.op!r}"
+    expected = cross_entropy(Tensor(logits), labels).item()
+    assert np.isclose(loss.item(), expected, rtol=1e-12), \
+        f"loss {loss.item()} is not module 04's {expected}: each row's loss is log(Σ exp(z − m)) + m − z_y"
+    huge = np.array([[1000.0, 0.0, -1000.0], [0.0, 990.0, 1000.0]], np.float32)
+    got = compiled_cross_entropy(huge, np.array([0, 1])).item()
+    assert np.isfinite(got) and np.isclose(got, cross_entropy(huge, np.array([0, 1])).item(), rtol=1e-5), (
+        f"logits near 1000 give loss {got}: subtract the row's maximum before every exp "
+        "(exp(1000) is inf in float32 and float64, inf/inf is NaN)")
+    ruled_out = np.array([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])
+    probs = compiled_cross_entropy(Tensor(ruled_out, requires_grad=True), np.array([2, 0]))._node.saved["probs"]
+    assert np.isfinite(probs).all() and probs[0, 0] == 0 and probs[1, 1] == 0, (
+        f"a logit of -inf must get probability exactly 0, got {probs.tolist()}: exp(-inf − m) = 0, m the row's "
+        "maximum found by comparisons (start it at the row's first logit)")
+    grad = BACKWARD_RULES["compiled_cross_entropy"](np.float64(2.0), loss._node)[0]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    want = 2.0 * (p - np.eye(13)[labels]) / 7
+    assert np.allclose(grad, want, rtol=1e-10, atol=1e-12), \
+        "softmax_cross_entropy_rows_backward: dz = scale·(p − onehot), scale = grad / N, the target's entry − scale"
+    assert gradcheck(lambda z: compiled_cross_entropy(z, labels), [Tensor(logits, requires_grad=True)]), \
+        "compiled_cross_entropy: gradients differ from central differences"
+    logits3 = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    labels3 = rng.integers(0, 5, (2, 3))
+    got32 = compiled_cross_entropy(logits3, labels3)
+    assert got32.dtype == np.float32 and np.isclose(got32.item(), cross_entropy(logits3, labels3).item(), rtol=1e-5), \
+        "3-D float32 logits: module 04's loss, in float32"
+    assert compiled_cross_entropy(np.zeros((0, 4)), np.zeros(0, int)).item() == 0.0, "an empty batch has loss 0"
+    print("✓ compiled_cross_entropy: module 04's loss and gradient, huge and -inf logits, 3-D, empty batch")
+
+
+test_unit_compiled_cross_entropy()
+
+# %% [markdown]
+# ### The causal softmax of attention
+#
+# Module 12's attention with `is_causal=True` computes the scores `S = Q Kᵀ·scale` (a BLAS
+# product, shape (…, T, T)), fills the future (key j > query i) with `-inf`, and takes a softmax
+# over each row in five NumPy passes. The kernel does row i of each (T, T) block in one
+# sweep over keys `0 … i` only: the maximum, then `exp(s − max)` and its sum, then the division;
+# the future entries are written as exactly 0 and never exponentiated. It works in place: the
+# scores become the probabilities. The backward of a softmax, with `dP = dO Vᵀ` from BLAS, is
+# row by row `dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik)`, again over `k ≤ i` only, and 0 in the future.
+#
+# `causal_attention(q, k, v)` (given) is the op around them: the products are BLAS, the softmax
+# and its backward are the kernels, and it records ONE op with the probabilities saved, like
+# module 12's `sdpa` without dropout.
+
+# %%
+#| export
+@kernel()
+def causal_softmax_rows(scores):
+    """In place: each (T, T) block of scores (M, T, T) becomes the causal softmax of its rows.
+    Row i: P_ij = exp(S_ij − m_i) / Σ_{k ≤ i} exp(S_ik − m_i) for j ≤ i, m_i = max_{k ≤ i} S_ik;
+    P_ij = 0 for j > i (the future). No fastmath (see the text)."""
+    ### BEGIN SOLUTION
+    blocks, tq, tk = scores.shape
+    for b in range(blocks):
+        for i in range(tq):
+            m = scores[b, i, 0]
+            for j in range(1, i + 1):
+                if scores[b, i, j] > m:
+                    m = scores[b, i, j]
+            total = 0.0
+            for j in range(i + 1):
+                e = np.exp(scores[b, i, j] - m)
+                scores[b, i, j] = e
+                total += e
+            inverse = 1.0 / total
+            for j in range(i + 1):
+                scores[b, i, j] *= inverse
+            for j in range(i + 1, tk):
+                scores[b, i, j] = 0.0
+    ### END SOLUTION
+
+
+@kernel()
+def causal_softmax_rows_backward(probs, dprobs):
+    """In place: dprobs (M, T, T) becomes dS, with dS_ij = P_ij·(dP_ij − Σ_{k ≤ i} P_ik·dP_ik) for
+    j ≤ i and 0 for j > i; probs (M, T, T) from causal_softmax_rows."""
+    ### BEGIN SOLUTION
+    blocks, tq, tk = probs.shape
+    for b in range(blocks):
+        for i in range(tq):
+            dot = 0.0
+            for j in range(i + 1):
+                dot += probs[b, i, j] * dprobs[b, i, j]
+            for j in range(i + 1):
+                dprobs[b, i, j] = probs[b, i, j] * (dprobs[b, i, j] - dot)
+            for j in range(i + 1, tk):
+                dprobs[b, i, j] = 0.0
+    ### END SOLUTION
+
+# %%
+#| export
+def causal_attention(q: Any, k: Any, v: Any, scale: float | None = None, return_weights: bool = False) -> Any:
+    """softmax(Q Kᵀ·scale with the future masked) V, the softmax by causal_softmax_rows.
+
+    q, k (..., T, dk), v (..., T, dv), the same leading dims (batch, heads) and T; scale
+    default 1/√dk. Returns the output (..., T, dv) in q's dtype (float32 or float64 NumPy).
+    Records ONE op "causal_attention", inputs (q, k, v); saved probs (M, T, T) (M = the
+    product of the leading dims), scale. Equal to module 12's
+    scaled_dot_product_attention(q, k, v, is_causal=True)[0] without dropout.
+    return_weights -- also return the weights (..., T, T) as a Tensor without a graph (to look at).
+    """
+    q, k, v = as_tensor(q), as_tensor(k), as_tensor(v)
+    if not compilable(q.data, k.data, v.data) or not q.dtype == k.dtype == v.dtype \
+            or q.shape[:-1] != k.shape[:-1] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"causal_attention: needs NumPy float32/float64 q, k (..., T, dk), v (..., T, dv) of one "
+                         f"dtype, got {q.dtype} {q.shape}, {k.dtype} {k.shape}, {v.dtype} {v.shape}.")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    *lead, t, dk = q.shape
+    qs, ks, vs = (a.data.reshape(-1, t, a.shape[-1]) for a in (q, k, v))
+    scores = np.matmul(qs, np.swapaxes(ks, -1, -2))
+    scores *= scale
+    causal_softmax_rows(scores)  # in place: now the probabilities
+    out = np.matmul(scores, vs)
+    output = record_op("causal_attention", out.reshape(*lead, t, v.shape[-1]), (q, k, v), probs=scores, scale=scale)
+    return (output, Tensor(scores.reshape(*lead, t, t))) if return_weights else output
+
+
+@register_backward("causal_attention")
+def causal_attention_backward(grad: Any, node) -> tuple:
+    """dV = Pᵀ dO; dP = dO Vᵀ; dS = causal_softmax_rows_backward(P, dP); dQ = dS K·scale;
+    dK = dSᵀ Q·scale. None for an input that needs no gradient."""
+    q, k, v = node.inputs
+    probs, scale = node.saved["probs"], node.saved["scale"]
+    t = probs.shape[-1]
+    qs, ks, vs = (a.data.reshape(-1, t, a.shape[-1]) for a in (q, k, v))
+    g = grad.reshape(-1, t, v.shape[-1]).astype(probs.dtype, copy=False)
+    d_v = np.matmul(np.swapaxes(probs, -1, -2), g).reshape(v.shape) if v.requires_grad else None
+    d_q = d_k = None
+    if q.requires_grad or k.requires_grad:
+        d_s = np.matmul(g, np.swapaxes(vs, -1, -2))  # dP, a fresh array: dS in place below
+        causal_softmax_rows_backward(probs, d_s)
+        d_s *= scale
+        d_q = np.matmul(d_s, ks).reshape(q.shape) if q.requires_grad else None
+        d_k = np.matmul(np.swapaxes(d_s, -1, -2), qs).reshape(k.shape) if k.requires_grad else None
+    return d_q, d_k, d_v
+
+
+register_flops("causal_attention")(sdpa_flops)  # module 12's count: Q Kᵀ and P V, the whole square
+
+# %%
+from tinytorch.core.attention import scaled_dot_product_attention
+
+
+def test_unit_causal_attention():
+    rng = np.random.default_rng(24)
+    for shape in ((1, 1, 1, 3), (2, 3, 7, 5)):
+        q, k, v = (Tensor(rng.standard_normal(shape), requires_grad=True) for _ in range(3))
+        out = causal_attention(q, k, v)
+        assert out._node is not None and out._node.op == "causal_attention", "record ONE op 'causal_attention'"
+        probs = out._node.saved["probs"]
+        reference, weights = scaled_dot_product_attention(Tensor(q.numpy()), Tensor(k.numpy()), Tensor(v.numpy()),
+                                                          is_causal=True)
+        if not np.allclose(probs.reshape(weights.shape), weights.numpy(), rtol=1e-12, atol=1e-14):
+            future = np.triu(np.ones((shape[-2], shape[-2]), bool), 1)
+            assert np.all(probs.reshape(weights.shape)[..., future] == 0), \
+                "causal_softmax_rows: the future (key j > query i) must get weight exactly 0"
+            assert np.allclose(probs.sum(axis=-1), 1), "causal_softmax_rows: each row must sum to 1 over keys 0 … i"
+            raise AssertionError("causal_softmax_rows: the weights differ from module 12's causal softmax: "
+                                 "exp(S_ij − m_i) / Σ_{k ≤ i} exp(S_ik − m_i), m_i the max over k ≤ i")
+        assert np.allclose(out.numpy(), reference.numpy(), rtol=1e-12, atol=1e-14), \
+            "causal_attention: the output differs from module 12's sdpa with is_causal=True"
+        assert gradcheck(causal_attention, [q, k, v]), \
+            f"causal_attention {shape}: gradients differ (causal_softmax_rows_backward: P·(dP − Σ_k P·dP))"
+    big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]], np.float32)  # the scores themselves, with K = V = I
+    eye = np.eye(2, dtype=np.float32)[None, None]
+    got = causal_attention(big, eye, eye, scale=1.0).numpy()
+    assert np.isfinite(got).all(), ("scores near 1000 give NaN or inf: subtract the row's maximum before every exp "
+                                    "(exp(1000) overflows)")
+    q32 = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    got32 = causal_attention(q32, q32, q32).numpy()
+    want32 = scaled_dot_product_attention(q32, q32, q32, is_causal=True)[0].numpy()
+    assert got32.dtype == np.float32 and np.allclose(got32, want32, atol=1e-6), "float32 in, float32 out"
+    print("✓ causal_attention: module 12's causal attention, its gradients, huge scores, float32")
+
+
+test_unit_causal_attention()
+
+# %% [markdown]
+# ### Into the GPT: the compiled table
+#
+# The kernels go into the model the way section 3's fused MLP did: classes built from module
+# 13's modules, sharing their weight tensors, listed in one table. Each compiled class is a
+# subclass of the class it replaces (a `CompiledGPT` *is* a `GPT`: its generation and
+# attention maps still work), overriding only `forward`:
+#
+# | module 13's class | replaced by | what runs compiled |
+# |---|---|---|
+# | `MLP` | `CompiledMLP` | bias + GELU (`compiled_bias_gelu`) |
+# | `LayerNorm` | `CompiledLayerNorm` | `compiled_layer_norm` |
+# | `CausalSelfAttention` | `CompiledCausalSelfAttention` | `causal_attention` (the softmax) |
+# | `GPT` | `CompiledGPT` | the loss, `compiled_cross_entropy` |
+#
+# The attention uses the kernel in training without attention dropout and without a KV cache;
+# with dropout or a cache it calls module 13's forward (dropout needs the weights before the
+# mask, a cache a rectangular mask). The weights it returns are for looking at: no gradient
+# flows through them (module 12's `sdpa_weights` is the op for that).
+#
+# `fused_replacements()` is what `fuse(model)` uses without a table: the compiled one when Numba
+# imports, else the NumPy one, with a warning (once) that says what to install.
+
+# %%
+#| export
+class CompiledMLP(FusedMLP):
+    """FusedMLP with compiled_bias_gelu: dropout(proj(compiled_bias_gelu(rows @ fc.weight, fc.bias)))."""
+
+    def forward(self, x: Any) -> Tensor:
+        x = as_tensor(x)
+        rows = x.reshape(-1, x.shape[-1])
+        out = self.dropout(self.proj(compiled_bias_gelu(rows @ self.fc.weight, self.fc.bias)))
+        return out.reshape(x.shape)
+
+
+class CompiledLayerNorm(BlasLayerNorm):
+    """Module 13's LayerNorm computed by compiled_layer_norm (the same weight and bias tensors)."""
+
+    def forward(self, x: Any) -> Tensor:
+        return compiled_layer_norm(x, self.weight, self.bias, self.eps)
+
+
+def _adopt(new: Module, old: Module) -> Module:
+    """`new` (an empty instance of a subclass of old's class) takes old's attributes: the same
+    sub-modules, parameters and settings, so the same names and the same weight tensors."""
+    Module.__init__(new)
+    for key, value in old.__dict__.items():
+        object.__setattr__(new, key, dict(value) if isinstance(value, dict) else value)
+    return new
+
+
+class CompiledCausalSelfAttention(CausalSelfAttention):
+    """Module 13's CausalSelfAttention with the softmax by causal_attention. Built from one (the
+    same projections). forward(x (B, T, E), cache=None) -> (output (B, T, E), weights (B, H, T, T),
+    without gradient); with a cache, or attention dropout in training: module 13's forward."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):  # the attributes come from the module adopted
+        return object.__new__(cls)
+
+    def __init__(self, attention: CausalSelfAttention):
+        _adopt(self, attention)
+
+    def forward(self, x: Any, cache: Any = None) -> tuple[Tensor, Tensor]:
+        x = as_tensor(x)
+        if cache is not None or (self.dropout > 0 and self.training) or not compilable(x.data):
+            return super().forward(x, cache=cache)
+        B, T, E = x.shape
+        H, D = self.num_heads, self.head_dim
+        rows = x.reshape(B * T, E)
+        q, k, v = (proj(rows).reshape(B, T, H, D).permute(0, 2, 1, 3)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        heads, weights = causal_attention(q, k, v, return_weights=True)
+        return self.out_proj(heads.permute(0, 2, 1, 3).reshape(B * T, E)).reshape(B, T, E), weights
+
+
+class CompiledGPT(GPT):
+    """Module 13's GPT whose loss is compiled_cross_entropy. Built from a GPT (the same modules
+    and weight tensors). forward(idx, targets=None, cache=None) -> (logits, loss) as GPT's."""
+
+    def __new__(cls, *args: Any, **kwargs: Any):  # the attributes come from the GPT adopted
+        return object.__new__(cls)
+
+    def __init__(self, gpt: GPT):
+        _adopt(self, gpt)
+
+    def forward(self, idx: Any, targets: Any = None, cache: Any = None) -> tuple[Tensor, Tensor | None]:
+        logits, _ = super().forward(idx, cache=cache)
+        return logits, (None if targets is None else compiled_cross_entropy(logits, targets))
+
+
+# Module 13's classes and their compiled replacements. Complete here: no later cell changes it.
+COMPILED_REPLACEMENTS: dict[type, type] = {MLP: CompiledMLP, LayerNorm: CompiledLayerNorm,
+                                           CausalSelfAttention: CompiledCausalSelfAttention, GPT: CompiledGPT}
+_MISSING_NUMBA_TOLD: list = []  # one entry once the warning below has been given
+
+
+def fused_replacements() -> dict[type, type]:
+    """The table fuse(model) uses by default: COMPILED_REPLACEMENTS when Numba imports, else
+    FUSED_REPLACEMENTS (the NumPy fusions), with a warning, once per process, naming what to install."""
+    if NUMBA_AVAILABLE:
+        return COMPILED_REPLACEMENTS
+    if not _MISSING_NUMBA_TOLD:
+        _MISSING_NUMBA_TOLD.append(True)
+        warnings.warn("Numba is not installed: fuse() uses module 18's NumPy fusions (bias_gelu, blas_layer_norm) "
+                      "instead of the compiled kernels. `pip install numba` for those.", RuntimeWarning, stacklevel=3)
+    return FUSED_REPLACEMENTS
+
+# %%
+def test_unit_compiled_gpt():
+    model = GPT(17, 16, 2, 2, 8, seed=5, dtype=np.float64)
+    for block in model.blocks:  # make the biases count
+        block.mlp.fc.bias.data = np.linspace(-1.0, 1.0, block.mlp.fc.bias.size)
+        block.ln1.bias.data = np.linspace(-0.5, 0.5, 16)
+    compiled = fuse(model, COMPILED_REPLACEMENTS)
+    assert type(compiled) is CompiledGPT and isinstance(compiled, GPT), \
+        f"fuse must replace the GPT itself last (after its sub-modules), got {type(compiled).__name__}"
+    kinds = {type(m).__name__ for _, m in compiled.named_modules()}
+    assert {"CompiledMLP", "CompiledLayerNorm", "CompiledCausalSelfAttention"} <= kinds, \
+        f"every MLP, LayerNorm and attention must be replaced; modules: {sorted(kinds)}"
+    assert all(p is q for p, q in zip(model.parameters(), compiled.parameters())), "share the weight tensors"
+    ids, targets = np.random.default_rng(6).integers(0, 17, (2, 3, 8))
+    logits, loss = model(ids, targets=targets)
+    clogits, closs = compiled(ids, targets=targets)
+    ops = recorded_ops(closs)
+    assert {"compiled_cross_entropy", "compiled_layer_norm", "compiled_bias_gelu", "causal_attention"} <= ops, \
+        f"the compiled GPT's graph: {sorted(ops)}"
+    assert np.allclose(clogits.numpy(), logits.numpy(), rtol=1e-10, atol=1e-12) and \
+        np.isclose(closs.item(), loss.item(), rtol=1e-12), "the compiled GPT's logits or loss differ from GPT's"
+    loss.backward()
+    plain = [p.grad.numpy().copy() for p in model.parameters()]
+    model.zero_grad()
+    closs.backward()
+    for (name, p), want in zip(compiled.named_parameters(), plain):
+        assert np.allclose(p.grad.numpy(), want, rtol=1e-9, atol=1e-12), f"the gradient of {name} differs from GPT's"
+    print("✓ fuse(model, COMPILED_REPLACEMENTS): every kernel in the GPT, the same loss and gradients (float64)")
+
+
+test_unit_compiled_gpt()
+
+# %% [markdown]
+# ### Exercise: two threads with `prange`
+#
+# `numba.njit(parallel=True)` runs the iterations of a `prange` loop on several threads
+# (`numba.set_num_threads(n)`). LayerNorm's backward is the interesting case: the rows are
+# independent for `dx`, but `dweight` and `dbias` are **sums over all rows**. If every thread
+# adds into the same `dweight`, two threads read the same `dweight[j]`, each adds its own term
+# and each writes back: one addition is lost. That is a **race** on a shared accumulator, and
+# it gives different wrong answers from run to run.
+#
+# The cure is one accumulator per part: split the rows into `P` contiguous parts, let part p
+# add into row p of `dweight_parts` (P, D), and sum the P rows afterwards (given). Write the
+# loop: each part calls `layer_norm_rows_backward` on its own rows and its own accumulators.
+
+# %%
+#| export
+@kernel(parallel=True)
+def layer_norm_backward_parallel(grad, x, weight, mean, rstd, dx, dweight_parts, dbias_parts):
+    """layer_norm_rows_backward on threads: P = dweight_parts.shape[0] parts, part p covering rows
+    N·p//P … N·(p+1)//P − 1 and adding into dweight_parts[p], dbias_parts[p] (float64 (P, D)
+    zeros) only, so that no two threads write one accumulator. One prange over the parts."""
+    parts, n = dweight_parts.shape[0], x.shape[0]
+    ### BEGIN SOLUTION
+    for p in prange(parts):
+        layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight_parts[p], dbias_parts[p],
+                                 n * p // parts, n * (p + 1) // parts)
+    ### END SOLUTION
+
+# %%
+def test_unit_layer_norm_backward_parallel():
+    rng = np.random.default_rng(25)
+    x, grad = rng.standard_normal((4000, 64)), rng.standard_normal((4000, 64))
+    w = 1 + 0.1 * rng.standard_normal(64)
+    mean, rstd = x.mean(axis=1), 1 / np.sqrt(x.var(axis=1) + 1e-5)
+    dx, dw, db = np.empty_like(x), np.zeros(64), np.zeros(64)
+    layer_norm_rows_backward(grad, x, w, mean, rstd, dx, dw, db, 0, len(x))
+    if numba is not None:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    parts = 4
+    pdx, dw_parts, db_parts = np.empty_like(x), np.zeros((parts, 64)), np.zeros((parts, 64))
+    layer_norm_backward_parallel(grad, x, w, mean, rstd, pdx, dw_parts, db_parts)
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    for p in range(parts):
+        rows = slice(4000 * p // parts, 4000 * (p + 1) // parts)
+        assert np.allclose(dw_parts[p], (grad[rows] * xhat[rows]).sum(axis=0), rtol=1e-9), (
+            f"dweight_parts[{p}] is not the sum over part {p}'s rows: each part must add into its OWN row of "
+            "dweight_parts (a shared accumulator races: threads overwrite each other's additions)")
+    assert np.allclose(pdx, dx, rtol=1e-12), "dx differs from the one-thread kernel: every row, exactly once"
+    assert np.allclose(dw_parts.sum(axis=0), dw, rtol=1e-9) and np.allclose(db_parts.sum(axis=0), db, rtol=1e-9), \
+        "the parts' sums must add up to the one-thread dweight and dbias"
+    print("✓ layer_norm_backward_parallel: one accumulator per part, the one-thread result")
+
+
+test_unit_layer_norm_backward_parallel()
+
+# %% [markdown]
+# Time it against the one-thread kernel at the milestone's size (12·64 rows of 128) and at
+# 100 times that. Before running: does the second thread pay for waking it at the small size?
+
+# %%
+for rows_count in (768, 76_800) if numba else ():  # plain Python loops would take minutes
+    xs = np.random.default_rng(26).standard_normal((rows_count, 128)).astype(np.float32)
+    gs, ws = np.ones_like(xs), np.ones(128, np.float32)
+    means, rstds = xs.mean(axis=1).astype(np.float64), 1 / np.sqrt(xs.var(axis=1).astype(np.float64) + 1e-5)
+    dxs = np.empty_like(xs)
+    one = measure_latency(lambda: layer_norm_rows_backward(gs, xs, ws, means, rstds, dxs, np.zeros(128), np.zeros(128),
+                                                           0, rows_count), warmup=2, repeats=20)
+    two = measure_latency(lambda: layer_norm_backward_parallel(gs, xs, ws, means, rstds, dxs, np.zeros((2, 128)),
+                                                               np.zeros((2, 128))), warmup=2, repeats=20)
+    print(f"{rows_count:6d} rows: one thread {one.median_s * 1e3:.3f} ms, prange over 2 parts "
+          f"{two.median_s * 1e3:.3f} ms ({numba.get_num_threads()} threads)")
+if numba is None:
+    print("Numba is not installed: no timing (the kernels run as plain Python here)")
+
+# %% [markdown]
+# ## 7. A multi-tensor optimizer: AdamW over one flat buffer
 #
 # Module 06's `AdamW.step` loops over the parameters and runs about a dozen array operations
 # on each: for the milestone's GPT (35 parameter tensors, printed below) that is several hundred
@@ -742,6 +1668,36 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
 # array (`load_state_dict`, `model.to`), and falls back to `AdamW`'s per-parameter loop when a
 # parameter has no gradient or the step counts differ (the flat update assumes one step count
 # per group). You write one group's update.
+#
+# Then the same update once more, as a compiled kernel (section 6): `adamw_kernel` walks the
+# flat arrays once, element by element, instead of a dozen NumPy passes. To stay bit-for-bit
+# AdamW it must round exactly as NumPy does: every scalar comes in already converted to the
+# arrays' dtype (NumPy converts a Python float to float32 before it multiplies a float32
+# array), the operations come in module 06's order, and there is **no fastmath** (a fused
+# multiply-add rounds once where NumPy rounds twice). `FusedAdamW` uses the kernel when Numba
+# imports (`compiled=None`), the NumPy update with `compiled=False`.
+
+# %%
+#| export
+@kernel()
+def adamw_kernel(p, g, m, v, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_root, eps, step_size):
+    """AdamW on flat 1-D arrays p, g, m, v (one dtype), in place, element by element; every
+    scalar already in the arrays' dtype. For each i, in this order and with these roundings:
+        p_i = p_i·decay                                 (decay = 1 − lr·wd; 1 for no decay)
+        m_i = m_i·beta1 + g_i·one_minus_beta1
+        v_i = v_i·beta2 + (g_i·g_i)·one_minus_beta2
+        p_i = p_i − (m_i / (sqrt(v_i) / bias_root + eps))·step_size
+    with bias_root = sqrt(1 − β2^t) and step_size = lr / (1 − β1^t). No new arrays.
+    """
+    ### BEGIN SOLUTION
+    for i in range(p.shape[0]):
+        weight = p[i] * decay
+        first = m[i] * beta1 + g[i] * one_minus_beta1
+        second = v[i] * beta2 + (g[i] * g[i]) * one_minus_beta2
+        m[i] = first
+        v[i] = second
+        p[i] = weight - (first / (np.sqrt(second) / bias_root + eps)) * step_size
+    ### END SOLUTION
 
 # %%
 #| export
@@ -753,11 +1709,15 @@ class FusedAdamW(AdamW):
     moments `self.exp_avg`, `self.exp_avg_sq` (so `state_dict()` is AdamW's, with type
     "FusedAdamW"). All parameters must share one dtype and device (ValueError otherwise).
     The state exists from construction on (zeros, step 0), not from the first step.
+    compiled -- each group's update by adamw_kernel (True), by _group_update's NumPy calls
+                (False), or None: the kernel when Numba imports. CuPy and float16 buffers
+                always take _group_update.
     """
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01):
+                 eps: float = 1e-8, weight_decay: float = 0.01, compiled: bool | None = None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self.compiled = NUMBA_AVAILABLE if compiled is None else bool(compiled)
         kinds = {(p.dtype, p.device) for p in self.params}
         if len(kinds) != 1:
             raise ValueError(f"FusedAdamW: every parameter must have one dtype and device for one flat buffer, "
@@ -817,12 +1777,22 @@ class FusedAdamW(AdamW):
             return
         xp = array_module(self.flat)
         xp.concatenate([p.grad.data.reshape(-1) for p in self.params], out=self.grad_flat)
+        update = self._compiled_update if self.compiled and compilable(self.flat) else self._group_update
         for (group, states), (lo, hi) in zip(groups, self.group_ranges):
             t = states[0]["step"] + 1
-            self._group_update(self.flat[lo:hi], self.grad_flat[lo:hi], self.exp_avg[lo:hi],
+            update(self.flat[lo:hi], self.grad_flat[lo:hi], self.exp_avg[lo:hi],
                                self.exp_avg_sq[lo:hi], self.work[lo:hi], t, group)
             for state in states:
                 state["step"] = t
+
+    def _compiled_update(self, p: Any, g: Any, m: Any, v: Any, work: Any, t: int, settings: dict[str, Any]) -> None:
+        """_group_update's arguments, the update by adamw_kernel: the scalars converted to p's dtype
+        as NumPy converts them (`work` is not needed: the kernel keeps its intermediates in registers)."""
+        lr, (beta1, beta2), eps, weight_decay = (settings["lr"], settings["betas"], settings["eps"],
+                                                 settings["weight_decay"])
+        real = p.dtype.type
+        adamw_kernel(p, g, m, v, real(1 - lr * weight_decay), real(beta1), real(1 - beta1), real(beta2),
+                     real(1 - beta2), real(math.sqrt(1 - beta2 ** t)), real(eps), real(lr / (1 - beta1 ** t)))
 
     def _group_update(self, p: Any, g: Any, m: Any, v: Any, work: Any, t: int, settings: dict[str, Any]) -> None:
         """AdamW's update of one group, in place on flat 1-D arrays (views into the buffers):
@@ -995,7 +1965,7 @@ def test_unit_fused_adamw():
     model = GPT(19, 16, 2, 2, 8, bias=False, seed=4)
     settings = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8)
     reference = AdamW(weight_decay_groups(reference_model, 0.1), **settings)
-    fused = FusedAdamW(weight_decay_groups(model, 0.1), **settings)
+    fused = FusedAdamW(weight_decay_groups(model, 0.1), **settings, compiled=False)  # _group_update
     assert all(np.shares_memory(p.data, fused.flat) for p in model.parameters()), \
         "every parameter must be a view into fused.flat"
     check_group_update(fused)
@@ -1018,7 +1988,19 @@ def test_unit_fused_adamw():
         assert s_ref["step"] == s_fused["step"], f"step counts differ: AdamW {s_ref['step']}, ours {s_fused['step']}"
         assert np.array_equal(s_ref["exp_avg"], s_fused["exp_avg"]), "exp_avg differs from AdamW's"
         assert np.array_equal(s_ref["exp_avg_sq"], s_fused["exp_avg_sq"]), "exp_avg_sq differs from AdamW's"
-    print("✓ FusedAdamW: bit-for-bit AdamW over 3 steps, decay on the matrices only, parameters stay views")
+    for dtype in (np.float32, np.float64):  # the kernel, in both dtypes: bit for bit too
+        reference_model = GPT(19, 16, 2, 2, 8, bias=False, seed=4, dtype=dtype)
+        model = GPT(19, 16, 2, 2, 8, bias=False, seed=4, dtype=dtype)
+        expected = train_steps(reference_model, AdamW(weight_decay_groups(reference_model, 0.1), **settings))
+        got = train_steps(model, FusedAdamW(weight_decay_groups(model, 0.1), **settings, compiled=True))
+        for name, a, b in zip(names, expected, got):
+            assert np.array_equal(a, b), (
+                f"adamw_kernel ({np.dtype(dtype).name}): {name} after 3 steps differs from AdamW's by up to "
+                f"{np.abs(a - b).max():.2e}: module 06's operations in its order, p·decay first, m and v before p, "
+                "sqrt(v)/bias_root + eps, then ·step_size; and no fastmath (a fused multiply-add rounds once where "
+                "NumPy rounds twice)")
+    print("✓ FusedAdamW: bit-for-bit AdamW over 3 steps (NumPy update and adamw_kernel), decay on the matrices "
+          "only, parameters stay views")
 
 
 test_unit_fused_adamw()
@@ -1046,7 +2028,7 @@ print(f"FusedAdamW (flat):     {flat_time}")
 print(f"ratio: {loop_time.median_s / flat_time.median_s:.2f}x")
 
 # %% [markdown]
-# ## 7. Vectorisation, measured: loops, tiles and BLAS
+# ## 8. Vectorisation, measured: loops, tiles and BLAS
 #
 # A Python loop costs roughly a microsecond per iteration before any arithmetic; NumPy does
 # its arithmetic in C. So the question for any loop is how much work each iteration hands to
@@ -1258,7 +2240,7 @@ for tile in (16, 64, 256):
 # fastest tiling is the one BLAS already does.
 
 # %% [markdown]
-# ## 8. The whole step, fused against plain
+# ## 9. The whole step, fused against plain
 #
 # Put the pieces together: the fused model with `FusedAdamW`, against the plain model with
 # `AdamW`, interleaved on the same batch (a small GPT here; `tito bench acceleration` runs
@@ -1296,7 +2278,7 @@ drift = max(np.abs(p.data - q.data).max() for p, q in zip(plain_model.parameters
 print(f"largest weight difference after {len(plain_samples)} steps each: {drift:.2e}")
 
 # %% [markdown]
-# ## 9. The allocator: memory handed back, then faulted in again
+# ## 10. The allocator: memory handed back, then faulted in again
 #
 # Time the two steps at the milestone's size with the CPU clock and a surprise can appear: the
 # fused step does less arithmetic yet may take *more* time (the benchmark saw it on our machine). The clock counts the kernel's time too, and
@@ -1343,7 +2325,7 @@ def faults_of(step_fn) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-# The milestone's size (section 8's small model allocates too little to show it).
+# The milestone's size (section 9's small model allocates too little to show it).
 big_plain = GPT(65, 128, 4, 4, 64, bias=False, seed=0)
 big_fused = fuse(GPT(65, 128, 4, 4, 64, bias=False, seed=0))
 big_x, big_y = np.random.default_rng(11).integers(0, 65, (2, 12, 64))
@@ -1359,11 +2341,11 @@ for name, step_fn in big_steps.items():
     print(f"memory kept,       {name} step: {faults_of(step_fn):6d} page faults")
 
 # %% [markdown]
-# Run the timing of section 8 again after this cell to see what the faults cost on your
+# Run the timing of section 9 again after this cell to see what the faults cost on your
 # machine (the benchmark measures both settings, with PyTorch in the same process).
 
 # %% [markdown]
-# ## 10. Two cores: half of the batch each
+# ## 11. Two cores: half of the batch each
 #
 # Everything so far ran on one core. Give NumPy two (`OMP_NUM_THREADS=2` before it starts) and
 # it splits each **BLAS product** over both, but nothing else: GELU, LayerNorm, the softmax,
@@ -1586,6 +2568,11 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 #   differences, the composed version, and (in the tests) PyTorch.
 # * `fuse(model)` is a deep copy of the module tree that shares the weight tensors; module
 #   13's classes are unchanged.
+# * A compiled kernel (Numba) does a whole fused formula in one pass over memory: LayerNorm,
+#   bias + GELU, the softmax with its loss, the causal softmax and AdamW, each one recorded op
+#   with its backward rule. Subtract the row's maximum before every exp; fastmath only where it
+#   changes rounding and nothing else, never in a softmax or where bits must match; threads
+#   (`prange`) need one accumulator per part. `fuse(model)` uses the kernels when Numba imports.
 # * `FusedAdamW` keeps every parameter as a view into one flat buffer and updates each group
 #   with a handful of array calls: bit-for-bit `AdamW`, because every element sees the same
 #   operations in the same order.
@@ -1609,7 +2596,10 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 # 3. **One flat gradient.** `FusedAdamW` copies every gradient into `grad_flat`. How long does
 #    that copy take compared with the update? What would the engine have to do to write the
 #    gradients straight into the flat buffer?
-# 4. **Tiles in C.** On the roofline of section 7, at what tile size does a tile's intensity
+# 4. **One more kernel.** The profile of the compiled model still shows the embedding's
+#    backward (a scatter-add of rows). Write it as a kernel with its op, and check it against
+#    module 11's rule. Is it worth it at the milestone's size?
+# 5. **Tiles in C.** On the roofline of section 8, at what tile size does a tile's intensity
 #    reach this machine's ridge point (peak FLOP/s ÷ peak bytes/s)?
 #
 # ## Questions (answer them by running your code)
@@ -1622,6 +2612,9 @@ print(f"this machine has {os.cpu_count()} cores; forward + backward on 1 thread 
 #    same formula. Do the weights still match `AdamW` bit for bit? Why not?
 # 4. For which tile size is `blocked_matmul` closest to BLAS on your machine, and why is even
 #    that one slower?
-# 5. In section 10, how much faster are two parts on two threads than the whole batch on one?
+# 5. In section 11, how much faster are two parts on two threads than the whole batch on one?
 #    Profile one part (module 14): how much of its time is Python between NumPy calls, which
 #    the two threads cannot run at once? Does that explain the gap to 2×?
+# 6. In section 6, time each compiled op against its NumPy fusion at the milestone's shapes
+#    (`tito bench acceleration` prints them beside their roofline bounds). Which comes closest
+#    to its bound? Which gains least over NumPy, and what in its kernel would you change?

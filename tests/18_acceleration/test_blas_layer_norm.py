@@ -8,7 +8,7 @@ import pytest
 from tinytorch.core.autograd import BACKWARD_RULES, gradcheck
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import GPT, LayerNorm, layer_norm
-from tinytorch.perf.acceleration import BlasLayerNorm, blas_layer_norm, fuse
+from tinytorch.perf.acceleration import FUSED_REPLACEMENTS, BlasLayerNorm, blas_layer_norm, fuse
 from tinytorch.perf.memory import autocast
 
 
@@ -91,7 +91,7 @@ def test_bad_shapes_and_eps_are_refused_with_a_message():
 
 def test_fuse_replaces_every_layer_norm_with_the_same_tensors():
     model = GPT(17, 16, 2, 2, 8, seed=3, bias=False)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     originals = {name: m for name, m in model.named_modules() if type(m) is LayerNorm}
     replaced = {name: m for name, m in fused.named_modules() if type(m) is BlasLayerNorm}
     assert set(replaced) == set(originals), "every LayerNorm, and nothing else, becomes a BlasLayerNorm"

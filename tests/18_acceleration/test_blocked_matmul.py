@@ -1,4 +1,4 @@
-"""Module 18, section 6: blocked_matmul honours its tile size and equals a @ b."""
+"""Module 18, section 8: blocked_matmul honours its tile size and equals a @ b."""
 import math
 
 import numpy as np

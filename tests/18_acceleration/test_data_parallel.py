@@ -1,4 +1,4 @@
-"""Module 18, section 10: ThreadedDataParallel, forward and backward of the batch's parts on threads.
+"""Module 18, section 11: ThreadedDataParallel, forward and backward of the batch's parts on threads.
 The loss and the gradients must be the whole batch's (to rounding), whatever the number of parts,
 and the replicas must follow the model's weights wherever they are stored."""
 import multiprocessing

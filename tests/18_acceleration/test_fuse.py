@@ -1,5 +1,5 @@
-"""Module 18, section 3: FusedMLP and fuse(model): a new model, the same weight tensors, the same
-values and gradients as module 13's GPT, with bias_gelu in every MLP."""
+"""Module 18, section 3: FusedMLP and fuse(model, FUSED_REPLACEMENTS) (the NumPy fusions): a new model,
+the same weight tensors, the same values and gradients as module 13's GPT, with bias_gelu in every MLP."""
 import numpy as np
 import pytest
 
@@ -9,7 +9,7 @@ from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor
 from tinytorch.core.training import load_checkpoint, save_checkpoint
 from tinytorch.models.transformer import GPT, MLP
-from tinytorch.perf.acceleration import FusedMLP, fuse
+from tinytorch.perf.acceleration import FUSED_REPLACEMENTS, FusedMLP, fuse
 
 
 def ops_of(tensor):
@@ -23,7 +23,7 @@ def batch(vocab=11, shape=(2, 6), seed=0):
 
 def test_fuse_returns_a_new_model_and_leaves_the_original():
     model = GPT(11, 8, 2, 2, 6, seed=0)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     assert fused is not model, "fuse must return a NEW model (copy.deepcopy), not change the one it is given"
     assert all(type(b.mlp) is MLP for b in model.blocks), "the original's MLPs must stay module 13's MLP"
     assert all(type(b.mlp) is FusedMLP for b in fused.blocks), "every MLP of the copy must become a FusedMLP"
@@ -31,7 +31,7 @@ def test_fuse_returns_a_new_model_and_leaves_the_original():
 
 def test_weights_are_shared_with_the_same_names():
     model = GPT(11, 8, 2, 2, 6, seed=0)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     assert [n for n, _ in fused.named_parameters()] == [n for n, _ in model.named_parameters()], \
         "the fused model must keep the parameter names (FusedMLP registers fc, proj, dropout)"
     copies = sum(p is not q for p, q in zip(model.parameters(), fused.parameters()))
@@ -46,7 +46,7 @@ def test_same_logits_loss_and_gradients(bias):
     for block in model.blocks:  # non-zero biases, so a forgotten bias shows
         if block.mlp.fc.bias is not None:
             block.mlp.fc.bias.data = np.linspace(-1, 1, block.mlp.fc.bias.size)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     x, y = batch()
     logits, loss = model(x, targets=y)
     flogits, floss = fused(x, targets=y)
@@ -68,7 +68,7 @@ def test_same_logits_loss_and_gradients(bias):
 
 def test_dropout_masks_follow_the_same_generator_state():
     model = GPT(11, 8, 1, 2, 6, dropout=0.3, seed=2, dtype=np.float64)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     x, y = batch(seed=3)
     _, loss = model(x, targets=y)
     _, floss = fused(x, targets=y)
@@ -78,7 +78,7 @@ def test_dropout_masks_follow_the_same_generator_state():
 
 def test_training_the_fused_model_trains_the_original(tmp_path):
     model = GPT(11, 8, 1, 2, 6, seed=4)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     optimizer = AdamW(fused.parameters(), lr=1e-2)
     x, y = batch(seed=5)
     before = model.blocks[0].mlp.fc.weight.numpy().copy()
@@ -95,20 +95,20 @@ def test_training_the_fused_model_trains_the_original(tmp_path):
 
 def test_a_lone_mlp_and_other_models():
     mlp = MLP(4, 8, seed=0)
-    fused = fuse(mlp)
+    fused = fuse(mlp, FUSED_REPLACEMENTS)
     assert isinstance(fused, FusedMLP) and fused.fc.weight is mlp.fc.weight, \
         "a model that is itself an MLP comes back as a FusedMLP with the same weights"
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     assert np.allclose(fused(x).numpy(), mlp(x).numpy(), atol=1e-6)
     linear = Linear(3, 2, seed=0)
-    assert isinstance(fuse(linear), Linear), "a model without an MLP comes back as a copy, unchanged"
+    assert isinstance(fuse(linear, FUSED_REPLACEMENTS), Linear), "a model without an MLP comes back as a copy, unchanged"
     with pytest.raises(TypeError, match="needs a Module"):
         fuse(lambda t: t)
 
 
 def test_generation_still_works():
     model = GPT(11, 8, 1, 2, 16, seed=6)
-    fused = fuse(model)
+    fused = fuse(model, FUSED_REPLACEMENTS)
     prompt = np.array([[1, 2, 3]])
     assert np.array_equal(fused.generate(prompt, 5, seed=0).numpy(), model.generate(prompt, 5, seed=0).numpy()), \
         "the fused model must generate the same tokens as the original (same weights, same ops' values)"

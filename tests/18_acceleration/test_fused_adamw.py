@@ -1,4 +1,4 @@
-"""Module 18, section 5: FusedAdamW on one flat buffer, bit-for-bit module 06's AdamW."""
+"""Module 18, section 7: FusedAdamW on one flat buffer, bit-for-bit module 06's AdamW."""
 import numpy as np
 import pytest
 

@@ -4,11 +4,18 @@ import pytest
 
 from benchmark_runs import check_benchmark
 
+from tinytorch.perf.acceleration import NUMBA_AVAILABLE
+
+# with Numba: the compiled path in the step, and the per-kernel table with its roofline and compile time
+COMPILED = ["training step, compiled, allocator default", "causal attention (12 × 4 heads", "of it reached; compiling",
+            "AdamW update ("] if NUMBA_AVAILABLE else []
+
 
 @pytest.mark.slow
 def test_acceleration_benchmark_quick():
     check_benchmark("acceleration.py", ["Profile of one forward + backward, fused", "training step, fused, allocator default",
-                                       "bias + GELU (768 × 512)", "LayerNorm (768 × 128)", "AdamW step", "convolution", "blocked 512³, tile 64"])
+                                       "bias + GELU (768 × 512)", "LayerNorm (768 × 128)", "AdamW step", "convolution",
+                                       "blocked 512³, tile 64", *COMPILED])
 
 
 @pytest.mark.slow

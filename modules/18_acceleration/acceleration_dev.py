@@ -150,7 +150,10 @@ print(prof.table(top=8))
 #
 # Write both. The docstrings are the whole contract. Work in place where you can (`xp.tanh(…,
 # out=…)`, `*=`): each temporary array of an elementwise op costs a pass over memory, which is
-# what an elementwise op's time is.
+# what an elementwise op's time is. But never in place on an array you did not make: without a
+# bias, `u` is x's own array, so start `t` from a new one (`t = u * u`), and the backward never
+# writes into `grad` or the saved arrays. In float16, `u³` overflows once |u| is above about 40:
+# compute `t` under `np.errstate(over="ignore")`, since tanh(±inf) = ±1 is the right answer there.
 
 # %%
 #| export
@@ -162,7 +165,8 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
 
     x    -- a floating Tensor (..., N) (or array/list); bias -- a Tensor of shape (N,) or None.
     Returns 0.5·u·(1 + t), u = x + bias (u = x without a bias), t = tanh(c·(u + 0.044715·u³)),
-    c = GELU_C = √(2/π): equal to gelu(x + bias) of modules 02/05, in x's dtype and shape.
+    c = GELU_C = √(2/π): equal to gelu(x + bias) of modules 02/05, in x's shape and the dtype of
+    x + bias (x's dtype when the bias has it, or without a bias).
     Records op "bias_gelu" with inputs (x, bias), or (x,) when bias is None, and saves:
         u    -- the pre-activation x + bias (x's array itself when there is no bias)
         tanh -- the array t, the same shape and dtype as x

@@ -20,7 +20,10 @@ def reference_slope(u):
 def test_saves_pre_activation_and_tanh():
     rng = np.random.default_rng(0)
     x, b = rng.standard_normal((4, 6)), rng.standard_normal(6)
+    x_given = x.copy()
     node = bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))._node
+    assert np.array_equal(x, x_given), ("bias_gelu changed its input x in place (u = x.data; u += bias, or t "
+                                        "computed in u's array): make u = x + bias and t new arrays")
     assert node.op == "bias_gelu", f"record one op named 'bias_gelu', got {node.op!r}"
     u = x + b
     assert np.allclose(node.saved["u"], u), "saved u must be x + bias (the pre-activation), not x"
@@ -51,7 +54,10 @@ def test_rule_slope_and_input_count():
     x, b = rng.standard_normal((3, 4)) * 2, rng.standard_normal(4)
     node = bias_gelu(Tensor(x, requires_grad=True), Tensor(b, requires_grad=True))._node
     grad = rng.standard_normal(x.shape)
+    grad_given = grad.copy()
     grads = BACKWARD_RULES["bias_gelu"](grad, node)
+    assert np.array_equal(grad, grad_given), \
+        "the rule changed `grad` in place (slope *= grad into grad's array?): compute grad·slope in a new array"
     assert len(grads) == 2, "one gradient per input: (grad·slope, grad·slope) for (x, bias)"
     assert np.allclose(grads[0], grad * reference_slope(x + b), rtol=1e-10), \
         "dx must be grad·(0.5·(1 + t) + 0.5·u·(1 − t²)·c·(1 + 3·0.044715·u²))"

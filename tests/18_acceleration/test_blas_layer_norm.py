@@ -96,6 +96,8 @@ def test_fuse_replaces_every_layer_norm_with_the_same_tensors():
     replaced = {name: m for name, m in fused.named_modules() if type(m) is BlasLayerNorm}
     assert set(replaced) == set(originals), "every LayerNorm, and nothing else, becomes a BlasLayerNorm"
     for name, norm in replaced.items():
-        assert norm.weight is originals[name].weight and norm.bias is originals[name].bias is None
+        assert norm.weight is originals[name].weight and norm.bias is originals[name].bias is None, (
+            f"{name}: the fused LayerNorm must share the original's weight tensors (deepcopy with "
+            "memo = {id(p): p} for every parameter), not copies")
         assert norm.eps == originals[name].eps and norm.normalized_shape == originals[name].normalized_shape
     assert all(type(m) is LayerNorm for name, m in originals.items()), "the original model is unchanged"

@@ -20,8 +20,20 @@ def test_equals_matmul(tile):
     rng = np.random.default_rng(tile)
     a, b = rng.standard_normal((9, 13)), rng.standard_normal((13, 6))
     got = blocked_matmul(a, b, tile)
-    assert np.allclose(got, a @ b, atol=1e-12), \
-        f"tile {tile}: differs from a @ b: add every tile depth p (+=) into an output that starts at zeros"
+    assert np.allclose(got, a @ b, atol=1e-12), f"tile {tile}: " + _which_slip(got, a @ b, tile)
+
+
+def _which_slip(got, want, tile):
+    """What a wrong blocked product most likely did, told from where it differs from a @ b."""
+    m, n = want.shape
+    full_m, full_n = m // tile * tile, n // tile * tile
+    if np.allclose(got[:full_m, :full_n], want[:full_m, :full_n], atol=1e-12):
+        return (f"right in the whole tiles ({full_m} × {full_n}) but wrong in the last, partial tiles of a "
+                f"{m} × {n} result: the edge tiles were skipped (range(0, m, tile) reaches them; a slice "
+                "past the end stops at the end)")
+    if np.allclose(got, 0):
+        return "the output is all zeros: add each tile product into it (+=)"
+    return "differs from a @ b: add every tile depth p (+=) into an output that starts at zeros"
 
 
 @pytest.mark.parametrize("m,k,n,tile", [(8, 8, 8, 4), (9, 13, 6, 4), (5, 3, 7, 2)])

@@ -3,6 +3,7 @@ the same weight tensors, the same values and gradients as module 13's GPT, with 
 import numpy as np
 import pytest
 
+from tinytorch.core.activations import relu
 from tinytorch.core.autograd import topological_order
 from tinytorch.core.layers import Linear
 from tinytorch.core.optimizers import AdamW
@@ -104,6 +105,23 @@ def test_a_lone_mlp_and_other_models():
     assert isinstance(fuse(linear, FUSED_REPLACEMENTS), Linear), "a model without an MLP comes back as a copy, unchanged"
     with pytest.raises(TypeError, match="needs a Module"):
         fuse(lambda t: t)
+
+
+class ReluMLP(MLP):
+    """A subclass of MLP that computes something else (ReLU): fuse must leave it alone."""
+
+    def forward(self, x):
+        return self.proj(relu(self.fc(x)))
+
+
+def test_a_subclass_of_mlp_is_not_replaced():
+    mlp = ReluMLP(4, 8, seed=0)
+    fused = fuse(mlp, FUSED_REPLACEMENTS)
+    assert type(fused) is ReluMLP, (
+        f"fuse replaced a subclass of MLP by {type(fused).__name__}: look each module's type up EXACTLY "
+        "(type(module) in replacements), not with isinstance: a subclass may compute something else")
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    assert np.array_equal(fused(x).numpy(), mlp(x).numpy()), "the subclass's own forward (ReLU) must be kept"
 
 
 def test_generation_still_works():

@@ -30,7 +30,7 @@ from ..core.optimizers import AdamW
 from ..core.tensor import Tensor, array_module, as_tensor, record_op
 from ..models.transformer import MLP, check_floating_input
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #6873b60e
+# %% ../../modules/18_acceleration/acceleration_dev.py #3a1ee354
 GELU_C = SQRT_2_OVER_PI  # c in tanh(c·(u + GELU_COEFF·u³)): √(2/π), module 02's constant; GELU_COEFF = 0.044715
 
 
@@ -39,7 +39,8 @@ def bias_gelu(x: Any, bias: Any = None) -> Tensor:
 
     x    -- a floating Tensor (..., N) (or array/list); bias -- a Tensor of shape (N,) or None.
     Returns 0.5·u·(1 + t), u = x + bias (u = x without a bias), t = tanh(c·(u + 0.044715·u³)),
-    c = GELU_C = √(2/π): equal to gelu(x + bias) of modules 02/05, in x's dtype and shape.
+    c = GELU_C = √(2/π): equal to gelu(x + bias) of modules 02/05, in x's shape and the dtype of
+    x + bias (x's dtype when the bias has it, or without a bias).
     Records op "bias_gelu" with inputs (x, bias), or (x,) when bias is None, and saves:
         u    -- the pre-activation x + bias (x's array itself when there is no bias)
         tanh -- the array t, the same shape and dtype as x

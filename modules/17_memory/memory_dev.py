@@ -285,8 +285,11 @@ def test_unit_training_memory():
     assert set(adamw) == keys, (f"the keys are {sorted(keys)}; got {sorted(adamw)}"
                                 + (": add backward_working = backward_working_bytes(loss), the gradients the backward "
                                    "pass holds at once" if "backward_working" not in adamw else ""))
-    assert adamw["parameters"] == nbytes, \
+    entries = sum(p.data.size for p in model.parameters())
+    assert adamw["parameters"] == nbytes, (
         f"parameters: the sum of p.data.nbytes is {nbytes} bytes; got {adamw['parameters']}"
+        + (": that is the number of entries (p.size), not of bytes: count p.data.nbytes (entries × itemsize)"
+           if adamw["parameters"] == entries else ""))
     assert adamw["gradients"] == nbytes, (
         f"gradients: expected {nbytes} bytes (as many as the parameters), got {adamw['gradients']}"
         + (": they are missing. Count gradients: one array of each parameter's shape and dtype, alive from "
@@ -299,16 +302,27 @@ def test_unit_training_memory():
            "Predict the state: optimizer_state_arrays(optimizer)[i] · the i-th parameter's nbytes"
            if adamw["optimizer_state"] == unstepped else ""))
     sgd = training_memory(model, SGD(model.parameters(), lr=0.1), (2, 8))
-    assert sgd["optimizer_state"] == 0, f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
+    assert sgd["optimizer_state"] == 0, (
+        f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
+        + (": two arrays per parameter, as for AdamW. The count depends on the optimizer: "
+           "optimizer_state_arrays(optimizer)[i] arrays for the i-th parameter" if sgd["optimizer_state"] == 2 * nbytes
+           else ""))
     momentum = training_memory(model, SGD(model.parameters(), lr=0.1, momentum=0.9), (2, 8))
-    assert momentum["optimizer_state"] == nbytes, "SGD with momentum keeps one buffer per parameter"
+    assert momentum["optimizer_state"] == nbytes, (
+        f"SGD with momentum keeps one buffer per parameter: {nbytes} bytes, got {momentum['optimizer_state']}")
     idx, targets = batch_of(model, 2, 8)
-    assert adamw["activations"] == graph_saved_bytes(model(idx, targets=targets)[1]), \
-        "activations are graph_saved_bytes of the loss of one forward pass"
+    graph_bytes = graph_saved_bytes(model(idx, targets=targets)[1])
+    assert adamw["activations"] == graph_bytes, (
+        f"activations are graph_saved_bytes of the loss of one forward pass: {graph_bytes} bytes, got "
+        f"{adamw['activations']}" + (": the loss's own bytes. The activations are what the graph behind the loss keeps "
+                                     "for the backward pass, graph_saved_bytes(loss)" if adamw["activations"] <= 8 else ""))
     assert adamw["backward_working"] == backward_working_bytes(model(idx, targets=targets)[1]), \
         "backward_working is backward_working_bytes of the loss of one forward pass"
-    assert adamw["total"] == sum(v for k, v in adamw.items() if k != "total"), \
-        f"total is the sum of the five parts ({sum(v for k, v in adamw.items() if k != 'total')}), got {adamw['total']}"
+    five = sum(v for k, v in adamw.items() if k != "total")
+    left_out = [k for k in adamw if k != "total" and adamw["total"] == five - adamw[k] != five]
+    assert adamw["total"] == five, (
+        f"total is the sum of the five parts ({five}), got {adamw['total']}"
+        + (f": {left_out[0]} is left out of the total" if left_out else ""))
     print("✓ training_memory: parameters, gradients, AdamW 2× / SGD 0× / momentum 1×, activations, backward, total")
 
 
@@ -418,6 +432,8 @@ def kv_cache_mistake(got: int, num_layers: int, batch: int, seq_len: int, embed_
     for cause, wrong in (
             ("count a key AND a value (the factor 2) for every position", num_layers * batch * seq_len * embed_dim * itemsize),
             ("multiply by num_layers: every layer keeps its own keys and values", 2 * batch * seq_len * embed_dim * itemsize),
+            ("multiply by batch: every sequence of the batch keeps its own keys and values",
+             2 * num_layers * seq_len * embed_dim * itemsize),
             ("multiply by the dtype's itemsize (np.dtype(dtype).itemsize: float32 4, float16 2): bytes, not numbers",
              2 * num_layers * batch * seq_len * embed_dim)):
         if got == wrong:
@@ -429,7 +445,7 @@ def test_unit_kv_cache_bytes():
     for args, expected, what in (((1, 1, 1, 1, "float32"), 8, "one layer, one token, one number in float32"),
                                  ((12, 1, 1024, 768, "float32"), 75_497_472,
                                   "GPT-2 small at T=1024 in float32 (2·12·1024·768·4 bytes, 72 MiB)"),
-                                 ((3, 2, 5, 4, "float16"), 480, "3 layers, 2 sequences of 5 tokens, 4 numbers, float16")):
+                                 ((3, 5, 2, 4, "float16"), 480, "3 layers, 5 sequences of 2 tokens, 4 numbers, float16")):
         got = kv_cache_bytes(*args)
         assert got == expected, (f"kv_cache_bytes{args}, {what}: expected {expected} bytes, got {got}: "
                                  + kv_cache_mistake(got, *args[:4], np.dtype(args[4]).itemsize))
@@ -860,7 +876,14 @@ def test_unit_checkpoint():
     x_leaf = Tensor(x, requires_grad=True)
     with generators_kept(generators):
         node = checkpoint(piece, x_leaf)._node
-        BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+        try:
+            BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+        except RuntimeError as err:
+            if "without a gradient" not in str(err):
+                raise
+            raise AssertionError(
+                f"the checkpoint rule called backward on the recomputed output (shape {x.shape}) without a gradient "
+                f"({err}): back-propagate the gradient the rule received, backward(out, grad)") from None
     assert x_leaf.grad is None, (
         "calling the checkpoint rule wrote a gradient into the original input's .grad (the engine hands the "
         "rule's result on itself): the small backward ran on into the graph the engine is walking. "
@@ -873,8 +896,13 @@ def test_unit_checkpoint():
         for name, a, b in zip(names, reference, ours):
             assert np.array_equal(a, b), (
                 f"call {step + 1}: the gradient of {name} differs from the plain call (max |diff| "
-                f"{np.abs(a - b).max():.2e}): restore the saved generator states before recomputing "
-                "(dropout must draw the same mask), and hand back each gradient once")
+                f"{np.abs(a - b).max():.2e}): "
+                + ("it is twice the plain call's: the weights' gradients were counted twice. The rule sets each "
+                   "parameter's .grad aside for its small backward: put it back in `finally` (the engine adds the "
+                   "gradients the rule returns itself)" if name != "x" and np.allclose(b, 2 * a) else
+                   "the first call was right: after recomputing, put each generator back to the state it had before "
+                   "the rule ran (this call's dropout must draw what the plain call draws)" if step else
+                   "restore the saved generator states before recomputing (dropout must draw the same mask)"))
     small_piece = TinyPiece(4, p=0.0, seed=2, dtype=np.float64)
     gradcheck(lambda x: checkpoint(small_piece, x),  # raises, naming the input and the element, when wrong
               [Tensor(np.random.default_rng(3).standard_normal((2, 4)), requires_grad=True)])
@@ -987,7 +1015,14 @@ def test_unit_checkpoint_blocks():
     assert list(kept.state_dict()) == list(plain.state_dict()), "state_dict keys must stay the block's own"
     idx, targets = batch_of(plain, 2, 12)
     for step in range(2):
-        a, b = gpt_gradients(plain, idx, targets), gpt_gradients(kept, idx, targets)
+        a = gpt_gradients(plain, idx, targets)
+        try:
+            b = gpt_gradients(kept, idx, targets)
+        except RecursionError:
+            raise AssertionError(
+                "the checkpointed GPT's forward never returned (RecursionError): CheckpointedBlock.forward runs "
+                "itself again, checkpoint(self, x) calls self.forward, which calls checkpoint(self, x), ... "
+                "Checkpoint the wrapped block: checkpoint(self.block, x)") from None
         for (name, _), ga, gb in zip(plain.named_parameters(), a, b):
             assert np.array_equal(ga, gb), (
                 f"step {step + 1}: {name}'s gradient differs from the plain GPT's"
@@ -1143,7 +1178,9 @@ def test_unit_autocast():
         probs = softmax(logits)
         loss = cross_entropy(logits, [0, 1, 2, 0])
         with autocast(enabled=False):
-            assert Autocast.dtype is None and (x @ w).dtype == np.float32, "autocast(enabled=False) switches it off inside"
+            assert Autocast.dtype is None and (x @ w).dtype == np.float32, (
+                f"autocast(enabled=False) switches it off inside: Autocast.dtype must be None there, got "
+                f"{Autocast.dtype} (set the dtype only when enabled, else None)")
         assert Autocast.dtype == np.float16, (
             f"after leaving an inner autocast(enabled=False), Autocast.dtype should be float16 again, got "
             f"{Autocast.dtype}: leaving an inner autocast must restore the OUTER setting (the one __enter__ "
@@ -1467,20 +1504,23 @@ def scripted_gradients(step: int, shape=(3,)) -> np.ndarray:
 
 
 def scale_sequence(skipped: list, init_scale: float, growth_interval: int, *, count_skipped: bool = False,
-                   reset_after_growth: bool = True, back_off: bool = True) -> list:
+                   reset_after_growth: bool = True, back_off: bool = True, divide_to_back_off: bool = False,
+                   grow_after_more: bool = False, store_count: bool = True) -> list:
     """The scales after each update() for steps that were `skipped` (True) or good, by the rules
     (factors 2 and 0.5) or with one of the classic mistakes switched on."""
     scale, good_in_a_row, scales = float(init_scale), 0, []
     for skip in skipped:
         if skip and back_off:
-            scale *= 0.5
+            scale = scale / 0.5 if divide_to_back_off else scale * 0.5
         if skip and not count_skipped:
             good_in_a_row = 0
         else:
-            good_in_a_row += 1
-            if good_in_a_row == growth_interval:
+            count = good_in_a_row + 1
+            if (count > growth_interval) if grow_after_more else (count == growth_interval):
                 scale *= 2.0
-                good_in_a_row = 0 if reset_after_growth else good_in_a_row - 1
+                good_in_a_row = 0 if reset_after_growth else count - 1
+            elif store_count:
+                good_in_a_row = count
         scales.append(scale)
     return scales
 
@@ -1492,7 +1532,13 @@ def scaler_mistake(scales: list, skipped: list, init_scale: float, growth_interv
                            {"count_skipped": True}),
                           ("reset the count to 0 after growing: grow only when growth_interval good steps came in a row",
                            {"reset_after_growth": False}),
-                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False})):
+                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False}),
+                          ("the scale went UP after a skipped step: back off by multiplying, scale · backoff_factor "
+                           "(0.5), not dividing", {"divide_to_back_off": True}),
+                          ("the scale grew one good step late: grow when the count REACHES growth_interval "
+                           "(==), not when it exceeds it", {"grow_after_more": True}),
+                          ("the scale never grows: store the count of good steps (_growth_tracker = successful) "
+                           "when it has not reached growth_interval yet", {"store_count": False})):
         if scale_sequence(skipped, init_scale, growth_interval, **switch) == scales:
             return f"it matches a known mistake: {cause}"
     return ("back off after a skipped step and reset the count; grow after growth_interval good steps in a row, "
@@ -1520,6 +1566,26 @@ def test_unit_grad_scaler():
         f"GradScaler().scale(a float16 loss of 4.0): expected {4.0 * 2**16} in float32, got {half_scaled.item()} in "
         f"{half_scaled.dtype}" + (": 4 · 2^16 overflows float16 (its largest is 65504): cast the loss to float32 "
                                   "before multiplying (_cast)" if half_scaled.dtype == np.float16 else ""))
+    wide_scaled = GradScaler(init_scale=8.0).scale(Tensor(np.float64(2.0), requires_grad=True))
+    assert wide_scaled.dtype == np.float64 and wide_scaled.item() == 16.0, (
+        f"GradScaler(init_scale=8).scale(a float64 loss of 2.0): expected 16.0 in float64, got {wide_scaled.item()} "
+        f"in {wide_scaled.dtype}: only a float16 loss is cast up (to float32); a float32 or float64 loss is "
+        "multiplied as it is")
+    probe = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    probe.grad = Tensor(np.full(3, 8.0, np.float32))  # a gradient of ones, scaled by 8
+    probe_array = probe.grad.data
+    GradScaler(init_scale=8.0).unscale_(SGD([probe], lr=1.0))
+    unscaled = probe.grad.numpy()
+    assert np.array_equal(unscaled, np.ones(3, np.float32)) and unscaled.dtype == np.float32, (
+        f"unscale_ with scale 8 on a float32 gradient [8, 8, 8]: expected [1, 1, 1] in float32, got {unscaled} in "
+        f"{unscaled.dtype}: " + (
+            "the gradient did not change: unscale_ must change each gradient IN PLACE (g *= ...); `g = g * inverse` "
+            "only binds a new array to the local name g" if np.array_equal(unscaled, np.full(3, 8.0)) else
+            "keep each gradient's dtype: multiply in place by the float32 reciprocal, g *= inverse.astype(g.dtype)"
+            if np.allclose(unscaled, 1.0) else unscale_mistake(unscaled, np.ones(3), 8.0)))
+    assert probe.grad.data is probe_array, (
+        "unscale_ must change the gradient arrays in place (g *= inverse.astype(g.dtype)), as PyTorch: "
+        "p.grad.data = g * ... puts a new array in their place")
     w = Tensor(np.zeros(3, np.float32), requires_grad=True)
     optimizer = SGD([w], lr=1.0)
     scaler = GradScaler(init_scale=8.0, growth_interval=3)
@@ -1534,11 +1600,20 @@ def test_unit_grad_scaler():
             assert np.allclose(w.grad.numpy(), scripted_gradients(9)), (
                 f"unscale_ divides the gradients by the scale: expected {scripted_gradients(9)}, got {w.grad.numpy()}: "
                 + unscale_mistake(w.grad.numpy(), scripted_gradients(9), used_scale))
+            assert scaler._optimizer_state(optimizer)["unscaled"], (
+                "after unscale_(optimizer) the optimizer must be marked unscaled (state[\"unscaled\"] = True): "
+                "step() reads the mark, and without it unscales the gradients a second time")
         result = scaler.step(optimizer)
         changed = not np.array_equal(before, w.numpy())
-        assert changed == taken and result == taken, (
+        assert scaler._optimizer_state(optimizer)["stepped"], (
+            f"step {step}: after scaler.step(optimizer) the optimizer must be marked stepped (state[\"stepped\"] = "
+            "True), whether the step was taken or skipped: update() reads the mark")
+        assert changed == taken, (
             f"step {step}: the step should be {'taken' if taken else 'SKIPPED (a gradient is inf or NaN)'}"
             + ("; check for NaN too (np.isfinite)" if step == 5 else ""))
+        assert result == taken, (
+            f"step {step}: the step was {'taken' if taken else 'skipped'}, but step() returned {result}: return True "
+            "when the optimizer stepped and False when the step was skipped")
         if taken:
             seen = before - w.numpy()
             assert np.allclose(seen, scripted_gradients(step)), (

@@ -1062,8 +1062,8 @@ def storage_bytes(matrix: Any) -> dict[str, int]:
 def csr_mistake(matrix: np.ndarray, values: np.ndarray, col_indices: np.ndarray, row_ptr: np.ndarray) -> str:
     """Why to_csr(matrix) gave these arrays: the classic mistake that gives one of them, if one does."""
     rows, cols = np.nonzero(matrix)
-    counts = np.bincount(rows, minlength=matrix.shape[0])
-    right = {"values": matrix[rows, cols], "col_indices": cols, "row_ptr": np.concatenate([[0], np.cumsum(counts)])}
+    per_row = np.bincount(rows, minlength=matrix.shape[0])
+    right = {"values": matrix[rows, cols], "col_indices": cols, "row_ptr": np.concatenate([[0], np.cumsum(per_row)])}
     got = {"values": values, "col_indices": col_indices, "row_ptr": row_ptr}
 
     def same(a, b) -> bool:
@@ -1075,9 +1075,9 @@ def csr_mistake(matrix: np.ndarray, values: np.ndarray, col_indices: np.ndarray,
             ("the values come column by column (the transpose's order): np.nonzero(matrix) lists them row by row",
              "values", matrix.T[np.nonzero(matrix.T)]),
             ("row_ptr has `rows` entries: it starts with 0, so it has rows + 1 (np.concatenate([[0], np.cumsum(...)]))",
-             "row_ptr", np.cumsum(counts)),
+             "row_ptr", np.cumsum(per_row)),
             ("row_ptr holds the nonzeros per row: it must be a running count: cumsum of the nonzeros per row",
-             "row_ptr", np.concatenate([[0], counts])),
+             "row_ptr", np.concatenate([[0], per_row])),
             ("empty rows (also the last ones) repeat the count: np.bincount(rows, minlength=the number of rows)",
              "row_ptr", np.concatenate([[0], np.cumsum(np.bincount(rows))]))):
         if not same(wrong, right[part]) and same(wrong, got[part]):
@@ -1537,6 +1537,13 @@ def test_unit_low_rank():
         f"choose_rank([3e4, 2e4, 1e4], 9/14) must be 1, as for [3, 2, 1], got {choose_rank([3e4, 2e4, 1e4], 9 / 14)}: "
         "compare the fractions cumsum(sigma^2) / sum(sigma^2) with energy - 1e-12, not the raw sums "
         "(a tolerance of 1e-12 is below their rounding error)")
+    # a spectrum whose last cumulative fraction cumsum(σ²) / sum(σ²) rounds to just below 1 (cumsum and NumPy's
+    # pairwise sum add in different orders); an SVD's last fraction lands on either side of 1, by machine
+    ten = np.array([9.0, 8.7, 8.2, 8.0, 7.8, 6.3, 4.7, 3.0, 2.3, 0.1])
+    assert choose_rank(ten, 1.0) == 10, (
+        f"energy 1.0 keeps every singular value: expected rank 10, got {choose_rank(ten, 1.0)} (the last "
+        "cumulative fraction rounds to just below 1 here: compare with energy - 1e-12, and never return more than "
+        "len(sigma))")
     twenty = np.linalg.svd(np.random.default_rng(0).standard_normal((20, 30)), compute_uv=False)
     assert choose_rank(twenty, 1.0) == 20, (
         f"energy 1.0 keeps every singular value: expected rank 20, got {choose_rank(twenty, 1.0)} (the last "

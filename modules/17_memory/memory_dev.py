@@ -1525,9 +1525,26 @@ def scale_sequence(skipped: list, init_scale: float, growth_interval: int, *, co
     return scales
 
 
-def scaler_mistake(scales: list, skipped: list, init_scale: float, growth_interval: int) -> str:
-    """Why the `scales` seen after the steps `skipped` so far are wrong: the classic update() mistake
-    that gives exactly these scales, if one does."""
+def fresh_scaler_scales(skipped: list, init_scale: float, growth_interval: int) -> list:
+    """The scales a new GradScaler (your code) shows after each update() when the steps `skipped` (True) have an
+    inf gradient and the others a finite one: the whole sequence, to tell mistakes apart that begin alike."""
+    w = Tensor(np.zeros(1, np.float32), requires_grad=True)
+    optimizer, scaler, scales = SGD([w], lr=0.0), GradScaler(init_scale=init_scale, growth_interval=growth_interval), []
+    for skip in skipped:
+        w.grad = Tensor(np.array([np.inf if skip else 1.0], np.float32))
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def scaler_mistake(skipped: list, init_scale: float, growth_interval: int) -> str:
+    """Why a GradScaler's scales are wrong for the steps `skipped` (the whole script): the classic update()
+    mistake whose scales a new GradScaler of your code reproduces, if one does."""
+    try:
+        scales = fresh_scaler_scales(skipped, init_scale, growth_interval)
+    except Exception as err:  # noqa: BLE001 - the diagnosis must not hide the failure it explains
+        return f"(a second GradScaler on the same steps raised {err!r})"
     for cause, switch in (("a skipped step is not a good one: back off and reset the count (_growth_tracker = 0)",
                            {"count_skipped": True}),
                           ("reset the count to 0 after growing: grow only when growth_interval good steps came in a row",
@@ -1590,7 +1607,7 @@ def test_unit_grad_scaler():
     optimizer = SGD([w], lr=1.0)
     scaler = GradScaler(init_scale=8.0, growth_interval=3)
     expected = [(True, 8), (True, 8), (True, 16), (False, 8), (False, 4), (True, 4), (True, 4), (True, 8), (True, 8), (False, 4)]
-    skipped, scales = [], []
+    scales = []
     for step, (taken, scale) in enumerate(expected, start=1):
         before = w.numpy().copy()
         used_scale = scaler.get_scale()
@@ -1620,11 +1637,10 @@ def test_unit_grad_scaler():
                 f"step {step}: the optimizer saw the gradients {seen}, expected {scripted_gradients(step)} (scale "
                 f"{used_scale}): " + unscale_mistake(seen, scripted_gradients(step), used_scale))
         scaler.update()
-        skipped.append(not taken)
         scales.append(scaler.get_scale())
         assert scaler.get_scale() == scale, (
             f"after step {step} the scale should be {scale}, got {scaler.get_scale()} (scales so far {scales}): "
-            + scaler_mistake(scales, skipped, 8.0, 3))
+            + scaler_mistake([not taken for taken, _ in expected], 8.0, 3))
     print("✓ GradScaler: scale, unscale once, skip on inf and NaN, back off, grow after growth_interval")
 
 

@@ -258,6 +258,16 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
 
 
 # %%
+def returned(value: Any, call: str, kind: Any) -> Any:
+    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
+    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    assert isinstance(value, kind), (
+        f"{call} returned {type(value).__name__}, expected a {names}"
+        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
+    return value
+
+
 def mask_mistake(got: np.ndarray, weights: np.ndarray, amount: float, keep: np.ndarray | None = None) -> str:
     """Why `got` is not magnitude_mask(weights, amount, keep): the classic mistake that gives exactly this
     mask, if one does (each one made on the same inputs), else where it differs."""
@@ -308,7 +318,7 @@ def mask_mistake(got: np.ndarray, weights: np.ndarray, amount: float, keep: np.n
 
 
 def test_unit_magnitude_mask():
-    got = magnitude_mask(example, 0.5)
+    got = returned(magnitude_mask(example, 0.5), "magnitude_mask(example, 0.5)", np.ndarray)
     expected = np.array([[True, False, True], [True, False, False]])
     assert got.dtype == bool and got.shape == example.shape, (
         f"a bool mask of the weights' shape, got {got.dtype} {got.shape}"
@@ -748,7 +758,7 @@ def test_unit_prune_global():
     assert np.array_equal(together, expected), (
         "the masks together must equal magnitude_mask of all the weights concatenated")
     weights = [small.weight.numpy(), large.weight.numpy()]
-    got = sparsity([small, large])
+    got = returned(sparsity([small, large]), "sparsity([small, large])", (float, np.floating))
     assert abs(got - 21 / 42) < 1e-12, (
         f"sparsity([small, large]) should be 21/42, got {got}: " + sparsity_mistake(got, weights))
     model = Sequential(Linear(10, 10, seed=2), ReLU(), Linear(10, 2, seed=3))
@@ -866,7 +876,7 @@ def schedule_mistake(got: list, steps: list, n: int, final: float, initial: floa
 
 
 def test_unit_cubic_sparsity():
-    got = [cubic_sparsity(t, 4, 0.9) for t in range(5)]
+    got = [returned(cubic_sparsity(t, 4, 0.9), f"cubic_sparsity({t}, 4, 0.9)", (float, np.floating)) for t in range(5)]
     expected = [0.9 - 0.9 * (1 - t / 4) ** 3 for t in range(5)]
     assert np.allclose(got, expected), (
         f"s_t = s_f + (s_i - s_f)(1 - t/n)^3: from s_i at t = 0 to s_f at t = n, fast at first; "
@@ -1101,7 +1111,7 @@ def bytes_mistake(got: dict, matrix: np.ndarray) -> str:
 
 
 def test_unit_storage():
-    values, col_indices, row_ptr = to_csr(tiny_matrix)
+    values, col_indices, row_ptr = returned(to_csr(tiny_matrix), "to_csr(tiny_matrix)", tuple)
     assert np.array_equal(row_ptr, [0, 2, 3]) and row_ptr.dtype == np.int32, (
         f"row_ptr has rows + 1 entries, starts at 0 and ends at nnz (a running count: cumsum of the "
         f"nonzeros per row): expected [0, 2, 3], got {row_ptr}: " + csr_mistake(tiny_matrix, values, col_indices, row_ptr))
@@ -1121,7 +1131,8 @@ def test_unit_storage():
     assert np.array_equal(from_csr(*to_csr(m), m.shape), m), "to_csr then from_csr must give the matrix back"
     nnz = int(np.count_nonzero(m))
     for matrix in (m, m.astype(np.float64)):  # the bytes of float32 storage, whatever the matrix's dtype
-        expected, got = {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}, storage_bytes(matrix)
+        expected = {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}
+        got = returned(storage_bytes(matrix), f"storage_bytes(a {matrix.dtype} matrix)", dict)
         assert got == expected, (
             f"storage_bytes of a 30 x 20 {matrix.dtype} matrix with {nnz} nonzeros: expected {expected}, got {got}: "
             + bytes_mistake(got, matrix))
@@ -1317,7 +1328,7 @@ def test_unit_prune_mlp_units():
     mlp.fc.weight.data[:, 4] *= 0.01   # unit 4 reads almost nothing
     mlp.fc.weight.data[:, 0] *= 3.0    # unit 0 the most important: by importance, the kept units are 1, 3, 5, 0
     try:
-        importance = mlp_unit_importance(mlp)
+        importance = returned(mlp_unit_importance(mlp), "mlp_unit_importance(mlp)", np.ndarray)
     except ValueError as err:  # NumPy's broadcast error names shapes, not the slip
         raise AssertionError(
             f"mlp_unit_importance of fc.weight (4, 6) and proj.weight (6, 4) raised {err}: fc's norms over axis 0 "
@@ -1331,7 +1342,7 @@ def test_unit_prune_mlp_units():
         f"importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||: expected {np.round(expected, 3)}, got "
         f"{np.round(importance, 3)}: " + importance_mistake(importance, mlp.fc.weight.numpy(), mlp.proj.weight.numpy()))
     try:
-        small = prune_mlp_units(mlp, 1 / 3)
+        small = returned(prune_mlp_units(mlp, 1 / 3), "prune_mlp_units(mlp, 1/3)", MLP)
     except IndexError as err:  # indexing (E, H) and (H, E) the same way runs off the shorter axis
         raise AssertionError(f"prune_mlp_units: {err}. fc.weight keeps the COLUMNS of the kept units (E, H'), "
                              "proj.weight their ROWS (H', E): w_in[:, kept] and w_out[kept, :]") from err
@@ -1504,7 +1515,7 @@ def test_unit_low_rank():
     W = layer.weight.numpy()
     sigma = np.linalg.svd(W, compute_uv=False)
     for r in (1, 3, 5):
-        pair = low_rank(layer, r)
+        pair = returned(low_rank(layer, r), f"low_rank(layer, {r})", Sequential)
         first, second = pair[0], pair[1]
         assert first.weight.shape == (7, r) and second.weight.shape == (r, 5), (
             f"first Linear (in, r) from U's first r columns, second (r, out) from Vt's first r rows (our weight is "
@@ -1525,7 +1536,8 @@ def test_unit_low_rank():
         "at full rank the two factors multiply back to W")
     assert np.allclose(np.linalg.norm(first.weight.numpy(), axis=0), np.linalg.norm(second.weight.numpy(), axis=1)), (
         "sqrt(S) on each side: column i of the first factor and row i of the second have the same norm")
-    ranks = [choose_rank([3.0, 2.0, 1.0], energy) for energy in (9 / 14, 0.65)]
+    ranks = [returned(choose_rank([3.0, 2.0, 1.0], energy), f"choose_rank([3, 2, 1], {energy:.4g})", (int, np.integer))
+             for energy in (9 / 14, 0.65)]
     assert ranks == [1, 2], (
         f"choose_rank([3, 2, 1], energy) for energies 9/14 and 0.65: expected ranks [1, 2], got {ranks}: the smallest "
         "r with sum(sigma[:r]^2) >= energy * sum(sigma^2) (energies 9, 4, 1 of 14)"
@@ -1743,7 +1755,8 @@ def check_distillation_value(got: float, s, t, y, T: float, alpha: float) -> Non
 def test_unit_distillation_loss():
     rng = np.random.default_rng(9)
     s, t, y = rng.standard_normal((4, 5)), rng.standard_normal((4, 5)) * 3, rng.integers(0, 5, 4)
-    check_distillation_value(distillation_loss(Tensor(s), t, y, temperature=3.0, alpha=0.6).item(), s, t, y, 3.0, 0.6)
+    loss = returned(distillation_loss(Tensor(s), t, y, temperature=3.0, alpha=0.6), "distillation_loss(...)", Tensor)
+    check_distillation_value(loss.item(), s, t, y, 3.0, 0.6)
     s3, t3, y3 = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)), rng.integers(0, 4, (2, 3))
     check_distillation_value(distillation_loss(Tensor(s3), t3, y3).item(), s3, t3, y3, 2.0, 0.5)
     teacher = Tensor(t, requires_grad=True)

@@ -277,10 +277,20 @@ def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str,
 from tinytorch.core.optimizers import SGD
 
 
+def returned(value: Any, call: str, kind: Any) -> Any:
+    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
+    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    assert isinstance(value, kind), (
+        f"{call} returned {type(value).__name__}, expected a {names}"
+        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
+    return value
+
+
 def test_unit_training_memory():
     model = GPT(17, 16, 2, 2, 8, seed=0)
     nbytes = sum(p.data.nbytes for p in model.parameters())
-    adamw = training_memory(model, AdamW(model.parameters()), (2, 8))
+    adamw = returned(training_memory(model, AdamW(model.parameters()), (2, 8)), "training_memory(...)", dict)
     keys = {"parameters", "gradients", "optimizer_state", "activations", "backward_working", "total"}
     assert set(adamw) == keys, (f"the keys are {sorted(keys)}; got {sorted(adamw)}"
                                 + (": add backward_working = backward_working_bytes(loss), the gradients the backward "
@@ -446,7 +456,7 @@ def test_unit_kv_cache_bytes():
                                  ((12, 1, 1024, 768, "float32"), 75_497_472,
                                   "GPT-2 small at T=1024 in float32 (2·12·1024·768·4 bytes, 72 MiB)"),
                                  ((3, 5, 2, 4, "float16"), 480, "3 layers, 5 sequences of 2 tokens, 4 numbers, float16")):
-        got = kv_cache_bytes(*args)
+        got = returned(kv_cache_bytes(*args), f"kv_cache_bytes{args}", (int, np.integer))
         assert got == expected, (f"kv_cache_bytes{args}, {what}: expected {expected} bytes, got {got}: "
                                  + kv_cache_mistake(got, *args[:4], np.dtype(args[4]).itemsize))
     for dtype in (np.float32, np.float16, np.float64):
@@ -856,7 +866,7 @@ def test_unit_checkpoint():
     with generators_kept(generators):
         plain = piece(Tensor(x))
     started = [g.bit_generator.state for g in generators]
-    out = checkpoint(piece, Tensor(x, requires_grad=True))
+    out = returned(checkpoint(piece, Tensor(x, requires_grad=True)), "checkpoint(piece, x)", Tensor)
     assert np.array_equal(out.numpy(), plain.numpy()), "checkpoint must return the value of fn(*inputs)"
     assert out._node is not None and out._node.op == "checkpoint", "record ONE op named 'checkpoint'"
     kept = [t for t in topological_order(out) if t is not out]
@@ -1010,6 +1020,8 @@ def test_unit_checkpoint_blocks():
     kept = GPT(17, 16, 3, 2, 12, dropout=0.1, seed=0)
     weights = kept.parameters()
     assert checkpoint_blocks(kept) is kept, "checkpoint_blocks changes the model in place and returns it"
+    with generators_kept(random_generators(kept)):  # the dropout masks drawn here are drawn again below
+        returned(kept.blocks[0](Tensor(np.zeros((1, 2, 16), np.float32))), "CheckpointedBlock.forward(x)", Tensor)
     assert all(isinstance(b, CheckpointedBlock) for b in kept.blocks), "every block must be wrapped"
     assert all(a is b for a, b in zip(weights, kept.parameters())), "the same parameter tensors, not copies"
     assert list(kept.state_dict()) == list(plain.state_dict()), "state_dict keys must stay the block's own"
@@ -1575,7 +1587,7 @@ def unscale_mistake(seen: np.ndarray, gradient: np.ndarray, scale: float) -> str
 
 def test_unit_grad_scaler():
     loss = Tensor(np.float32(3.0), requires_grad=True)
-    scaled = GradScaler(init_scale=1024.0).scale(loss)
+    scaled = returned(GradScaler(init_scale=1024.0).scale(loss), "GradScaler(init_scale=1024.0).scale(loss)", Tensor)
     assert scaled.dtype == np.float32 and scaled.item() == 3072.0, f"scale(loss) = loss · scale, got {scaled.item()}"
     half_loss = Tensor(np.float16(4.0), requires_grad=True)
     half_scaled = GradScaler().scale(half_loss)

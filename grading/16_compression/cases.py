@@ -13,8 +13,8 @@ from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import MLP
 from tinytorch.perf.compression import (choose_rank, cubic_sparsity, distillation_loss, from_csr, low_rank,
                                         magnitude_mask, mlp_unit_importance, prune_global, prune_gradually,
-                                        prune_magnitude, prune_mlp_units, prune_mlps, remove_pruning, sparsity,
-                                        storage_bytes, to_csr)
+                                        prune_magnitude, prune_mlp_units, prune_mlps, pruned_names, remove_pruning,
+                                        sparsity, storage_bytes, to_csr)
 
 
 def _magnitude_mask(rng):
@@ -52,6 +52,14 @@ def _remove_pruning(rng):
             "type": type(layer).__name__, "again": raised(remove_pruning, layer)}
 
 
+def _two_names(rng):
+    layer = Linear(3, 4, rng=rng, dtype=np.float64)
+    prune_magnitude(layer, 0.5, name="bias")
+    prune_magnitude(layer, 0.5, name="weight")  # the bias stays pruned too
+    x = Tensor(rng.standard_normal((2, 3)))
+    return {"names": list(pruned_names(layer)), "out": layer(x), "bias": layer.bias}
+
+
 def _prune_global(rng):
     small = Linear(6, 4, rng=rng, dtype=np.float64)
     large = Linear(4, 12, rng=rng, dtype=np.float64)
@@ -76,7 +84,9 @@ def _csr(rng):
     dense[2] = 0.0   # an empty row in the middle
     dense[4:] = 0.0  # and two at the end
     values, cols, row_ptr = to_csr(dense)
+    full_values, full_cols, _ = to_csr(rng.standard_normal((3, 4)))  # no zeros: row by row is not column by column
     return {"values": values, "cols": cols, "row_ptr": row_ptr, "back": from_csr(values, cols, row_ptr, dense.shape),
+            "full_values": full_values, "full_cols": full_cols,
             "bytes": [storage_bytes(dense)[k] for k in ("dense", "bitmask", "csr")]}
 
 
@@ -135,6 +145,7 @@ def _distillation(rng):
 CASES = {
     "magnitude-mask": (_magnitude_mask, "magnitude_mask: |value| ranks, round(3.78) weights, stable ties, earlier mask"),
     "prune-layer": (_prune_layer, "prune_magnitude twice: masked forward and gradient, mask buffer, optimizer keeps working"),
+    "two-names": (_two_names, "prune_magnitude of a Linear's bias, then of its weight: both stay pruned"),
     "remove-pruning": (_remove_pruning, "remove_pruning makes the pruning permanent and restores the class"),
     "prune-global": (_prune_global, "prune_global: one threshold over a small-weight and a large-weight layer; sparsity"),
     "gradual": (_gradual, "prune_gradually follows the cubic schedule; the schedule clamps its step"),

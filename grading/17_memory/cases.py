@@ -9,13 +9,13 @@ import numpy as np
 from reference_values import raised
 
 from tinytorch.core.activations import tanh
-from tinytorch.core.autograd import no_grad
+from tinytorch.core.autograd import BACKWARD_RULES, no_grad
 from tinytorch.core.layers import Dropout, Linear, Module, Sequential
 from tinytorch.core.optimizers import SGD, Adam
 from tinytorch.core.tensor import Autocast, Tensor
-from tinytorch.models.transformer import LayerKVCache, TransformerBlock
-from tinytorch.perf.memory import (CheckpointedBlock, GradScaler, autocast, checkpoint, kv_cache_bytes,
-                                   training_memory)
+from tinytorch.models.transformer import GPT, LayerKVCache, TransformerBlock
+from tinytorch.perf.memory import (CheckpointedBlock, GradScaler, autocast, checkpoint, checkpoint_blocks,
+                                   kv_cache_bytes, training_memory)
 
 
 class Noisy(Module):
@@ -126,6 +126,25 @@ def _checkpoint_function(rng):
             "not_a_tensor": raised(checkpoint, lambda t: (t, t), x)}
 
 
+def _checkpoint_arguments(rng):
+    """Plain numbers among the arguments reach the recomputation; an argument that needs no gradient gets None."""
+    w = Tensor(rng.standard_normal((3, 3)), requires_grad=True)
+    x = Tensor(rng.standard_normal((2, 3)), requires_grad=True)
+    out = checkpoint(lambda t, factor, shift: tanh(t @ w) * factor + shift, x, 3.0, 0.5, params=[w])
+    outcome = raised((out * Tensor(rng.standard_normal((2, 3)))).sum().backward)
+    constant = checkpoint(lambda t: tanh(t @ w), Tensor(rng.standard_normal((2, 3))), params=[w])
+    returned = BACKWARD_RULES["checkpoint"](np.ones((2, 3)), constant._node)
+    return {"outcome": outcome, "dx": x.grad if x.grad is not None else np.zeros(0),
+            "dw": w.grad if w.grad is not None else np.zeros(0), "none_for_constant": [g is None for g in returned]}
+
+
+def _checkpoint_blocks_twice(rng):
+    model = GPT(11, 8, 2, 2, 6, seed=int(rng.integers(1000)), dtype=np.float64)
+    checkpoint_blocks(model)
+    checkpoint_blocks(model)  # already wrapped: nothing changes
+    return {"wrapped": [type(b.block).__name__ for b in model.blocks]}
+
+
 def _checkpointed_block(rng):
     seed = int(rng.integers(1000))
     block = TransformerBlock(8, 2, dtype=np.float64, seed=seed)
@@ -159,6 +178,41 @@ def _autocast(rng):
 
     return {"seen": seen, "product_dtype": str(product.dtype), "error": raised(fails),
             "after_error": Autocast.dtype is None, "bfloat": raised(autocast, "float32")}
+
+
+def _autocast_reentered(rng):
+    off, on = autocast(enabled=False), autocast()
+
+    def nested():  # the same object entered again inside its own block
+        seen = []
+        with off:
+            with on:
+                with off:
+                    seen.append(Autocast.dtype is None)
+                seen.append(str(Autocast.dtype))
+            seen.append(Autocast.dtype is None)
+        return seen
+
+    outcome = raised(nested)
+    Autocast.dtype = None
+    with autocast() as ctx:
+        entered = type(ctx).__name__
+    return {"outcome": outcome, "seen": nested() if outcome == "nothing" else [], "entered": entered}
+
+
+def _grad_scaler_contract(rng):
+    wide = GradScaler(init_scale=4.0).scale(Tensor(np.array(2.5), requires_grad=True))  # float64 stays float64
+    p = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    p.grad = Tensor(rng.standard_normal(3).astype(np.float32) * 4)
+    array = p.grad.data
+    GradScaler(init_scale=4.0).unscale_(SGD([p], lr=0.1))
+    top = GradScaler(init_scale=2.0**127, growth_interval=1)  # growing would overflow float32: keep the scale
+    q = Tensor(np.zeros(2, np.float32), requires_grad=True)
+    q.grad = Tensor(np.ones(2, np.float32))
+    top.step(SGD([q], lr=0.1))
+    top.update()
+    return {"wide": wide, "wide_dtype": str(wide.dtype), "in_place": p.grad.data is array, "unscaled": p.grad,
+            "top_scale": top.get_scale()}
 
 
 def _grad_scaler(rng):
@@ -212,8 +266,12 @@ CASES = {
     "checkpoint-two-calls": (_checkpoint_two_calls, "two checkpointed calls, one backward: generators end where the plain run's do"),
     "checkpoint-backward-modes": (_checkpoint_backward_modes, "a checkpointed backward called under no_grad still recomputes with a graph"),
     "checkpoint-function": (_checkpoint_function, "checkpoint of a function with params=[w]; a missing param or a tuple raises"),
+    "checkpoint-arguments": (_checkpoint_arguments, "checkpoint with plain-number arguments; None for an argument needing no gradient"),
+    "checkpoint-blocks-twice": (_checkpoint_blocks_twice, "checkpoint_blocks twice wraps each block once"),
     "checkpointed-block": (_checkpointed_block, "CheckpointedBlock uses the KV cache in generation; its names and gradients"),
     "autocast": (_autocast, "autocast nests, restores the outer state, and lets errors through"),
+    "autocast-reentered": (_autocast_reentered, "one autocast object entered inside its own block; `with ... as` binds it"),
+    "grad-scaler-contract": (_grad_scaler_contract, "scale keeps a float64 loss, unscale_ works in place, the scale never grows to inf"),
     "grad-scaler-two-params": (_grad_scaler_two_params, "GradScaler with two parameters: an inf in the first one's gradient skips the step"),
     "grad-scaler": (_grad_scaler, "GradScaler over 10 scripted steps: skips on inf/NaN, init 1500.5, backoff 0.3, growth 1.1 every 2"),
 }

@@ -258,22 +258,85 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
 
 
 # %%
+def returned(value: Any, call: str, kind: Any) -> Any:
+    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
+    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    assert isinstance(value, kind), (
+        f"{call} returned {type(value).__name__}, expected a {names}"
+        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
+    return value
+
+
+def mask_mistake(got: np.ndarray, weights: np.ndarray, amount: float, keep: np.ndarray | None = None) -> str:
+    """Why `got` is not magnitude_mask(weights, amount, keep): the classic mistake that gives exactly this
+    mask, if one does (each one made on the same inputs), else where it differs."""
+    size = weights.size
+    keep_flat = None if keep is None else np.asarray(keep, dtype=bool).ravel()
+
+    def made(scores=None, count=None, largest=False, stable=True, and_keep=True, score_earlier=True):
+        """The mask with one step done differently (the reference when every argument is left as it is)."""
+        scores = (np.abs(weights).astype(np.float64).ravel() if scores is None else scores).copy()
+        if keep_flat is not None and score_earlier:
+            scores[~keep_flat] = -1.0
+        count = round(amount * size) if count is None else count
+        ranked = np.argsort(scores, kind="stable") if stable else np.argsort(scores)
+        mask = np.ones(size, dtype=bool)
+        mask[ranked[count:] if largest else ranked[:count]] = False
+        if keep_flat is not None and and_keep:
+            mask &= keep_flat
+        return mask.reshape(weights.shape)
+
+    candidates = [
+        ("you ranked the signed values: prune the entries of smallest ABSOLUTE value (np.abs; sorting the signed "
+         "values prunes the most negative weights, the large ones)",
+         made(scores=weights.astype(np.float64).ravel())),
+        ("you pruned the LARGEST entries and kept the smallest: the pruned ones are the FIRST round(amount · size) "
+         "of the ascending argsort ([:count], not [count:])", made(largest=True)),
+        ("the count is truncated: prune round(amount * size) entries (Python's round, as torch counts), not int()",
+         made(count=int(amount * size))),
+        ("ties at the threshold went in another order: the entry first in C order is pruned first; sort with "
+         "np.argsort(..., kind=\"stable\") (the default quicksort puts equal values in no particular order)",
+         made(stable=False)),
+    ]
+    if keep_flat is not None:  # what this call is about comes first
+        candidates[:0] = [
+            ("a pruned weight came back: a pruned weight stays pruned, so AND the new mask with the earlier one "
+             "(mask &= keep.ravel())", made(and_keep=False)),
+            ("the entries pruned before were not counted first: score them -1 (below every magnitude) so that they "
+             "count towards round(amount · size), and only the rest of the count prunes live weights",
+             made(score_earlier=False)),
+            ("amount is the fraction of ALL entries pruned afterwards, not of the entries still kept (that is "
+             "PyTorch's way): count = round(amount * size)", made(count=round(amount * int(keep_flat.sum())))),
+        ]
+    got = np.asarray(got)
+    for cause, wrong in candidates:
+        if wrong.shape == got.shape and np.array_equal(wrong, got):
+            return f"it matches a known mistake: {cause}"
+    return ("it matches no classic mistake: " + (f"{int((~got).sum())} entries pruned, expected "
+            f"{round(amount * size)}" if got.shape == weights.shape else f"shape {got.shape}"))
+
+
 def test_unit_magnitude_mask():
-    got = magnitude_mask(example, 0.5)
+    got = returned(magnitude_mask(example, 0.5), "magnitude_mask(example, 0.5)", np.ndarray)
     expected = np.array([[True, False, True], [True, False, False]])
     assert got.dtype == bool and got.shape == example.shape, (
-        f"a bool mask of the weights' shape, got {got.dtype} {got.shape}")
+        f"a bool mask of the weights' shape, got {got.dtype} {got.shape}"
+        + (": the flat mask must be reshaped to the weights' shape (mask.reshape(weights.shape))"
+           if got.shape == (example.size,) else ""))
     assert np.array_equal(got, expected), (
-        f"prune the entries of smallest ABSOLUTE value: expected\n{expected}\ngot\n{got}\n"
-        "(sorting the signed values prunes the most negative weights, the large ones)")
+        f"magnitude_mask(example, 0.5): expected\n{expected}\ngot\n{got}\n" + mask_mistake(got, example, 0.5))
     assert magnitude_mask(example, 0.0).all() and not magnitude_mask(example, 1.0).any(), (
         "amount 0 prunes nothing, amount 1 prunes every entry")
-    assert (~magnitude_mask(np.arange(8.0), 0.3125)).sum() == round(0.3125 * 8) == 2, "count with round(amount * size)"
+    eighths = magnitude_mask(np.arange(8.0), 0.3125)
+    assert (~eighths).sum() == round(0.3125 * 8) == 2, (
+        f"count with round(amount * size): 2 of 8 at 0.3125, got {(~eighths).sum()}: "
+        + mask_mistake(eighths, np.arange(8.0), 0.3125))
     ties = np.round(np.random.default_rng(0).standard_normal(200), 1)  # many equal magnitudes
     first_in_c_order = np.argsort(np.abs(ties), kind="stable")[:round(0.37 * ties.size)]
-    assert np.array_equal(~magnitude_mask(ties, 0.37), np.isin(np.arange(ties.size), first_in_c_order)), (
-        "ties at the threshold: the entry first in C order is pruned first; sort with "
-        "np.argsort(..., kind=\"stable\") (the default quicksort puts equal values in no particular order)")
+    tied = magnitude_mask(ties, 0.37)
+    assert np.array_equal(~tied, np.isin(np.arange(ties.size), first_in_c_order)), (
+        "200 weights with many equal magnitudes, amount 0.37: " + mask_mistake(tied, ties, 0.37))
     first = magnitude_mask(example, 0.5)
     try:
         again = magnitude_mask(example * 0 + 1.0, 0.2, keep=first)  # all equal now: only the count decides
@@ -282,9 +345,14 @@ def test_unit_magnitude_mask():
             f"weights of shape {example.shape} with an earlier keep-mask of shape {first.shape} raised {err!r}: the "
             f"scores and the new mask are flat ({example.size},) arrays; flatten the keep-mask too (keep.ravel()) "
             "before indexing the scores with it or ANDing it with the mask") from None
-    assert np.array_equal(again, first), "a pruned weight stays pruned, even when amount is smaller than before"
-    more = magnitude_mask(np.where(first, example, 0.0), 4 / 6, keep=first)
-    assert (~more).sum() == 4 and not (more & ~first).any(), "already-pruned weights count towards the total"
+    assert np.array_equal(again, first), (
+        f"pruned before: {int((~first).sum())} of 6 entries; pruning again with amount 0.2 (1 of 6, already reached) "
+        f"must give the same mask, got {int((~again).sum())} pruned: " + mask_mistake(again, example * 0 + 1.0, 0.2, first))
+    masked = np.where(first, example, 0.0)
+    more = magnitude_mask(masked, 4 / 6, keep=first)
+    assert (~more).sum() == 4 and not (more & ~first).any(), (
+        f"already-pruned weights count towards the total: 4/6 of the 6 entries pruned in all, the 3 pruned before "
+        f"among them; got {int((~more).sum())} pruned: " + mask_mistake(more, masked, 4 / 6, first))
     print("✓ magnitude_mask: smallest |w| pruned, round(amount·n) of them, earlier pruning kept")
 
 
@@ -494,18 +562,28 @@ def test_unit_prune_magnitude():
     layer = Linear(5, 4, seed=0, dtype=np.float64)
     original = layer.weight
     W = original.numpy().copy()
-    prune_magnitude(layer, 0.5)
+    result = prune_magnitude(layer, 0.5)
     mask = magnitude_mask(W, 0.5)
-    assert isinstance(layer, Linear) and type(layer).__name__ == "PrunedLinear", type(layer)
+    assert type(layer).__name__ == "PrunedLinear" and result is layer, (
+        f"after prune_magnitude(layer, 0.5) the layer is a {type(layer).__name__} and prune_magnitude returned "
+        f"{type(result).__name__}: " + ("the layer was never pruned: hand the new mask to apply_mask(module, mask, "
+                                        "name), which prunes the layer and returns it"
+                                        if type(layer) is Linear else "return the module (apply_mask returns it)"))
     names = [n for n, _ in layer.named_parameters()]
+    assert "weight" not in names, (
+        f"after pruning, the layer's parameters are {names}: weight is still registered as a parameter. Move it: "
+        "delattr(module, name) first, then setattr(module, name + '_orig', weight)")
     assert names == ["bias", "weight_orig"] and layer.weight_orig is original, (
         f"the parameter moves to weight_orig (the SAME Tensor object, not a copy: an optimizer made before pruning "
         f"still updates it), got parameters {names}")
     assert "weight_mask" in layer.state_dict(), (
         "register the mask with register_buffer: it must be in the state_dict (a saved pruned model "
         f"would come back unpruned); state_dict keys: {list(layer.state_dict())}")
-    assert np.array_equal(layer.weight_mask.numpy(), mask) and layer.weight_mask.dtype == np.float64, (
-        "weight_mask holds magnitude_mask of the weights, as 0/1 in the weight's dtype (float64 here)")
+    assert np.array_equal(layer.weight_mask.numpy(), mask), (
+        "weight_mask holds magnitude_mask of the weights (1 = kept, 0 = pruned)")
+    assert layer.weight_mask.dtype == np.float64, (
+        f"weight_mask is {layer.weight_mask.dtype}, the weight float64: make the mask's 0s and 1s in the weight's "
+        "dtype, Tensor(keep, dtype=weight.dtype, device=weight.device)")
     x = np.random.default_rng(1).standard_normal((3, 5))
     xt = Tensor(x)
     out = layer(xt)
@@ -637,26 +715,58 @@ def sparsity(model: Any) -> float:
 
 
 # %%
+def sparsity_mistake(got: float, weights: list) -> str:
+    """Why `got` is not the sparsity of `weights` (NumPy arrays): the classic mistake that gives it, if one does."""
+    zeros, total = sum(int(np.sum(w == 0)) for w in weights), sum(w.size for w in weights)
+    for cause, wrong in (
+            ("you counted the nonzero weights (the density): count the zeros, w == 0", 1 - zeros / total),
+            ("the mean of the layers' sparsities weighs a small layer like a large one: the zeros of all the layers "
+             "together over all their entries, not the mean of the layers' sparsities",
+             float(np.mean([np.mean(w == 0) for w in weights]))),
+            ("you divided by the number of layers: divide by the number of weights, sum(w.size)", zeros / len(weights)),
+            ("you returned the count of zeros: divide it by the number of weights, sum(w.size)", zeros)):
+        if abs(got - wrong) < 1e-12:
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake: the zeros of all the layers together over all their entries"
+
+
 def test_unit_prune_global():
     small, large = Linear(6, 5, seed=0, dtype=np.float64), Linear(4, 3, seed=1, dtype=np.float64)
     small.weight.data = small.weight.data * 0.01  # tiny weights: global pruning takes these first
-    prune_global([small, large], 0.5)
+    everything = np.concatenate([small.weight.numpy().ravel(), large.weight.numpy().ravel()])
+    try:
+        prune_global([small, large], 0.5)
+    except ValueError as err:
+        if "concatenat" not in str(err):
+            raise
+        raise AssertionError(
+            f"prune_global on weights of shapes {small.weight.shape} and {large.weight.shape} raised {err}: "
+            "np.concatenate joins 2-D arrays only when their other dimensions agree. Flatten each layer's weights "
+            "and keep-mask first (w.ravel()): one threshold over one flat array of all the weights") from None
     pruned_small = (small.weight_mask.numpy() == 0).sum()
     assert pruned_small == 21, (
         f"one threshold over all layers together: the 21 smallest of the 42 weights are all in the "
         f"layer of tiny weights, got {pruned_small} pruned there (a threshold per layer prunes half of each)")
-    everything = np.concatenate([small.weight_orig.numpy().ravel(), large.weight_orig.numpy().ravel()])
+    expected = magnitude_mask(everything, 0.5)
+    got_large = large.weight_mask.numpy().ravel() == 1
+    assert np.array_equal(got_large, expected[30:]), (
+        f"the second layer's mask must be the global mask's entries 30 to 41 (after the first layer's 30)"
+        + (": it got entries 0 to 11, the first layer's slice again. Advance the start by each layer's size "
+           "(start += w.size) after handing a layer its slice" if np.array_equal(got_large, expected[:12]) else
+           f": it prunes {int((~got_large).sum())} of its 12 weights, the global mask {int((~expected[30:]).sum())}"))
     together = np.concatenate([small.weight_mask.numpy().ravel(), large.weight_mask.numpy().ravel()]) == 1
-    assert np.array_equal(together, magnitude_mask(everything, 0.5)), (
+    assert np.array_equal(together, expected), (
         "the masks together must equal magnitude_mask of all the weights concatenated")
-    assert abs(sparsity([small, large]) - 21 / 42) < 1e-12, (
-        f"sparsity([small, large]) should be 21/42, got {sparsity([small, large])}: the zeros of all the layers "
-        "together over all their entries, not the mean of the layers' sparsities")
+    weights = [small.weight.numpy(), large.weight.numpy()]
+    got = returned(sparsity([small, large]), "sparsity([small, large])", (float, np.floating))
+    assert abs(got - 21 / 42) < 1e-12, (
+        f"sparsity([small, large]) should be 21/42, got {got}: " + sparsity_mistake(got, weights))
     model = Sequential(Linear(10, 10, seed=2), ReLU(), Linear(10, 2, seed=3))
     prune_magnitude(model[2], 0.5)
-    assert abs(sparsity(model) - 10 / 120) < 1e-12, (
-        f"sparsity: zeros over all prunable weights together, not the mean of the layers' sparsities; "
-        f"expected {10 / 120:.4f}, got {sparsity(model):.4f}")
+    got = sparsity(model)
+    assert abs(got - 10 / 120) < 1e-12, (
+        f"sparsity of a 10x10 layer (no zeros) and a 10x2 layer with 10 zeros: expected {10 / 120:.4f}, got "
+        f"{got:.4f}: " + sparsity_mistake(got, [model[0].weight.numpy(), model[2].weight.numpy()]))
     print("✓ prune_global: one threshold for all layers; sparsity counts every weight once")
 
 
@@ -745,16 +855,41 @@ def prune_gradually(modules: Iterable[Module], final_sparsity: float, steps: int
 
 
 # %%
+def schedule_mistake(got: list, steps: list, n: int, final: float, initial: float = 0.0) -> str:
+    """Why the targets `got` at `steps` are not Zhu & Gupta's: the classic mistake that gives them, if one does."""
+    def t(step, clamp=True):
+        return min(max(step, 0), n) if clamp else step
+    for cause, wrong in (
+            ("the schedule runs backwards: s_t = s_f + (s_i - s_f)(1 - t/n)^3, with (1 - t/n), not t/n",
+             [final + (initial - final) * (t(k) / n) ** 3 for k in steps]),
+            ("the cube is missing: that is a straight line from s_i to s_f; s_t = s_f + (s_i - s_f)(1 - t/n)^3 prunes "
+             "fast at first", [final + (initial - final) * (1 - t(k) / n) for k in steps]),
+            ("t/n is 0 until the last step: // is integer division, use / (t / n is a fraction)",
+             [final + (initial - final) * (1 - t(k) // n) ** 3 for k in steps]),
+            ("initial_sparsity is ignored: the schedule starts from s_i, s_t = s_f + (s_i - s_f)(1 - t/n)^3",
+             [final * (1 - (1 - t(k) / n) ** 3) for k in steps]),
+            ("the step is not clamped: clamp t to [0, n] (s_i before step 0, s_f from step n on), "
+             "min(max(step, 0), n)", [final + (initial - final) * (1 - t(k, False) / n) ** 3 for k in steps])):
+        if np.allclose(got, wrong, atol=1e-12, rtol=0):
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake: s_t = s_f + (s_i - s_f)(1 - t/n)^3 with t clamped to [0, n]"
+
+
 def test_unit_cubic_sparsity():
-    got = [cubic_sparsity(t, 4, 0.9) for t in range(5)]
+    got = [returned(cubic_sparsity(t, 4, 0.9), f"cubic_sparsity({t}, 4, 0.9)", (float, np.floating)) for t in range(5)]
     expected = [0.9 - 0.9 * (1 - t / 4) ** 3 for t in range(5)]
     assert np.allclose(got, expected), (
         f"s_t = s_f + (s_i - s_f)(1 - t/n)^3: from s_i at t = 0 to s_f at t = n, fast at first; "
-        f"expected {np.round(expected, 4)}, got {np.round(got, 4)}")
-    assert got[0] == 0.0 and got[-1] == 0.9 and cubic_sparsity(9, 4, 0.9) == 0.9 and cubic_sparsity(-1, 4, 0.9) == 0.0, (
-        f"s_i at step 0, s_f at step n and after, s_i before 0; got {got}")
-    assert abs(cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4) - (0.8 - 0.4 / 8)) < 1e-12, (
-        "with initial_sparsity 0.4: s = 0.8 + (0.4 - 0.8)(1 - 1/2)^3 = 0.75 at step 1 of 2")
+        f"expected {np.round(expected, 4)}, got {np.round(got, 4)}: " + schedule_mistake(got, range(5), 4, 0.9))
+    assert got[0] == 0.0 and got[-1] == 0.9, f"s_i at step 0, s_f at step n; got {got}"
+    outside = [cubic_sparsity(t, 4, 0.9) for t in (-1, 9)]
+    assert outside == [0.0, 0.9], (
+        f"before step 0 the target is s_i, after step n it is s_f: expected [0.0, 0.9] at steps -1 and 9, got "
+        f"{outside}: " + schedule_mistake(outside, (-1, 9), 4, 0.9))
+    half = cubic_sparsity(1, 2, 0.8, initial_sparsity=0.4)
+    assert abs(half - (0.8 - 0.4 / 8)) < 1e-12, (
+        f"with initial_sparsity 0.4: s = 0.8 + (0.4 - 0.8)(1 - 1/2)^3 = 0.75 at step 1 of 2, got {half}: "
+        + schedule_mistake([half], [1], 2, 0.8, 0.4))
     print("✓ cubic_sparsity: s_i at step 0, s_f at step n, the cube in between")
 
 
@@ -934,24 +1069,73 @@ def storage_bytes(matrix: Any) -> dict[str, int]:
 
 
 # %%
+def csr_mistake(matrix: np.ndarray, values: np.ndarray, col_indices: np.ndarray, row_ptr: np.ndarray) -> str:
+    """Why to_csr(matrix) gave these arrays: the classic mistake that gives one of them, if one does."""
+    rows, cols = np.nonzero(matrix)
+    per_row = np.bincount(rows, minlength=matrix.shape[0])
+    right = {"values": matrix[rows, cols], "col_indices": cols, "row_ptr": np.concatenate([[0], np.cumsum(per_row)])}
+    got = {"values": values, "col_indices": col_indices, "row_ptr": row_ptr}
+
+    def same(a, b) -> bool:
+        return np.shape(a) == np.shape(b) and np.array_equal(a, b)
+
+    for cause, part, wrong in (
+            ("col_indices holds each value's ROW: np.nonzero returns (rows, cols), the columns come second",
+             "col_indices", rows),
+            ("the values come column by column (the transpose's order): np.nonzero(matrix) lists them row by row",
+             "values", matrix.T[np.nonzero(matrix.T)]),
+            ("row_ptr has `rows` entries: it starts with 0, so it has rows + 1 (np.concatenate([[0], np.cumsum(...)]))",
+             "row_ptr", np.cumsum(per_row)),
+            ("row_ptr holds the nonzeros per row: it must be a running count: cumsum of the nonzeros per row",
+             "row_ptr", np.concatenate([[0], per_row])),
+            ("empty rows (also the last ones) repeat the count: np.bincount(rows, minlength=the number of rows)",
+             "row_ptr", np.concatenate([[0], np.cumsum(np.bincount(rows))]))):
+        if not same(wrong, right[part]) and same(wrong, got[part]):
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake"
+
+
+def bytes_mistake(got: dict, matrix: np.ndarray) -> str:
+    """Why storage_bytes(matrix) gave `got`: the classic mistakes that give its numbers, if they do."""
+    nnz, size, rows = int(np.count_nonzero(matrix)), matrix.size, matrix.shape[0]
+    causes = []
+    if got.get("dense") == matrix.nbytes != 4 * size:
+        causes.append(f"dense counts the matrix's own {matrix.dtype} bytes: store every entry as float32 (4 bytes), "
+                      "matrix.astype(np.float32).nbytes, whatever the matrix's dtype")
+    if got.get("bitmask") == size + 4 * nnz:
+        causes.append("the bitmask takes one byte per entry (a bool array): pack 8 entries into a byte, "
+                      "np.packbits(matrix != 0)")
+    if got.get("csr") == 8 * nnz:
+        causes.append(f"CSR's bytes leave out row_ptr ({rows + 1} int32 numbers, 4·(rows + 1) bytes)")
+    return ("it matches a known mistake: " + "; ".join(causes)) if causes else "it matches no classic mistake"
+
+
 def test_unit_storage():
-    values, col_indices, row_ptr = to_csr(tiny_matrix)
+    values, col_indices, row_ptr = returned(to_csr(tiny_matrix), "to_csr(tiny_matrix)", tuple)
     assert np.array_equal(row_ptr, [0, 2, 3]) and row_ptr.dtype == np.int32, (
         f"row_ptr has rows + 1 entries, starts at 0 and ends at nnz (a running count: cumsum of the "
-        f"nonzeros per row): expected [0, 2, 3], got {row_ptr}")
+        f"nonzeros per row): expected [0, 2, 3], got {row_ptr}: " + csr_mistake(tiny_matrix, values, col_indices, row_ptr))
     assert np.array_equal(values, [1.5, -2.0, 3.0]) and np.array_equal(col_indices, [1, 3, 2]), (
-        f"values row by row [1.5, -2, 3] at columns [1, 3, 2]; got {values}, {col_indices}")
+        f"values row by row [1.5, -2, 3] at columns [1, 3, 2]; got {values}, {col_indices}: "
+        + csr_mistake(tiny_matrix, values, col_indices, row_ptr))
     assert col_indices.dtype == np.int32 and values.dtype == np.float32, (
         f"col_indices int32, values in the matrix's dtype; got {col_indices.dtype}, {values.dtype}")
     empty_rows = np.zeros((4, 3), np.float32)
     empty_rows[1, 2] = 7.0
-    assert np.array_equal(to_csr(empty_rows)[2], [0, 0, 1, 1, 1]), "empty rows (also the last ones) repeat the count"
+    empty_csr = to_csr(empty_rows)
+    assert np.array_equal(empty_csr[2], [0, 0, 1, 1, 1]), (
+        f"a 4 x 3 matrix whose only nonzero is in row 1: row_ptr must be [0, 0, 1, 1, 1], got {empty_csr[2]}: "
+        + csr_mistake(empty_rows, *empty_csr))
     rng = np.random.default_rng(4)
     m = rng.standard_normal((30, 20)).astype(np.float32) * (rng.random((30, 20)) < 0.3)
     assert np.array_equal(from_csr(*to_csr(m), m.shape), m), "to_csr then from_csr must give the matrix back"
     nnz = int(np.count_nonzero(m))
-    assert storage_bytes(m) == {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}, (
-        storage_bytes(m))
+    for matrix in (m, m.astype(np.float64)):  # the bytes of float32 storage, whatever the matrix's dtype
+        expected = {"dense": 4 * 600, "bitmask": 600 // 8 + 4 * nnz, "csr": 8 * nnz + 4 * 31}
+        got = returned(storage_bytes(matrix), f"storage_bytes(a {matrix.dtype} matrix)", dict)
+        assert got == expected, (
+            f"storage_bytes of a 30 x 20 {matrix.dtype} matrix with {nnz} nonzeros: expected {expected}, got {got}: "
+            + bytes_mistake(got, matrix))
     print("✓ to_csr and storage_bytes: the arrays of CSR, and the bytes of three formats")
 
 
@@ -1122,22 +1306,43 @@ def prune_mlps(model: Module, amount: float) -> Module:
 
 
 # %%
+def importance_mistake(got: np.ndarray, w_in: np.ndarray, w_out: np.ndarray) -> str:
+    """Why mlp_unit_importance gave `got` for weights fc (E, H) = w_in and proj (H, E) = w_out: the classic
+    mistake that gives it, if one does."""
+    reads, writes = np.linalg.norm(w_in, axis=0), np.linalg.norm(w_out, axis=1)
+    for cause, wrong in (
+            ("the unit is scored by what it reads (fc) only: a unit whose outgoing weights (proj.weight row j) are 0 "
+             "contributes nothing, so multiply by the norm of proj.weight's row j", reads),
+            ("the two norms are added: multiply them (a unit that reads or writes nothing contributes nothing)",
+             reads + writes),
+            ("the squared norms (sums of squares) are multiplied: take the norms, np.linalg.norm", reads ** 2 * writes ** 2)):
+        if np.shape(wrong) == np.shape(got) and np.allclose(got, wrong):
+            return f"it matches a known mistake: {cause}"
+    return "it matches no classic mistake: importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||"
+
+
 def test_unit_prune_mlp_units():
     mlp = MLP(4, 6, seed=0, dtype=np.float64)
     mlp.proj.weight.data[2] = 0.0      # unit 2 writes nothing: least important, however loudly it reads
     mlp.fc.weight.data[:, 2] *= 100.0
     mlp.fc.weight.data[:, 4] *= 0.01   # unit 4 reads almost nothing
     mlp.fc.weight.data[:, 0] *= 3.0    # unit 0 the most important: by importance, the kept units are 1, 3, 5, 0
-    importance = mlp_unit_importance(mlp)
+    try:
+        importance = returned(mlp_unit_importance(mlp), "mlp_unit_importance(mlp)", np.ndarray)
+    except ValueError as err:  # NumPy's broadcast error names shapes, not the slip
+        raise AssertionError(
+            f"mlp_unit_importance of fc.weight (4, 6) and proj.weight (6, 4) raised {err}: fc's norms over axis 0 "
+            "are one per hidden unit, shape (6,); a norm of proj.weight over axis 0 has shape (4,), one per output. "
+            "Unit j of proj is ROW j: norm over axis 1, shape (6,)") from None
     assert importance.shape == (6,), (
         f"one importance per hidden unit: norm of fc.weight's column j (axis 0) times norm of proj.weight's "
         f"row j (axis 1); expected shape (6,), got {importance.shape}")
     expected = np.linalg.norm(mlp.fc.weight.numpy(), axis=0) * np.linalg.norm(mlp.proj.weight.numpy(), axis=1)
     assert np.allclose(importance, expected), (
-        "importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||: a unit whose outgoing weights (proj.weight "
-        f"row j) are 0 contributes nothing; expected {np.round(expected, 3)}, got {np.round(importance, 3)}")
+        f"importance = ||fc.weight[:, j]|| * ||proj.weight[j, :]||: expected {np.round(expected, 3)}, got "
+        f"{np.round(importance, 3)}: " + importance_mistake(importance, mlp.fc.weight.numpy(), mlp.proj.weight.numpy()))
     try:
-        small = prune_mlp_units(mlp, 1 / 3)
+        small = returned(prune_mlp_units(mlp, 1 / 3), "prune_mlp_units(mlp, 1/3)", MLP)
     except IndexError as err:  # indexing (E, H) and (H, E) the same way runs off the shorter axis
         raise AssertionError(f"prune_mlp_units: {err}. fc.weight keeps the COLUMNS of the kept units (E, H'), "
                              "proj.weight their ROWS (H', E): w_in[:, kept] and w_out[kept, :]") from err
@@ -1146,6 +1351,25 @@ def test_unit_prune_mlp_units():
     assert small.fc.weight.shape == (4, 4) and small.proj.weight.shape == (4, 4) and small.fc.bias.shape == (4,), (
         f"fc (4, 4), proj (4, 4), fc.bias (4,); got {small.fc.weight.shape}, {small.proj.weight.shape}, {small.fc.bias.shape}")
     assert mlp.fc.weight.shape == (4, 6), "prune_mlp_units returns a new MLP and leaves the old one as it was"
+    assert small.fc.weight.dtype == np.float64, (
+        f"the old MLP is float64, the new one {small.fc.weight.dtype}: build it in the old one's dtype and on its "
+        "device, MLP(..., dtype=fc_weight.dtype, device=fc_weight.device)")
+    old_columns, new_columns = mlp.fc.weight.numpy(), small.fc.weight.numpy()
+    units = [next((j for j in range(6) if np.array_equal(new_columns[:, i], old_columns[:, j])), None) for i in range(4)]
+    least = sorted(np.argsort(importance, kind="stable")[:4].tolist())
+    found = sorted(units, key=lambda j: -1 if j is None else j)  # None: a column that is no old unit's
+    assert units == [0, 1, 3, 5], (
+        f"fc.weight's columns must be the old columns 0, 1, 3, 5 (units 2 and 4 have the smallest importance), in "
+        f"that order; they are the old columns {units}: "
+        + ("keep the units in their original order (sort the kept indices: unit i of the new MLP is the i-th kept "
+           "unit of the old one)" if found == [0, 1, 3, 5] else
+           "you kept the LEAST important units: drop the first `dropped` of the ascending argsort and keep the rest "
+           "([dropped:])" if found == least else
+           "keep the columns w_in[:, kept] of the units that are not dropped"))
+    assert np.array_equal(small.fc.bias.numpy(), mlp.fc.bias.numpy()[[0, 1, 3, 5]]) and np.array_equal(
+        small.proj.bias.numpy(), mlp.proj.bias.numpy()), (
+        "the new MLP's biases are not the old ones: fc.bias keeps the kept units' entries (to_host(mlp.fc.bias)[kept]), "
+        "proj.bias is a copy of the old one (one entry per output); a new MLP starts with its own initial biases")
     x = np.random.default_rng(5).standard_normal((3, 4))
     h = mlp.fc(Tensor(x)).numpy()
     h = gelu(Tensor(h)).numpy()
@@ -1153,9 +1377,6 @@ def test_unit_prune_mlp_units():
     assert np.allclose(small(Tensor(x)).numpy(), h @ mlp.proj.weight.numpy() + mlp.proj.bias.numpy(), atol=1e-12), (
         "the smaller MLP must equal the old one with the dropped units set to 0: keep fc.weight's columns, "
         "fc.bias's entries and proj.weight's rows of the kept units, in order")
-    assert np.array_equal(small.fc.weight.numpy(), mlp.fc.weight.numpy()[:, [0, 1, 3, 5]]), (
-        "keep the units in their original order (sort the kept indices): the new fc.weight must be the old one's "
-        "columns 0, 1, 3, 5, in that order")
     print("✓ prune_mlp_units: drops the units of smallest ||in||·||out||, equals the old MLP without them")
 
 
@@ -1294,11 +1515,13 @@ def test_unit_low_rank():
     W = layer.weight.numpy()
     sigma = np.linalg.svd(W, compute_uv=False)
     for r in (1, 3, 5):
-        pair = low_rank(layer, r)
+        pair = returned(low_rank(layer, r), f"low_rank(layer, {r})", Sequential)
         first, second = pair[0], pair[1]
         assert first.weight.shape == (7, r) and second.weight.shape == (r, 5), (
             f"first Linear (in, r) from U's first r columns, second (r, out) from Vt's first r rows (our weight is "
-            f"(in, out) = U·S·Vt); got {first.weight.shape} and {second.weight.shape}")
+            f"(in, out) = U·S·Vt); got {first.weight.shape} and {second.weight.shape}"
+            + (f": the first factor is U's first r ROWS, U[:r], shape ({r}, 5); take its first r columns, U[:, :r]"
+               if first.weight.shape == (r, 5) and second.weight.shape == (r, 5) else ""))
         assert first.bias is None and np.array_equal(second.bias.numpy(), layer.bias.numpy()), (
             "the first Linear has no bias; the second takes a copy of the layer's bias")
         product = first.weight.numpy() @ second.weight.numpy()
@@ -1313,14 +1536,26 @@ def test_unit_low_rank():
         "at full rank the two factors multiply back to W")
     assert np.allclose(np.linalg.norm(first.weight.numpy(), axis=0), np.linalg.norm(second.weight.numpy(), axis=1)), (
         "sqrt(S) on each side: column i of the first factor and row i of the second have the same norm")
-    assert choose_rank([3.0, 2.0, 1.0], 9 / 14) == 1 and choose_rank([3.0, 2.0, 1.0], 0.65) == 2, (
-        "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2) (energies 9, 4, 1 of 14)")
+    ranks = [returned(choose_rank([3.0, 2.0, 1.0], energy), f"choose_rank([3, 2, 1], {energy:.4g})", (int, np.integer))
+             for energy in (9 / 14, 0.65)]
+    assert ranks == [1, 2], (
+        f"choose_rank([3, 2, 1], energy) for energies 9/14 and 0.65: expected ranks [1, 2], got {ranks}: the smallest "
+        "r with sum(sigma[:r]^2) >= energy * sum(sigma^2) (energies 9, 4, 1 of 14)"
+        + ("; yours are one less: kept[r - 1] is the fraction the first r values keep, so the rank is the index "
+           "searchsorted finds plus 1" if ranks == [0, 1] else ""))
     assert choose_rank([3.0, 2.0, 1.0], 1.0) == 3 and choose_rank([3.0, 2.0, 1.0], 13 / 14) == 2, (
         "choose_rank: the smallest r with sum(sigma[:r]^2) >= energy * sum(sigma^2)")
     assert choose_rank([3e4, 2e4, 1e4], 9 / 14) == 1, (
         f"choose_rank([3e4, 2e4, 1e4], 9/14) must be 1, as for [3, 2, 1], got {choose_rank([3e4, 2e4, 1e4], 9 / 14)}: "
         "compare the fractions cumsum(sigma^2) / sum(sigma^2) with energy - 1e-12, not the raw sums "
         "(a tolerance of 1e-12 is below their rounding error)")
+    # a spectrum whose last cumulative fraction cumsum(σ²) / sum(σ²) rounds to just below 1 (cumsum and NumPy's
+    # pairwise sum add in different orders); an SVD's last fraction lands on either side of 1, by machine
+    ten = np.array([9.0, 8.7, 8.2, 8.0, 7.8, 6.3, 4.7, 3.0, 2.3, 0.1])
+    assert choose_rank(ten, 1.0) == 10, (
+        f"energy 1.0 keeps every singular value: expected rank 10, got {choose_rank(ten, 1.0)} (the last "
+        "cumulative fraction rounds to just below 1 here: compare with energy - 1e-12, and never return more than "
+        "len(sigma))")
     twenty = np.linalg.svd(np.random.default_rng(0).standard_normal((20, 30)), compute_uv=False)
     assert choose_rank(twenty, 1.0) == 20, (
         f"energy 1.0 keeps every singular value: expected rank 20, got {choose_rank(twenty, 1.0)} (the last "
@@ -1461,16 +1696,19 @@ from tinytorch.core.autograd import gradcheck
 def distillation_parts(s: np.ndarray, t: np.ndarray, y: np.ndarray, T: float) -> dict:
     """The pieces of the formula in NumPy, float64, logits flattened to (N, C); and the values
     that the classic mistakes give instead, to name them."""
+    def log_softmax_np(z, axis=-1):
+        z = z - z.max(axis, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis, keepdims=True))
+
+    batch = s.shape[0]
+    ls_axis0 = log_softmax_np(s / T, axis=0).reshape(-1, s.shape[-1])  # the student's softmax over the batch
     s, t, y = s.reshape(-1, s.shape[-1]), t.reshape(-1, t.shape[-1]), y.reshape(-1)
-
-    def log_softmax_np(z):
-        z = z - z.max(-1, keepdims=True)
-        return z - np.log(np.exp(z).sum(-1, keepdims=True))
-
     lt, ls, lt1 = log_softmax_np(t / T), log_softmax_np(s / T), log_softmax_np(t)
     pt, ps = np.exp(lt), np.exp(ls)
     rows = np.arange(len(s))
     return {"kl": np.sum(pt * (lt - ls)) / len(s), "kl_reversed": np.sum(ps * (ls - lt)) / len(s),
+            "kl_per_sequence": np.sum(pt * (lt - ls)) / batch,
+            "kl_student_axis0": np.sum(pt * (lt - ls_axis0)) / len(s),
             "kl_of_probabilities": np.sum(pt * (pt - ps)) / len(s), "classes": s.shape[1],
             "kl_of_exp_probabilities": np.sum(np.exp(pt) * (pt - ps)) / len(s),
             "kl_teacher_unsoftened": np.sum(np.exp(lt1) * (lt1 - ls)) / len(s),
@@ -1497,6 +1735,11 @@ def expected_distillation(s, t, y, T: float, alpha: float) -> tuple[float, dict]
             alpha * T * T * p["kl_teacher_unsoftened"] + hard,
         "alpha and 1 − alpha swapped: alpha weighs the soft (KL) term, 1 − alpha the cross-entropy":
             (1 - alpha) * T * T * p["kl"] + alpha * p["ce"],
+        "the soft term is multiplied by T, not by T² (alpha·T²·KL)": alpha * T * p["kl"] + hard,
+        "the KL is divided by the batch size only: every leading position counts, divide by N = s.size / C "
+        "(for (B, T, C) logits, B·T positions), batchmean": alpha * T * T * p["kl_per_sequence"] + hard,
+        "the student's log_softmax runs over the wrong axis: the classes are the LAST axis, dim=-1":
+            alpha * T * T * p["kl_student_axis0"] + hard,
     }
     return alpha * T * T * p["kl"] + hard, wrong
 
@@ -1512,7 +1755,8 @@ def check_distillation_value(got: float, s, t, y, T: float, alpha: float) -> Non
 def test_unit_distillation_loss():
     rng = np.random.default_rng(9)
     s, t, y = rng.standard_normal((4, 5)), rng.standard_normal((4, 5)) * 3, rng.integers(0, 5, 4)
-    check_distillation_value(distillation_loss(Tensor(s), t, y, temperature=3.0, alpha=0.6).item(), s, t, y, 3.0, 0.6)
+    loss = returned(distillation_loss(Tensor(s), t, y, temperature=3.0, alpha=0.6), "distillation_loss(...)", Tensor)
+    check_distillation_value(loss.item(), s, t, y, 3.0, 0.6)
     s3, t3, y3 = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4)), rng.integers(0, 4, (2, 3))
     check_distillation_value(distillation_loss(Tensor(s3), t3, y3).item(), s3, t3, y3, 2.0, 0.5)
     teacher = Tensor(t, requires_grad=True)

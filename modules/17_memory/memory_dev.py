@@ -277,16 +277,29 @@ def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str,
 from tinytorch.core.optimizers import SGD
 
 
+def returned(value: Any, call: str, kind: Any) -> Any:
+    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
+    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    assert isinstance(value, kind), (
+        f"{call} returned {type(value).__name__}, expected a {names}"
+        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
+    return value
+
+
 def test_unit_training_memory():
     model = GPT(17, 16, 2, 2, 8, seed=0)
     nbytes = sum(p.data.nbytes for p in model.parameters())
-    adamw = training_memory(model, AdamW(model.parameters()), (2, 8))
+    adamw = returned(training_memory(model, AdamW(model.parameters()), (2, 8)), "training_memory(...)", dict)
     keys = {"parameters", "gradients", "optimizer_state", "activations", "backward_working", "total"}
     assert set(adamw) == keys, (f"the keys are {sorted(keys)}; got {sorted(adamw)}"
                                 + (": add backward_working = backward_working_bytes(loss), the gradients the backward "
                                    "pass holds at once" if "backward_working" not in adamw else ""))
-    assert adamw["parameters"] == nbytes, \
+    entries = sum(p.data.size for p in model.parameters())
+    assert adamw["parameters"] == nbytes, (
         f"parameters: the sum of p.data.nbytes is {nbytes} bytes; got {adamw['parameters']}"
+        + (": that is the number of entries (p.size), not of bytes: count p.data.nbytes (entries × itemsize)"
+           if adamw["parameters"] == entries else ""))
     assert adamw["gradients"] == nbytes, (
         f"gradients: expected {nbytes} bytes (as many as the parameters), got {adamw['gradients']}"
         + (": they are missing. Count gradients: one array of each parameter's shape and dtype, alive from "
@@ -299,16 +312,27 @@ def test_unit_training_memory():
            "Predict the state: optimizer_state_arrays(optimizer)[i] · the i-th parameter's nbytes"
            if adamw["optimizer_state"] == unstepped else ""))
     sgd = training_memory(model, SGD(model.parameters(), lr=0.1), (2, 8))
-    assert sgd["optimizer_state"] == 0, f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
+    assert sgd["optimizer_state"] == 0, (
+        f"plain SGD keeps no state; got {sgd['optimizer_state']} bytes"
+        + (": two arrays per parameter, as for AdamW. The count depends on the optimizer: "
+           "optimizer_state_arrays(optimizer)[i] arrays for the i-th parameter" if sgd["optimizer_state"] == 2 * nbytes
+           else ""))
     momentum = training_memory(model, SGD(model.parameters(), lr=0.1, momentum=0.9), (2, 8))
-    assert momentum["optimizer_state"] == nbytes, "SGD with momentum keeps one buffer per parameter"
+    assert momentum["optimizer_state"] == nbytes, (
+        f"SGD with momentum keeps one buffer per parameter: {nbytes} bytes, got {momentum['optimizer_state']}")
     idx, targets = batch_of(model, 2, 8)
-    assert adamw["activations"] == graph_saved_bytes(model(idx, targets=targets)[1]), \
-        "activations are graph_saved_bytes of the loss of one forward pass"
+    graph_bytes = graph_saved_bytes(model(idx, targets=targets)[1])
+    assert adamw["activations"] == graph_bytes, (
+        f"activations are graph_saved_bytes of the loss of one forward pass: {graph_bytes} bytes, got "
+        f"{adamw['activations']}" + (": the loss's own bytes. The activations are what the graph behind the loss keeps "
+                                     "for the backward pass, graph_saved_bytes(loss)" if adamw["activations"] <= 8 else ""))
     assert adamw["backward_working"] == backward_working_bytes(model(idx, targets=targets)[1]), \
         "backward_working is backward_working_bytes of the loss of one forward pass"
-    assert adamw["total"] == sum(v for k, v in adamw.items() if k != "total"), \
-        f"total is the sum of the five parts ({sum(v for k, v in adamw.items() if k != 'total')}), got {adamw['total']}"
+    five = sum(v for k, v in adamw.items() if k != "total")
+    left_out = [k for k in adamw if k != "total" and adamw["total"] == five - adamw[k] != five]
+    assert adamw["total"] == five, (
+        f"total is the sum of the five parts ({five}), got {adamw['total']}"
+        + (f": {left_out[0]} is left out of the total" if left_out else ""))
     print("✓ training_memory: parameters, gradients, AdamW 2× / SGD 0× / momentum 1×, activations, backward, total")
 
 
@@ -418,6 +442,8 @@ def kv_cache_mistake(got: int, num_layers: int, batch: int, seq_len: int, embed_
     for cause, wrong in (
             ("count a key AND a value (the factor 2) for every position", num_layers * batch * seq_len * embed_dim * itemsize),
             ("multiply by num_layers: every layer keeps its own keys and values", 2 * batch * seq_len * embed_dim * itemsize),
+            ("multiply by batch: every sequence of the batch keeps its own keys and values",
+             2 * num_layers * seq_len * embed_dim * itemsize),
             ("multiply by the dtype's itemsize (np.dtype(dtype).itemsize: float32 4, float16 2): bytes, not numbers",
              2 * num_layers * batch * seq_len * embed_dim)):
         if got == wrong:
@@ -429,8 +455,8 @@ def test_unit_kv_cache_bytes():
     for args, expected, what in (((1, 1, 1, 1, "float32"), 8, "one layer, one token, one number in float32"),
                                  ((12, 1, 1024, 768, "float32"), 75_497_472,
                                   "GPT-2 small at T=1024 in float32 (2·12·1024·768·4 bytes, 72 MiB)"),
-                                 ((3, 2, 5, 4, "float16"), 480, "3 layers, 2 sequences of 5 tokens, 4 numbers, float16")):
-        got = kv_cache_bytes(*args)
+                                 ((3, 5, 2, 4, "float16"), 480, "3 layers, 5 sequences of 2 tokens, 4 numbers, float16")):
+        got = returned(kv_cache_bytes(*args), f"kv_cache_bytes{args}", (int, np.integer))
         assert got == expected, (f"kv_cache_bytes{args}, {what}: expected {expected} bytes, got {got}: "
                                  + kv_cache_mistake(got, *args[:4], np.dtype(args[4]).itemsize))
     for dtype in (np.float32, np.float16, np.float64):
@@ -840,7 +866,7 @@ def test_unit_checkpoint():
     with generators_kept(generators):
         plain = piece(Tensor(x))
     started = [g.bit_generator.state for g in generators]
-    out = checkpoint(piece, Tensor(x, requires_grad=True))
+    out = returned(checkpoint(piece, Tensor(x, requires_grad=True)), "checkpoint(piece, x)", Tensor)
     assert np.array_equal(out.numpy(), plain.numpy()), "checkpoint must return the value of fn(*inputs)"
     assert out._node is not None and out._node.op == "checkpoint", "record ONE op named 'checkpoint'"
     kept = [t for t in topological_order(out) if t is not out]
@@ -860,7 +886,14 @@ def test_unit_checkpoint():
     x_leaf = Tensor(x, requires_grad=True)
     with generators_kept(generators):
         node = checkpoint(piece, x_leaf)._node
-        BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+        try:
+            BACKWARD_RULES["checkpoint"](np.ones(x.shape, np.float32), node)
+        except RuntimeError as err:
+            if "without a gradient" not in str(err):
+                raise
+            raise AssertionError(
+                f"the checkpoint rule called backward on the recomputed output (shape {x.shape}) without a gradient "
+                f"({err}): back-propagate the gradient the rule received, backward(out, grad)") from None
     assert x_leaf.grad is None, (
         "calling the checkpoint rule wrote a gradient into the original input's .grad (the engine hands the "
         "rule's result on itself): the small backward ran on into the graph the engine is walking. "
@@ -873,8 +906,13 @@ def test_unit_checkpoint():
         for name, a, b in zip(names, reference, ours):
             assert np.array_equal(a, b), (
                 f"call {step + 1}: the gradient of {name} differs from the plain call (max |diff| "
-                f"{np.abs(a - b).max():.2e}): restore the saved generator states before recomputing "
-                "(dropout must draw the same mask), and hand back each gradient once")
+                f"{np.abs(a - b).max():.2e}): "
+                + ("it is twice the plain call's: the weights' gradients were counted twice. The rule sets each "
+                   "parameter's .grad aside for its small backward: put it back in `finally` (the engine adds the "
+                   "gradients the rule returns itself)" if name != "x" and np.allclose(b, 2 * a) else
+                   "the first call was right: after recomputing, put each generator back to the state it had before "
+                   "the rule ran (this call's dropout must draw what the plain call draws)" if step else
+                   "restore the saved generator states before recomputing (dropout must draw the same mask)"))
     small_piece = TinyPiece(4, p=0.0, seed=2, dtype=np.float64)
     gradcheck(lambda x: checkpoint(small_piece, x),  # raises, naming the input and the element, when wrong
               [Tensor(np.random.default_rng(3).standard_normal((2, 4)), requires_grad=True)])
@@ -982,6 +1020,14 @@ def test_unit_checkpoint_blocks():
     kept = GPT(17, 16, 3, 2, 12, dropout=0.1, seed=0)
     weights = kept.parameters()
     assert checkpoint_blocks(kept) is kept, "checkpoint_blocks changes the model in place and returns it"
+    try:
+        with generators_kept(random_generators(kept)):  # the dropout masks drawn here are drawn again below
+            returned(kept.blocks[0](Tensor(np.zeros((1, 2, 16), np.float32))), "CheckpointedBlock.forward(x)", Tensor)
+    except RecursionError:
+        raise AssertionError(
+            "a CheckpointedBlock's forward never returned (RecursionError): it runs itself again, checkpoint(self, x) "
+            "calls self.forward, which calls checkpoint(self, x), ... Checkpoint the wrapped block: "
+            "checkpoint(self.block, x)") from None
     assert all(isinstance(b, CheckpointedBlock) for b in kept.blocks), "every block must be wrapped"
     assert all(a is b for a, b in zip(weights, kept.parameters())), "the same parameter tensors, not copies"
     assert list(kept.state_dict()) == list(plain.state_dict()), "state_dict keys must stay the block's own"
@@ -1143,7 +1189,9 @@ def test_unit_autocast():
         probs = softmax(logits)
         loss = cross_entropy(logits, [0, 1, 2, 0])
         with autocast(enabled=False):
-            assert Autocast.dtype is None and (x @ w).dtype == np.float32, "autocast(enabled=False) switches it off inside"
+            assert Autocast.dtype is None and (x @ w).dtype == np.float32, (
+                f"autocast(enabled=False) switches it off inside: Autocast.dtype must be None there, got "
+                f"{Autocast.dtype} (set the dtype only when enabled, else None)")
         assert Autocast.dtype == np.float16, (
             f"after leaving an inner autocast(enabled=False), Autocast.dtype should be float16 again, got "
             f"{Autocast.dtype}: leaving an inner autocast must restore the OUTER setting (the one __enter__ "
@@ -1467,32 +1515,58 @@ def scripted_gradients(step: int, shape=(3,)) -> np.ndarray:
 
 
 def scale_sequence(skipped: list, init_scale: float, growth_interval: int, *, count_skipped: bool = False,
-                   reset_after_growth: bool = True, back_off: bool = True) -> list:
+                   reset_after_growth: bool = True, back_off: bool = True, divide_to_back_off: bool = False,
+                   grow_after_more: bool = False, store_count: bool = True) -> list:
     """The scales after each update() for steps that were `skipped` (True) or good, by the rules
     (factors 2 and 0.5) or with one of the classic mistakes switched on."""
     scale, good_in_a_row, scales = float(init_scale), 0, []
     for skip in skipped:
         if skip and back_off:
-            scale *= 0.5
+            scale = scale / 0.5 if divide_to_back_off else scale * 0.5
         if skip and not count_skipped:
             good_in_a_row = 0
         else:
-            good_in_a_row += 1
-            if good_in_a_row == growth_interval:
+            count = good_in_a_row + 1
+            if (count > growth_interval) if grow_after_more else (count == growth_interval):
                 scale *= 2.0
-                good_in_a_row = 0 if reset_after_growth else good_in_a_row - 1
+                good_in_a_row = 0 if reset_after_growth else count - 1
+            elif store_count:
+                good_in_a_row = count
         scales.append(scale)
     return scales
 
 
-def scaler_mistake(scales: list, skipped: list, init_scale: float, growth_interval: int) -> str:
-    """Why the `scales` seen after the steps `skipped` so far are wrong: the classic update() mistake
-    that gives exactly these scales, if one does."""
+def fresh_scaler_scales(skipped: list, init_scale: float, growth_interval: int) -> list:
+    """The scales a new GradScaler (your code) shows after each update() when the steps `skipped` (True) have an
+    inf gradient and the others a finite one: the whole sequence, to tell mistakes apart that begin alike."""
+    w = Tensor(np.zeros(1, np.float32), requires_grad=True)
+    optimizer, scaler, scales = SGD([w], lr=0.0), GradScaler(init_scale=init_scale, growth_interval=growth_interval), []
+    for skip in skipped:
+        w.grad = Tensor(np.array([np.inf if skip else 1.0], np.float32))
+        scaler.step(optimizer)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return scales
+
+
+def scaler_mistake(skipped: list, init_scale: float, growth_interval: int) -> str:
+    """Why a GradScaler's scales are wrong for the steps `skipped` (the whole script): the classic update()
+    mistake whose scales a new GradScaler of your code reproduces, if one does."""
+    try:
+        scales = fresh_scaler_scales(skipped, init_scale, growth_interval)
+    except Exception as err:  # noqa: BLE001 - the diagnosis must not hide the failure it explains
+        return f"(a second GradScaler on the same steps raised {err!r})"
     for cause, switch in (("a skipped step is not a good one: back off and reset the count (_growth_tracker = 0)",
                            {"count_skipped": True}),
                           ("reset the count to 0 after growing: grow only when growth_interval good steps came in a row",
                            {"reset_after_growth": False}),
-                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False})):
+                          ("a skipped step must back off: scale · backoff_factor", {"back_off": False}),
+                          ("the scale went UP after a skipped step: back off by multiplying, scale · backoff_factor "
+                           "(0.5), not dividing", {"divide_to_back_off": True}),
+                          ("the scale grew one good step late: grow when the count REACHES growth_interval "
+                           "(==), not when it exceeds it", {"grow_after_more": True}),
+                          ("the scale never grows: store the count of good steps (_growth_tracker = successful) "
+                           "when it has not reached growth_interval yet", {"store_count": False})):
         if scale_sequence(skipped, init_scale, growth_interval, **switch) == scales:
             return f"it matches a known mistake: {cause}"
     return ("back off after a skipped step and reset the count; grow after growth_interval good steps in a row, "
@@ -1512,7 +1586,7 @@ def unscale_mistake(seen: np.ndarray, gradient: np.ndarray, scale: float) -> str
 
 def test_unit_grad_scaler():
     loss = Tensor(np.float32(3.0), requires_grad=True)
-    scaled = GradScaler(init_scale=1024.0).scale(loss)
+    scaled = returned(GradScaler(init_scale=1024.0).scale(loss), "GradScaler(init_scale=1024.0).scale(loss)", Tensor)
     assert scaled.dtype == np.float32 and scaled.item() == 3072.0, f"scale(loss) = loss · scale, got {scaled.item()}"
     half_loss = Tensor(np.float16(4.0), requires_grad=True)
     half_scaled = GradScaler().scale(half_loss)
@@ -1520,11 +1594,31 @@ def test_unit_grad_scaler():
         f"GradScaler().scale(a float16 loss of 4.0): expected {4.0 * 2**16} in float32, got {half_scaled.item()} in "
         f"{half_scaled.dtype}" + (": 4 · 2^16 overflows float16 (its largest is 65504): cast the loss to float32 "
                                   "before multiplying (_cast)" if half_scaled.dtype == np.float16 else ""))
+    wide_scaled = GradScaler(init_scale=8.0).scale(Tensor(np.float64(2.0), requires_grad=True))
+    assert wide_scaled.dtype == np.float64 and wide_scaled.item() == 16.0, (
+        f"GradScaler(init_scale=8).scale(a float64 loss of 2.0): expected 16.0 in float64, got {wide_scaled.item()} "
+        f"in {wide_scaled.dtype}: only a float16 loss is cast up (to float32); a float32 or float64 loss is "
+        "multiplied as it is")
+    probe = Tensor(np.zeros(3, np.float32), requires_grad=True)
+    probe.grad = Tensor(np.full(3, 8.0, np.float32))  # a gradient of ones, scaled by 8
+    probe_array = probe.grad.data
+    GradScaler(init_scale=8.0).unscale_(SGD([probe], lr=1.0))
+    unscaled = probe.grad.numpy()
+    assert np.array_equal(unscaled, np.ones(3, np.float32)) and unscaled.dtype == np.float32, (
+        f"unscale_ with scale 8 on a float32 gradient [8, 8, 8]: expected [1, 1, 1] in float32, got {unscaled} in "
+        f"{unscaled.dtype}: " + (
+            "the gradient did not change: unscale_ must change each gradient IN PLACE (g *= ...); `g = g * inverse` "
+            "only binds a new array to the local name g" if np.array_equal(unscaled, np.full(3, 8.0)) else
+            "keep each gradient's dtype: multiply in place by the float32 reciprocal, g *= inverse.astype(g.dtype)"
+            if np.allclose(unscaled, 1.0) else unscale_mistake(unscaled, np.ones(3), 8.0)))
+    assert probe.grad.data is probe_array, (
+        "unscale_ must change the gradient arrays in place (g *= inverse.astype(g.dtype)), as PyTorch: "
+        "p.grad.data = g * ... puts a new array in their place")
     w = Tensor(np.zeros(3, np.float32), requires_grad=True)
     optimizer = SGD([w], lr=1.0)
     scaler = GradScaler(init_scale=8.0, growth_interval=3)
     expected = [(True, 8), (True, 8), (True, 16), (False, 8), (False, 4), (True, 4), (True, 4), (True, 8), (True, 8), (False, 4)]
-    skipped, scales = [], []
+    scales = []
     for step, (taken, scale) in enumerate(expected, start=1):
         before = w.numpy().copy()
         used_scale = scaler.get_scale()
@@ -1534,22 +1628,30 @@ def test_unit_grad_scaler():
             assert np.allclose(w.grad.numpy(), scripted_gradients(9)), (
                 f"unscale_ divides the gradients by the scale: expected {scripted_gradients(9)}, got {w.grad.numpy()}: "
                 + unscale_mistake(w.grad.numpy(), scripted_gradients(9), used_scale))
+            assert scaler._optimizer_state(optimizer)["unscaled"], (
+                "after unscale_(optimizer) the optimizer must be marked unscaled (state[\"unscaled\"] = True): "
+                "step() reads the mark, and without it unscales the gradients a second time")
         result = scaler.step(optimizer)
         changed = not np.array_equal(before, w.numpy())
-        assert changed == taken and result == taken, (
+        assert scaler._optimizer_state(optimizer)["stepped"], (
+            f"step {step}: after scaler.step(optimizer) the optimizer must be marked stepped (state[\"stepped\"] = "
+            "True), whether the step was taken or skipped: update() reads the mark")
+        assert changed == taken, (
             f"step {step}: the step should be {'taken' if taken else 'SKIPPED (a gradient is inf or NaN)'}"
             + ("; check for NaN too (np.isfinite)" if step == 5 else ""))
+        assert result == taken, (
+            f"step {step}: the step was {'taken' if taken else 'skipped'}, but step() returned {result}: return True "
+            "when the optimizer stepped and False when the step was skipped")
         if taken:
             seen = before - w.numpy()
             assert np.allclose(seen, scripted_gradients(step)), (
                 f"step {step}: the optimizer saw the gradients {seen}, expected {scripted_gradients(step)} (scale "
                 f"{used_scale}): " + unscale_mistake(seen, scripted_gradients(step), used_scale))
         scaler.update()
-        skipped.append(not taken)
         scales.append(scaler.get_scale())
         assert scaler.get_scale() == scale, (
             f"after step {step} the scale should be {scale}, got {scaler.get_scale()} (scales so far {scales}): "
-            + scaler_mistake(scales, skipped, 8.0, 3))
+            + scaler_mistake([not taken for taken, _ in expected], 8.0, 3))
     print("✓ GradScaler: scale, unscale once, skip on inf and NaN, back off, grow after growth_interval")
 
 

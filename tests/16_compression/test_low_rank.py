@@ -69,6 +69,13 @@ def test_choose_rank():
         f"choose_rank does not depend on the scale of sigma: for 1e4 * [3, 2, 1] expected [1, 2, 2, 3], got {scaled}; "
         "compare the fractions cumsum(sigma^2) / sum(sigma^2) with energy - 1e-12, not the raw sums "
         "(a tolerance of 1e-12 is below their rounding error)")
+    # a spectrum whose last cumulative fraction cumsum(σ²) / sum(σ²) rounds to just below 1 (cumsum and NumPy's
+    # pairwise sum add in different orders); an SVD's last fraction lands on either side of 1, by machine
+    ten = np.array([9.0, 8.7, 8.2, 8.0, 7.8, 6.3, 4.7, 3.0, 2.3, 0.1])
+    assert choose_rank(ten, 1.0) == 10, (
+        f"energy 1.0 keeps every singular value: expected rank 10, got {choose_rank(ten, 1.0)} (the last "
+        "cumulative fraction rounds to just below 1 here: compare with energy - 1e-12, and never return more than "
+        "len(sigma))")
     twenty = np.linalg.svd(np.random.default_rng(0).standard_normal((20, 30)), compute_uv=False)
     assert choose_rank(twenty, 1.0) == 20, (
         f"energy 1.0 keeps every singular value: expected rank 20, got {choose_rank(twenty, 1.0)} (the last "

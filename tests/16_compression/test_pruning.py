@@ -207,7 +207,10 @@ def test_other_layers_and_names():
     prune_magnitude(layer, 0.5, name="bias")
     prune_magnitude(layer, 0.5, name="weight")
     assert pruned_names(layer) == ("bias", "weight") and (layer.bias_mask.numpy() == 0).sum() == 2, (
-        "bias and weight pruned one after the other")
+        f"bias and weight pruned one after the other: pruned_names(layer) is {pruned_names(layer)}"
+        + (": pruning the weight forgot that the bias was pruned. The class must list every pruned name: "
+           "_pruned_class(_unpruned_class(module), pruned_names(module) + (name,))"
+           if pruned_names(layer) == ("weight",) else ""))
     remove_pruning(layer, "bias")
     assert pruned_names(layer) == ("weight",) and "bias" in dict(layer.named_parameters()), (
         "removing the bias's pruning keeps the weight's")

@@ -21,7 +21,9 @@ def weights(shape, seed=0):
 def test_sets_and_restores_the_switch():
     assert Autocast.dtype is None
     with autocast() as ctx:
-        assert isinstance(ctx, autocast), "__enter__ returns the context itself"
+        assert isinstance(ctx, autocast), (
+            f"__enter__ returns the context itself: `with autocast() as ctx` bound {ctx!r}; end __enter__ with "
+            "`return self`")
         assert Autocast.dtype == np.float16, "inside autocast() the switch Autocast.dtype is float16"
     assert Autocast.dtype is None, "on exit autocast must restore the previous setting (None: off)"
 
@@ -36,6 +38,27 @@ def test_nests():
             pass
         assert Autocast.dtype == np.float16, "leaving a nested autocast() must leave the outer one on"
     assert Autocast.dtype is None
+
+
+def test_the_same_object_nests_inside_itself():
+    """One autocast object entered again inside its own block (a helper that wraps its work in a shared
+    `amp = autocast(enabled=False)`, called from inside that block) must remember both outer settings."""
+    off, on = autocast(enabled=False), autocast()
+    try:
+        with off:
+            with on:
+                with off:  # `off` again, inside itself
+                    assert Autocast.dtype is None
+                assert Autocast.dtype == np.float16, (
+                    f"leaving the inner `with off:` must restore float16, got {Autocast.dtype}")
+            assert Autocast.dtype is None
+    except IndexError as err:  # popping a list that holds one saved setting instead of two
+        raise AssertionError(
+            f"an autocast object entered a second time inside its own block lost a saved setting ({err}): __enter__ "
+            "must push the current setting onto self._previous (append), not overwrite what it holds; each "
+            "__exit__ pops one") from None
+    finally:
+        Autocast.dtype = None  # whatever happened, the next test starts with mixed precision off
 
 
 def test_restores_after_an_error_and_never_swallows_it():

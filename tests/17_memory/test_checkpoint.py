@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tinytorch.core.activations import gelu
-from tinytorch.core.autograd import gradcheck, no_grad, topological_order
+from tinytorch.core.autograd import BACKWARD_RULES, gradcheck, no_grad, topological_order
 from tinytorch.core.layers import Dropout, Linear, Module
 from tinytorch.core.optimizers import AdamW
 from tinytorch.core.tensor import Tensor
@@ -123,6 +123,19 @@ def test_recomputes_on_detached_copies():
         "the gradients of tensors BEFORE the checkpoint are wrong: recompute fn on detached copies"
 
 
+def test_an_argument_that_needs_no_gradient_gets_none():
+    """A copy keeps its original's requires_grad: the rule computes no gradient nobody asked for."""
+    piece = Piece(p=0.0)
+    x = Tensor(x_of())  # needs no gradient; the piece's weights do, so the op is recorded
+    out = checkpoint(piece, x)
+    grads = BACKWARD_RULES["checkpoint"](np.ones(out.shape, np.float32), out._node)
+    assert grads[0] is None, (
+        f"x does not require a gradient, yet the rule returned one for it (shape {np.shape(grads[0])}): make each "
+        "copy with the original's requires_grad, Tensor(x.data, requires_grad=x.requires_grad); a copy that "
+        "requires a gradient makes the small backward compute one for nothing (an attention mask, a constant)")
+    assert all(g is not None for g in grads[1:]), "the weights do require gradients: the rule returns them"
+
+
 @pytest.mark.parametrize("p", [0.0, 0.3], ids=["no dropout", "dropout 0.3"])
 def test_gradients_identical_to_the_plain_call(p):
     piece, x = Piece(p=p), x_of()
@@ -202,7 +215,9 @@ def test_weight_from_a_closure_becomes_an_input():
     w = Tensor(rng.standard_normal((4, 4)), requires_grad=True)
     x = Tensor(rng.standard_normal((3, 4)), requires_grad=True)
     out = checkpoint(lambda a: a @ w, x)  # w is read but not passed
-    assert out._node.inputs[1] is w and len(out._node.inputs) == 2
+    assert len(out._node.inputs) == 2 and out._node.inputs[1] is w, (
+        f"checkpoint(lambda a: a @ w, x): node.inputs must be (x, w), got {len(out._node.inputs)} input(s): w, read "
+        "from the closure, is a parameter too: parameters = [*parameters, *read] (what tensors_read found)")
     (out * out).sum().backward()
     assert np.array_equal(w.grad.numpy(), x.data.T @ (2 * (x.data @ w.data)))
 
@@ -221,6 +236,33 @@ def test_a_weight_read_only_when_recomputing_is_refused():
     out = checkpoint(fn, x)
     with pytest.raises(RuntimeError, match="neither its inputs nor its params"):
         out.sum().backward()
+
+
+def test_non_tensor_arguments_reach_the_recomputation():
+    piece = Piece(p=0.0, dtype=np.float64)
+    x = x_of(dtype=np.float64)
+
+    def scaled(z, factor, shift):  # the Tensor first, then two plain numbers the recomputation needs as well
+        return piece(z) * factor + shift
+
+    xt = Tensor(x, requires_grad=True)
+    out = checkpoint(scaled, xt, 3.0, 0.5, params=piece)
+    args, num_args = out._node.saved.get("args"), out._node.saved.get("num_args")
+    assert isinstance(args, tuple) and len(args) == 3 and args[1:] == (3.0, 0.5), (
+        f"saved args must be the inputs as given, (x, 3.0, 0.5), non-Tensors included: the rule calls fn(*args) "
+        f"again; got {args!r}")
+    assert num_args == 1, (
+        f"num_args counts the Tensor arguments only: 1 here (x), of 3 arguments; got {num_args}. node.inputs holds "
+        "the Tensor arguments first, then the parameters, and the rule finds the parameters at node.inputs[num_args:]")
+    (out * out).sum().backward()
+    ours = [xt.grad.numpy()] + [p.grad.numpy() for p in piece.parameters()]
+    piece.zero_grad()
+    x2 = Tensor(x, requires_grad=True)
+    plain = scaled(x2, 3.0, 0.5)
+    (plain * plain).sum().backward()
+    reference = [x2.grad.numpy()] + [p.grad.numpy() for p in piece.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(ours, reference)), (
+        "with non-Tensor arguments the gradients must equal the plain call's")
 
 
 def test_module_method_and_non_tensor_arguments():
@@ -270,7 +312,9 @@ def test_checkpoint_blocks_in_place_same_weights():
         "every TransformerBlock is replaced by CheckpointedBlock(block), holding the block itself"
     assert all(a is b for a, b in zip(weights, model.parameters())), "the same parameter tensors, not copies"
     checkpoint_blocks(model)
-    assert all(isinstance(b.block, TransformerBlock) for b in model.blocks), "wrapping twice must not nest wrappers"
+    assert all(isinstance(b.block, TransformerBlock) for b in model.blocks), (
+        "wrapping twice must not nest wrappers: blocks that are already CheckpointedBlocks stay as they are "
+        "(wrap only the TransformerBlocks)")
     with pytest.raises(TypeError, match="blocks"):
         checkpoint_blocks(Piece())
 

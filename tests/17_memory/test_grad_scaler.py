@@ -59,7 +59,9 @@ def test_unscale_divides_by_the_scale_in_place():
     scaler.unscale_(optimizer)
     assert np.array_equal(w.grad.numpy(), [1.0, 2.0, -0.5]), \
         f"unscale_ multiplies the gradients by 1/scale: expected [1, 2, -0.5], got {w.grad.numpy()}"
-    assert w.grad.data is grad_array or np.shares_memory(w.grad.data, grad_array), "in place, as PyTorch"
+    assert w.grad.data is grad_array or np.shares_memory(w.grad.data, grad_array), (
+        "unscale_ must change the gradient arrays in place (g *= inverse.astype(g.dtype)), as PyTorch: "
+        "p.grad.data = g * ... puts a new array in their place")
     assert w.grad.dtype == np.float32
 
 

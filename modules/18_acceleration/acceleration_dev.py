@@ -344,18 +344,6 @@ class FusedMLP(Module):
         return out.reshape(x.shape)
 
 
-def _replace_submodule(root: Module, name: str, new: Module) -> None:
-    """Set the sub-module at dotted `name` ("blocks.0.mlp") of `root` to `new` (a list item by index)."""
-    *path, last = name.split(".")
-    parent = root
-    for part in path:
-        parent = parent[int(part)] if part.isdigit() else getattr(parent, part)
-    if last.isdigit():
-        parent[int(last)] = new
-    else:
-        setattr(parent, last, new)
-
-
 # Module 13's classes and what `fuse` puts in their place, each built from the module it replaces
 # (FusedMLP(mlp)). Exact types: a subclass of MLP may compute something else. Section 5 adds one.
 FUSED_REPLACEMENTS: dict[type, type] = {MLP: FusedMLP}
@@ -369,7 +357,7 @@ def fuse(model: Module) -> Module:
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with _replace_submodule(copy, name, replacement). A model whose own type is a key
+    replace with copy.set_submodule(name, replacement) (module 03). A model whose own type is a key
     (a lone MLP) is returned as its replacement, built from the copy. TypeError (given) for
     anything but a Module.
     """
@@ -383,7 +371,7 @@ def fuse(model: Module) -> Module:
         return FUSED_REPLACEMENTS[type(fused)](fused)
     for name, module in fused.named_modules()[1:]:
         if type(module) in FUSED_REPLACEMENTS:
-            _replace_submodule(fused, name, FUSED_REPLACEMENTS[type(module)](module))
+            fused.set_submodule(name, FUSED_REPLACEMENTS[type(module)](module))
     return fused
     ### END SOLUTION
 

@@ -665,26 +665,7 @@ class QuantizedEmbedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, weight=int{self.bits} symmetric per row"
 
-# %% ../../modules/15_quantization/quantization_dev.py #9c578114
-def _replace_submodule(root: Module, name: str, new: Any) -> None:
-    """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
-    a part that indexes a plain list of modules is replaced in the list. The root itself (name "") cannot
-    be replaced inside itself: ValueError."""
-    if not name:
-        raise ValueError("quantize_model: the name '' is the model itself; return its replacement instead of "
-                         "replacing it inside itself.")
-    *path, last = name.split(".")
-    parent = root
-    for part in path:
-        parent = parent[int(part)] if isinstance(parent, (list, tuple)) else getattr(parent, part)
-    if isinstance(parent, list):
-        parent[int(last)] = new
-    elif isinstance(parent, tuple):
-        raise TypeError(f"quantize_model: cannot replace {name!r}, an item of a tuple; hold the modules in a list.")
-    else:
-        setattr(parent, last, new)
-
-
+# %% ../../modules/15_quantization/quantization_dev.py #c0ca5ea9
 def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_channel: bool = True,
                    embeddings: bool = True, embedding_bits: int = 8, **options: Any) -> Module:
     """A new model: a deep copy of `model` with every Linear replaced by
@@ -693,8 +674,8 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     QuantizedEmbedding.from_float(table, embedding_bits).
     `model` itself is not changed. A model that is itself a Linear (an Embedding) is returned as a
     QuantizedLinear (a QuantizedEmbedding): named_modules() lists the root first, under the name "",
-    which _replace_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
-    named_children()) and _replace_submodule(root, name, new)."""
+    which set_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
+    named_children()) and module 03's root.set_submodule(name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
     for name, param in [*model.named_parameters(), *model.named_buffers()]:  # before any copy: name the tensor
@@ -707,9 +688,9 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
         return QuantizedEmbedding.from_float(quantized, embedding_bits)
     for name, module in quantized.named_modules()[1:]:  # [0] is ("", the root), handled above
         if isinstance(module, Linear):
-            _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
+            quantized.set_submodule(name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):
-            _replace_submodule(quantized, name, QuantizedEmbedding.from_float(module, embedding_bits))
+            quantized.set_submodule(name, QuantizedEmbedding.from_float(module, embedding_bits))
     return quantized
 
 

@@ -88,6 +88,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 import copy
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -1467,10 +1468,21 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     ### END SOLUTION
 
 
-def checkpoint_bytes(model: Module, path: str | os.PathLike) -> int:
-    """Save `model` as module 07's checkpoint at `path` (".npz" added when missing) and return the
-    file's size on disk in bytes (os.stat: what the file really takes, headers included)."""
-    return save_checkpoint(path, model).stat().st_size
+def checkpoint_bytes(model_or_path: Any, path: str | os.PathLike | None = None) -> int:
+    """Bytes on disk of module 07's checkpoint (os.stat: what the file really takes, headers included);
+    the course's one way of weighing a model on disk.
+
+    checkpoint_bytes(model, path): saves `model` at `path` (".npz" added when missing), keeps the file;
+    checkpoint_bytes(model): saves it in a temporary folder, measures it and deletes it;
+    checkpoint_bytes(path): the size of a checkpoint file already on disk."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        if path is not None:
+            raise TypeError("checkpoint_bytes(path) measures a file; to save a model give checkpoint_bytes(model, path).")
+        return Path(model_or_path).stat().st_size
+    if path is None:
+        with tempfile.TemporaryDirectory() as folder:
+            return save_checkpoint(Path(folder) / "model.npz", model_or_path).stat().st_size
+    return save_checkpoint(path, model_or_path).stat().st_size
 
 
 # %%
@@ -1505,7 +1517,9 @@ test_unit_quantize_model()
 # one byte per value (half a byte for 4 bits). Loading needs a model of the same shape to
 # load into: quantize a freshly built model the same way (the integers are then overwritten)
 # and call `load_checkpoint`. `checkpoint_bytes(model, path)` (given) saves a model and
-# returns the size of the file on disk.
+# returns the size of the file on disk; `checkpoint_bytes(model)` does the same in a temporary
+# folder, and `checkpoint_bytes(path)` weighs a file already saved. Modules 19 and 20, the
+# milestones and the benchmarks weigh every model with it.
 
 # %%
 import tempfile
@@ -1530,6 +1544,8 @@ def test_unit_checkpoint_round_trip():
         on_disk = os.path.getsize(folder / f"int{bits}.npz")
         assert size == on_disk, f"checkpoint_bytes returned {size:,}, the file on disk has {on_disk:,} bytes"
     fp32 = checkpoint_bytes(model, folder / "fp32.npz")
+    assert checkpoint_bytes(folder / "fp32.npz") == fp32 == checkpoint_bytes(model), \
+        "checkpoint_bytes(path) weighs the saved file, checkpoint_bytes(model) a temporary one: the same bytes"
     print(f"✓ checkpoints: integer buffers round-trip bit for bit (fp32 file {fp32:,} bytes, "
           f"int8 {os.path.getsize(folder / 'int8.npz'):,}, int4 {os.path.getsize(folder / 'int4.npz'):,})")
 

@@ -76,7 +76,6 @@ import importlib.util
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -89,7 +88,7 @@ from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, as_int, to_host
 from tinytorch.perf.profiling import measure_latency
-from tinytorch.perf.quantization import checkpoint_bytes as saved_bytes
+from tinytorch.perf.quantization import checkpoint_bytes
 
 # %% [markdown]
 # ## 1. The environment: what a number needs beside it
@@ -811,8 +810,8 @@ test_unit_quality_metrics()
 # * **tokens per second of generation** — `generation_rate(model, prompt, new_tokens)`
 #   times the whole `generate` call (greedy, batch 1, KV cache on), `repeats` times.
 # * **size** — `parameter_count(model)` (the numbers the model stores: a quantized layer's
-#   integer weights count as the weights they replace) and `checkpoint_bytes(path or model)`,
-#   the bytes of module 07's checkpoint file on disk.
+#   integer weights count as the weights they replace) and module 15's
+#   `checkpoint_bytes(path or model)`, the bytes of module 07's checkpoint file on disk.
 #
 # FLOPs (module 14's `count_flops`) and peak memory (`peak_memory`) complete the picture.
 
@@ -861,14 +860,6 @@ def parameter_count(model: Any) -> int:
             total += int(module.num_embeddings) * int(module.embedding_dim)
     return total
 
-
-def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
-    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
-    if isinstance(path_or_model, (str, os.PathLike)):
-        return Path(path_or_model).stat().st_size
-    with tempfile.TemporaryDirectory() as folder:
-        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% [markdown]
 # ## 7. The Pareto front: which variants are worth keeping
@@ -1081,6 +1072,8 @@ for name in ("int8", "pruned-80%", "low-rank-16"):
 # The plot shows accuracy against latency with the front joined:
 
 # %%
+import tempfile
+
 import matplotlib
 
 if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:

@@ -7,15 +7,13 @@ same, and an error bar. Without them, a 3% "speed-up" is the noise of the next r
 # %% auto #0
 __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measure', 'Comparison', 'difference_ci', 'ranking',
            'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
-           'throughput', 'generation_rate', 'parameter_count', 'checkpoint_bytes', 'pareto_front', 'pareto_table',
-           'plot_pareto']
+           'throughput', 'generation_rate', 'parameter_count', 'pareto_front', 'pareto_table', 'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #ded69980
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #364fff05
 import importlib.util
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,7 +26,7 @@ from ..core.autograd import no_grad
 from ..core.layers import count_parameters
 from ..core.tensor import Tensor, as_int, to_host
 from .profiling import measure_latency
-from .quantization import checkpoint_bytes as saved_bytes
+from .quantization import checkpoint_bytes
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #b8901fbd
 def _cpu_name() -> str:
@@ -443,7 +441,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
             correct += int(np.sum(_predicted_classes(logits, first) == labels[first:first + batch_size]))
     return correct / labels.size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #39a1a94e
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #56da580c
 def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
     """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
     its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
@@ -486,15 +484,6 @@ def parameter_count(model: Any) -> int:
         else:                                       # QuantizedEmbedding: a table (num, dim)
             total += int(module.num_embeddings) * int(module.embedding_dim)
     return total
-
-
-def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
-    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
-    if isinstance(path_or_model, (str, os.PathLike)):
-        return Path(path_or_model).stat().st_size
-    with tempfile.TemporaryDirectory() as folder:
-        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #70e58792
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:

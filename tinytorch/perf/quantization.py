@@ -8,10 +8,11 @@ __all__ = ['qrange', 'storage_dtype', 'quantize_per_tensor', 'dequantize', 'calc
            'quantize_per_channel', 'PerChannelMinMaxObserver', 'PercentileObserver', 'pack_int4', 'unpack_int4',
            'integer_matmul', 'QuantizedLinear', 'QuantizedEmbedding', 'quantize_model', 'checkpoint_bytes']
 
-# %% ../../modules/15_quantization/quantization_dev.py #280ac6d1
+# %% ../../modules/15_quantization/quantization_dev.py #ea24ca7c
 import copy
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -665,7 +666,7 @@ class QuantizedEmbedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, weight=int{self.bits} symmetric per row"
 
-# %% ../../modules/15_quantization/quantization_dev.py #c0ca5ea9
+# %% ../../modules/15_quantization/quantization_dev.py #9ca45893
 def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_channel: bool = True,
                    embeddings: bool = True, embedding_bits: int = 8, **options: Any) -> Module:
     """A new model: a deep copy of `model` with every Linear replaced by
@@ -694,7 +695,18 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     return quantized
 
 
-def checkpoint_bytes(model: Module, path: str | os.PathLike) -> int:
-    """Save `model` as module 07's checkpoint at `path` (".npz" added when missing) and return the
-    file's size on disk in bytes (os.stat: what the file really takes, headers included)."""
-    return save_checkpoint(path, model).stat().st_size
+def checkpoint_bytes(model_or_path: Any, path: str | os.PathLike | None = None) -> int:
+    """Bytes on disk of module 07's checkpoint (os.stat: what the file really takes, headers included);
+    the course's one way of weighing a model on disk.
+
+    checkpoint_bytes(model, path): saves `model` at `path` (".npz" added when missing), keeps the file;
+    checkpoint_bytes(model): saves it in a temporary folder, measures it and deletes it;
+    checkpoint_bytes(path): the size of a checkpoint file already on disk."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        if path is not None:
+            raise TypeError("checkpoint_bytes(path) measures a file; to save a model give checkpoint_bytes(model, path).")
+        return Path(model_or_path).stat().st_size
+    if path is None:
+        with tempfile.TemporaryDirectory() as folder:
+            return save_checkpoint(Path(folder) / "model.npz", model_or_path).stat().st_size
+    return save_checkpoint(path, model_or_path).stat().st_size

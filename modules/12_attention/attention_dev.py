@@ -90,7 +90,7 @@ import numpy as np
 from tinytorch.core.activations import softmax
 from tinytorch.core.autograd import register_backward, register_flops
 from tinytorch.core.layers import Linear, Module, make_rng
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, cast, device_of, record_op, to_array, to_host
 from tinytorch.files import atomic_write
 
 # %% [markdown]
@@ -581,12 +581,13 @@ with np.errstate(over="ignore"):
 # Now write the formula as a function, from Tensor operations of modules 01–02 (module
 # 05 then differentiates it for free). Three given helpers come first: `_check_qkv`
 # raises the shape errors (the tests check their wording); `_work_dtype` says which dtype
-# to compute in (float16 is computed in float32); `_cast` converts a Tensor to another
-# dtype as a recorded operation (op `"cast"`, whose backward casts the gradient back).
+# to compute in (float16 is computed in float32); module 01's `cast(x, dtype)` converts a
+# Tensor to another dtype as a recorded operation (op `"cast"`), whose backward rule,
+# casting the gradient back to the input's dtype, is registered here.
 #
 # `composed_attention`'s contract (its docstring says the same):
 #
-# * compute in `_work_dtype(Q, K, V)[0]`: cast Q, K and V with `_cast`, and cast the two
+# * compute in `_work_dtype(Q, K, V)[0]`: cast Q, K and V with `cast`, and cast the two
 #   results back to `_work_dtype(Q, K, V)[1]` (float16 in, float16 out);
 # * `scale` defaults to `1/√d_k`; scores `(Q @ Kᵀ) · scale`;
 # * `blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)`; where it is
@@ -634,16 +635,9 @@ def _work_dtype(*tensors: Tensor):
     return np.result_type(out, np.float32), out
 
 
-def _cast(x: Tensor, dtype: Any) -> Tensor:
-    """x converted to a float `dtype` as a recorded op ("cast"); x itself when it already has it."""
-    if x.dtype == dtype:
-        return x
-    return record_op("cast", x.data.astype(dtype), (x,))
-
-
 @register_backward("cast")
 def cast_backward(grad: Any, node) -> tuple:
-    """The gradient goes back in the input's dtype."""
+    """The gradient of module 01's `cast` goes back in the input's dtype."""
     return (grad.astype(node.inputs[0].dtype),)
 
 
@@ -654,7 +648,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) -> (output (…, Tq, dv), weights (…, Tq, Tk)).
     mask / is_causal -- as `_blocked_positions` reads them (1/True = attend; top-left causal).
     scale            -- multiplies the scores; default 1/√dk.
-    Computes in `_work_dtype(Q, K, V)[0]` (cast with `_cast`) and returns both results in
+    Computes in `_work_dtype(Q, K, V)[0]` (cast with module 01's `cast`) and returns both results in
     `_work_dtype(Q, K, V)[1]`. Blocked scores are filled with the work dtype's most negative
     finite number before the softmax, and blocked weights are set to exactly 0 after it, so a
     query with every key blocked gets weights 0 and output 0. Shape errors are raised for you.
@@ -663,7 +657,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     _check_qkv(Q, K, V, "composed_attention")
     ### BEGIN SOLUTION
     work, out_dtype = _work_dtype(Q, K, V)
-    Q, K, V = (_cast(t, work) for t in (Q, K, V))
+    Q, K, V = (cast(t, work) for t in (Q, K, V))
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
     scores = (Q @ K.transpose(-2, -1)) * scale
     blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)
@@ -672,7 +666,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     weights = softmax(scores, dim=-1)
     if blocked is not None:
         weights = weights.masked_fill(blocked, 0.0)
-    return _cast(weights @ V, out_dtype), _cast(weights, out_dtype)
+    return cast(weights @ V, out_dtype), cast(weights, out_dtype)
     ### END SOLUTION
 
 

@@ -498,7 +498,7 @@ print(f"ones @ rows       : {measure_latency(lambda: ones768 @ rows768, repeats=
 # %%
 #| export
 from tinytorch.core.tensor import autocast_float32
-from tinytorch.models.transformer import LayerNorm, _check_eps, _normalized_axes
+from tinytorch.models.transformer import LayerNorm, check_eps, normalized_axes
 
 
 def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
@@ -515,8 +515,8 @@ def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) ->
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
     check_floating_input("blas_layer_norm", x)  # TypeError for integers, as module 13's layer_norm
-    _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
-    _check_eps("blas_layer_norm", eps)
+    normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
+    check_eps("blas_layer_norm", eps)
     xp = array_module(x.data)
     size = math.prod(weight.shape)
     rows = x.data.reshape(-1, size)

@@ -133,9 +133,9 @@ def fuse(model: Module) -> Module:
             fused.set_submodule(name, FUSED_REPLACEMENTS[type(module)](module))
     return fused
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #8f3b86da
+# %% ../../modules/18_acceleration/acceleration_dev.py #5e720c12
 from ..core.tensor import autocast_float32
-from ..models.transformer import LayerNorm, _check_eps, _normalized_axes
+from ..models.transformer import LayerNorm, check_eps, normalized_axes
 
 
 def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
@@ -152,8 +152,8 @@ def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) ->
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
     check_floating_input("blas_layer_norm", x)  # TypeError for integers, as module 13's layer_norm
-    _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
-    _check_eps("blas_layer_norm", eps)
+    normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
+    check_eps("blas_layer_norm", eps)
     xp = array_module(x.data)
     size = math.prod(weight.shape)
     rows = x.data.reshape(-1, size)

@@ -80,8 +80,6 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 # %%
 #| export
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -2361,9 +2359,9 @@ for T in (512, 1024, 2048):
 # The plotting code is given: `plot_attention` draws one `(Tq, Tk)` matrix,
 # `plot_attention_heads` a grid with one panel per head, and `plot_sentence_attention`
 # the figure of the README (bidirectional next to causal attention on a sentence).
-# matplotlib is imported inside the functions, so the package does not need it to import;
-# on a machine without a display the non-interactive Agg backend is chosen so figures can
-# still be saved; in Jupyter the inline backend is left alone.
+# matplotlib is imported inside the functions (module 02's `pyplot()`), so the package does
+# not need it to import; on a machine without a display the non-interactive Agg backend is
+# chosen so figures can still be saved; in Jupyter the inline backend is left alone.
 #
 # We have no trained model yet, so `sentence_attention` builds toy embeddings that behave a
 # little like trained ones: every *word* gets a fixed random vector (the same word, the same
@@ -2373,16 +2371,7 @@ for T in (512, 1024, 2048):
 
 # %%
 #| export
-def _pyplot():
-    import matplotlib
-
-    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    in_notebook = "ipykernel" in sys.modules or os.environ.get("MPLBACKEND")
-    if headless and not in_notebook and sys.platform.startswith("linux") and "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from tinytorch.plotting import pyplot  # module 02's: the one place the backend is chosen
 
 
 def _save(fig, path: Any, dpi: int) -> None:
@@ -2421,7 +2410,7 @@ def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = Non
     for tokens, size, name in ((query_tokens, w.shape[0], "query_tokens"), (key_tokens, w.shape[1], "key_tokens")):
         if tokens is not None and len(tokens) != size:
             raise ValueError(f"plot_attention: {len(tokens)} {name} for {size} rows/columns of weights {w.shape}.")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(1.0 + 0.45 * w.shape[1], 1.0 + 0.4 * w.shape[0]))
     else:
@@ -2449,7 +2438,7 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
     titles = [f"head {h}" for h in range(heads)] if titles is None else list(titles)
     cols = max(1, min(int(cols), heads))
     rows = -(-heads // cols)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(cols * (1.0 + 0.3 * w.shape[2]), rows * (1.0 + 0.3 * w.shape[1])),
                              squeeze=False)
     for h, ax in enumerate(axes.flat):
@@ -2497,7 +2486,7 @@ def sentence_attention(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int =
 def plot_sentence_attention(sentence: str = DEMO_SENTENCE, path: Any = None, dpi: int = 100):
     """Bidirectional (BERT-style) next to causal (GPT-style) heat maps of sentence_attention; returns the Figure."""
     tokens, bidirectional, causal = sentence_attention(sentence)
-    fig, axes = _pyplot().subplots(1, 2, figsize=(12, 5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(12, 5))
     plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
     plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
     _save(fig, path, dpi)
@@ -2579,7 +2568,7 @@ def test_unit_plots():
     assert np.all(np.triu(patterns["triangle"].numpy(), 1) == 0), "is_causal=True must leave nothing above the diagonal"
     entropy = row_entropy(patterns["uniform"].numpy())
     assert np.allclose(entropy, math.log(8)), f"uniform rows over 8 keys have entropy ln 8 = {math.log(8):.3f}, got {entropy[:3]}"
-    _pyplot().close("all")
+    pyplot().close("all")
     print("✓ heat maps: figures returned, PNG written, shapes checked; the four patterns look as they should")
 
 

@@ -1704,13 +1704,9 @@ print(f"int8 dynamic on one batch: {validation_loss(quantize_model(gpt, mode='dy
       f"against fp32 {validation_loss(gpt, one_batch):.4f} on the same batch")
 
 # %%
-import sys
+from tinytorch.plotting import pyplot  # module 02's: files only where no window can open
 
-import matplotlib
-
-if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # no screen (a script on a server): draw into a file only
-import matplotlib.pyplot as plt
+plt = pyplot()
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 for ax, (name, results, metric) in zip(axes, (("digits MLP", digit_results["MLP"], "test accuracy (%)"),

@@ -89,6 +89,7 @@ from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, as_int, to_host
 from tinytorch.perf.profiling import measure_latency
 from tinytorch.perf.quantization import checkpoint_bytes
+from tinytorch.plotting import pyplot
 
 # %% [markdown]
 # ## 1. The environment: what a number needs beside it
@@ -929,12 +930,9 @@ def pareto_table(rows: list[dict], quality: str, costs: list[str], higher_qualit
 def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, higher_quality_is_better: bool = False,
                 title: str = "", dpi: int = 100):
     """Quality against one cost: every row a labelled point, the front joined by a line.
-    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the figure; saves a PNG at `path` when given (module 02's pyplot(): the Agg backend
+    where no window can open)."""
+    plt = pyplot()
 
     front = sorted(pareto_front(rows, quality, [cost], higher_quality_is_better), key=lambda r: r[cost])
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -1074,10 +1072,6 @@ for name in ("int8", "pruned-80%", "low-rank-16"):
 # %%
 import tempfile
 
-import matplotlib
-
-if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # running as a script: draw to a file, no window
 figure = plot_pareto(rows, "accuracy", "p50_ms", Path(tempfile.gettempdir()) / "tinytorch_pareto_digits.png",
                      higher_quality_is_better=True, title="digits MLP variants: accuracy against batch-1 latency")
 print(f"saved {Path(tempfile.gettempdir()) / 'tinytorch_pareto_digits.png'}")

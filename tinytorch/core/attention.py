@@ -9,10 +9,8 @@ __all__ = ['DEMO_SENTENCE', 'WORD_ROLES', 'create_causal_mask', 'create_padding_
            'flash_attention_flops', 'plot_attention', 'plot_attention_heads', 'sentence_embeddings',
            'sentence_attention', 'plot_sentence_attention']
 
-# %% ../../modules/12_attention/attention_dev.py #1aaf2f07
+# %% ../../modules/12_attention/attention_dev.py #6baf1def
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -622,17 +620,8 @@ def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
     qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
     return qk + wv if grads is None else 3 * qk + 2 * wv
 
-# %% ../../modules/12_attention/attention_dev.py #701d78b2
-def _pyplot():
-    import matplotlib
-
-    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    in_notebook = "ipykernel" in sys.modules or os.environ.get("MPLBACKEND")
-    if headless and not in_notebook and sys.platform.startswith("linux") and "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+# %% ../../modules/12_attention/attention_dev.py #d09cef34
+from ..plotting import pyplot  # module 02's: the one place the backend is chosen
 
 
 def _save(fig, path: Any, dpi: int) -> None:
@@ -671,7 +660,7 @@ def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = Non
     for tokens, size, name in ((query_tokens, w.shape[0], "query_tokens"), (key_tokens, w.shape[1], "key_tokens")):
         if tokens is not None and len(tokens) != size:
             raise ValueError(f"plot_attention: {len(tokens)} {name} for {size} rows/columns of weights {w.shape}.")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(1.0 + 0.45 * w.shape[1], 1.0 + 0.4 * w.shape[0]))
     else:
@@ -699,7 +688,7 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
     titles = [f"head {h}" for h in range(heads)] if titles is None else list(titles)
     cols = max(1, min(int(cols), heads))
     rows = -(-heads // cols)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(cols * (1.0 + 0.3 * w.shape[2]), rows * (1.0 + 0.3 * w.shape[1])),
                              squeeze=False)
     for h, ax in enumerate(axes.flat):
@@ -747,7 +736,7 @@ def sentence_attention(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int =
 def plot_sentence_attention(sentence: str = DEMO_SENTENCE, path: Any = None, dpi: int = 100):
     """Bidirectional (BERT-style) next to causal (GPT-style) heat maps of sentence_attention; returns the Figure."""
     tokens, bidirectional, causal = sentence_attention(sentence)
-    fig, axes = _pyplot().subplots(1, 2, figsize=(12, 5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(12, 5))
     plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
     plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
     _save(fig, path, dpi)

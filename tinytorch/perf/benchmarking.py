@@ -9,7 +9,7 @@ __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measu
            'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
            'throughput', 'generation_rate', 'parameter_count', 'pareto_front', 'pareto_table', 'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #364fff05
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #523d692f
 import importlib.util
 import os
 import platform
@@ -27,6 +27,7 @@ from ..core.layers import count_parameters
 from ..core.tensor import Tensor, as_int, to_host
 from .profiling import measure_latency
 from .quantization import checkpoint_bytes
+from ..plotting import pyplot
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #b8901fbd
 def _cpu_name() -> str:
@@ -485,7 +486,7 @@ def parameter_count(model: Any) -> int:
             total += int(module.num_embeddings) * int(module.embedding_dim)
     return total
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #70e58792
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #dbaeb4a6
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
     """The rows no other row dominates, in their original order.
 
@@ -538,12 +539,9 @@ def pareto_table(rows: list[dict], quality: str, costs: list[str], higher_qualit
 def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, higher_quality_is_better: bool = False,
                 title: str = "", dpi: int = 100):
     """Quality against one cost: every row a labelled point, the front joined by a line.
-    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the figure; saves a PNG at `path` when given (module 02's pyplot(): the Agg backend
+    where no window can open)."""
+    plt = pyplot()
 
     front = sorted(pareto_front(rows, quality, [cost], higher_quality_is_better), key=lambda r: r[cost])
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

@@ -6,8 +6,8 @@ same, and an error bar. Without them, a 3% "speed-up" is the noise of the next r
 
 # %% auto #0
 __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measure', 'Comparison', 'difference_ci', 'ranking',
-           'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
-           'throughput', 'generation_rate', 'parameter_count', 'pareto_front', 'pareto_table', 'plot_pareto']
+           'compare', 'token_losses', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy',
+           'latency', 'throughput', 'generation_rate', 'parameter_count', 'pareto_front', 'pareto_table', 'plot_pareto']
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #523d692f
 import importlib.util
@@ -293,7 +293,29 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #6b66fcf9
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #615bc7f0
+def token_losses(logits: Any, targets: Any) -> np.ndarray:
+    """−log softmax(logits)[target] at every position, in float64: logsumexp(row) − row[target].
+
+    logits  -- (..., V): V class scores per position, any float dtype (Tensor, NumPy or CuPy array)
+    targets -- (...): integer class ids in [0, V), logits' shape without its last axis
+    Returns a float64 NumPy array of shape (...). Steps: z = the logits in float64; m = each row's
+    max (keepdims); logsumexp = m + log(sum(exp(z − m))) over the last axis; the target's logit
+    picked with np.take_along_axis(z, targets[..., None], axis=-1); loss = logsumexp − picked.
+    ValueError (given) when the shapes do not fit.
+    """
+    z = np.asarray(to_host(logits.data if isinstance(logits, Tensor) else logits))
+    t = np.asarray(to_host(targets.data if isinstance(targets, Tensor) else targets)).astype(np.int64)
+    if z.ndim < 1 or t.shape != z.shape[:-1]:
+        raise ValueError(f"token_losses: logits (..., V) and targets (...) with the same leading shape expected, "
+                         f"got {z.shape} and {t.shape}.")
+    z = z.astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return log_norm - picked
+
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #8c6aebde
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -315,18 +337,14 @@ def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
 
 
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
-    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
-    z = np.asarray(logits, dtype=np.float64)
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of token_losses over its T positions."""
+    z = np.asarray(logits)
     t = np.asarray(targets)
     if z.ndim != 3 or t.shape != z.shape[:2]:  # named here, not by NumPy's broadcast error below
         raise ValueError(f"lm_validation_loss: the model's logits have shape {z.shape} and the targets {t.shape}; "
                          "they need (B, T, V) and (B, T): one target per input position, the inputs shifted by one "
                          "(each window is context inputs and the context next characters)")
-    peak = z.max(axis=-1, keepdims=True)
-    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
-    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
-    return (log_norm - picked).mean(axis=-1)
+    return token_losses(z, t).mean(axis=-1)
 
 
 class _evaluating:

@@ -198,6 +198,7 @@ print("after one step of size 0.5, w =", w.numpy(), "(the change is visible thro
 # | `register_buffer(name, t)`, `buffers()` | state that is saved and moved but not learned (section 3) |
 # | `to(device)` | move every parameter and buffer to `"cpu"` or `"cuda"`, in place (section 3) |
 # | `config()` | how the model was built: every module's class and constructor arguments (given) |
+# | `set_submodule(name, m)`, `get_submodule(name)` | put or read a part by its dotted name, as PyTorch does (given; section 6) |
 #
 # A subclass defines `__init__` (calling `super().__init__()` first) and `forward`;
 # `module(x)` calls `forward(x)`.

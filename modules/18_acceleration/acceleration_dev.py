@@ -357,7 +357,7 @@ def fuse(model: Module) -> Module:
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with copy.set_submodule(name, replacement) (module 03). A model whose own type is a key
+    replace each with fused.set_submodule(name, replacement) (module 03; fused is the copy). A model whose own type is a key
     (a lone MLP) is returned as its replacement, built from the copy. TypeError (given) for
     anything but a Module.
     """

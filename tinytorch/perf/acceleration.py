@@ -82,7 +82,7 @@ def bias_gelu_backward(grad: Any, node) -> tuple:
     slope *= grad
     return (slope,) if len(node.inputs) == 1 else (slope, slope)
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #4423698e
+# %% ../../modules/18_acceleration/acceleration_dev.py #3d3a2feb
 class FusedMLP(Module):
     """Module 13's MLP with bias + GELU fused: dropout(proj(bias_gelu(rows @ fc.weight, fc.bias))).
 
@@ -117,7 +117,7 @@ def fuse(model: Module) -> Module:
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with copy.set_submodule(name, replacement) (module 03). A model whose own type is a key
+    replace each with fused.set_submodule(name, replacement) (module 03; fused is the copy). A model whose own type is a key
     (a lone MLP) is returned as its replacement, built from the copy. TypeError (given) for
     anything but a Module.
     """

@@ -52,12 +52,11 @@ from tinytorch.core.training import CosineWarmupLR, Trainer  # noqa: E402
 from tinytorch.core.training import accuracy as batch_accuracy  # noqa: E402
 from tinytorch.data.loader import DataLoader, TensorDataset  # noqa: E402
 from tinytorch.models.transformer import GPT  # noqa: E402
-from tinytorch.perf.benchmarking import (Measurement, accuracy, checkpoint_bytes, compare, lm_window_losses,  # noqa: E402
-                                         measure, paired_difference, parameter_count, pareto_table, plot_pareto,
-                                         ranking)
+from tinytorch.perf.benchmarking import (Measurement, accuracy, compare, lm_window_losses, measure,  # noqa: E402
+                                         paired_difference, parameter_count, pareto_table, plot_pareto, ranking)
 from tinytorch.perf.compression import low_rank, prune_global  # noqa: E402
 from tinytorch.perf.profiling import count_flops, peak_memory  # noqa: E402
-from tinytorch.perf.quantization import quantize_model  # noqa: E402
+from tinytorch.perf.quantization import checkpoint_bytes, quantize_model  # noqa: E402
 
 RESULTS = _common.RESULTS  # where --write-results writes (a test points it elsewhere)
 SECTION = "## Benchmarking (module 19)"

@@ -14,14 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import matplotlib
+from tinytorch.core.attention import plot_sentence_attention
+from tinytorch.files import atomic_write
+from tinytorch.plotting import pyplot  # the course's one backend switch: files only without a screen
 
-matplotlib.use("Agg")  # a script: never open a window
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from tinytorch.core.attention import plot_sentence_attention  # noqa: E402
-from tinytorch.files import atomic_write  # noqa: E402
+plt = pyplot()
 
 OUTPUT = Path(__file__).resolve().parent / "attention_heatmap.png"
 

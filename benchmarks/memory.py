@@ -203,11 +203,11 @@ def memory_against_length(lengths: list[int]) -> dict[str, list[int]]:
 
 
 def save_plot(lengths: list[int], peaks: dict[str, list[int]], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker  # noqa: F401  (the axis formatter below)
+
+    from tinytorch.plotting import pyplot  # the course's one backend switch: files only without a screen
+
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for variant, values in peaks.items():

@@ -55,6 +55,7 @@ from tinytorch.core.optimizers import AdamW, weight_decay_groups
 from tinytorch.core.tensor import Tensor, array_module, to_array, to_host
 from tinytorch.core.training import CosineWarmupLR, clip_grad_norm, read_checkpoint, save_checkpoint
 from tinytorch.models.transformer import GPT
+from tinytorch.plotting import pyplot
 from tinytorch.text.tokenization import CharTokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "datasets" / "tinyshakespeare.txt"
@@ -347,8 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / "shakespeare_attention_last_layer.png"
     shown = [repr(c)[1:-1] for c in line]
     figure = plot_attention_heads(maps, shown, shown, title="last layer, trained: one panel per head", path=path, cols=2)
-    import matplotlib.pyplot as plt
-    plt.close(figure)
+    pyplot().close(figure)
     console.print(f"attention heat maps of the last layer: {path}")
     # Module 07's checkpoint (written to a scratch file, then renamed: never half a file), with the
     # recipe beside the weights so that a program loading it can check it is this model.

@@ -1,5 +1,6 @@
 """Module 19, graded cases: bootstrap intervals, measure() on a scripted clock, compare and
-ranking, language-model window losses, accuracy, the Pareto front.
+ranking, the loss of each position from logits, language-model window losses, accuracy, the
+Pareto front.
 
 Nothing is timed for real: measure() gets a clock that moves only when a scripted variant
 runs, so readings, the order of the calls and every interval are exact. The bootstrap uses
@@ -11,7 +12,8 @@ from reference_values import raised
 from tinytorch.core.layers import Dropout, Linear, Module
 from tinytorch.core.tensor import Tensor
 from tinytorch.perf.benchmarking import (Measurement, accuracy, bootstrap_ci, compare, lm_validation_loss,
-                                         lm_window_losses, measure, paired_difference, pareto_front, ranking)
+                                         lm_window_losses, measure, paired_difference, pareto_front, ranking,
+                                         token_losses)
 from tinytorch.text.embeddings import embedding
 
 
@@ -88,6 +90,21 @@ class Bigram(Module):
         return logits, None
 
 
+def _token_losses(rng):
+    logits = rng.standard_normal((2, 5, 7)) * 3
+    targets = rng.integers(0, 7, (2, 5))
+    large = logits * 300  # values in the thousands: exp needs the max subtracted first
+    rows = rng.standard_normal((4, 3))  # any leading shape: (N, V) rows give (N,)
+    return {"losses": token_losses(logits, targets), "large": token_losses(large, targets),
+            "rows": token_losses(rows, rng.integers(0, 3, 4)), "shapes": raised(token_losses, logits, targets[0])}
+
+
+def _token_losses_float64(rng):
+    """float32 logits near 3000: float32 arithmetic is off by about 1e-5 of the loss, float64 by 1e-15."""
+    precise = (3000.0 + rng.standard_normal((3, 4, 9))).astype(np.float32)
+    return {"losses": token_losses(precise, rng.integers(0, 9, (3, 4)))}
+
+
 def _lm_losses(rng):
     model = Bigram(rng)
     tokens = rng.integers(0, 6, 47)  # (47 - 1) // 4 = 11 windows: batches of 4, 4, 3
@@ -139,6 +156,9 @@ CASES = {
     "measure": (_measure, "measure() on a scripted clock: warm-up untimed, rounds rotated, readings and intervals"),
     "compare-exact": (_compare_exact, "compare: two identical exact measurements make no measurable difference"),
     "compare": (_compare, "compare: ratio a/b, verdicts for times, rates and other units, overlapping intervals"),
+    "token-losses": (_token_losses, "token_losses: the target's logit, logsumexp with the max shift, any leading shape"),
+    "token-losses-float64": (_token_losses_float64, "token_losses of float32 logits computes in float64",
+                             {"rtol": 1e-9, "atol": 0.0}),
     "lm-losses": (_lm_losses, "lm_window_losses: non-overlapping windows, shifted targets, one loss per window, eval mode"),
     "accuracy-and-pairs": (_accuracy_and_pairs, "accuracy over batches (a short last one) and the paired difference"),
     "pareto": (_pareto, "pareto_front with higher-is-better accuracy, identical rows, and a loss"),

@@ -964,8 +964,11 @@ class Autocast:
     dtype: Any = None
 
 
-def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
-    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+def cast(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to the float `dtype` as the recorded op "cast" (inputs (x,), nothing saved; module
+    12 registers its backward rule: the gradient goes back in x's dtype); x itself when it has that
+    dtype already. The one way a later module changes a Tensor's dtype inside a graph (module 12's
+    attention, module 17's GradScaler)."""
     return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
 
 
@@ -974,7 +977,7 @@ def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
     point; (a, b) unchanged otherwise (integer operands are never cast)."""
     if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
         return a, b
-    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+    return cast(a, Autocast.dtype), cast(b, Autocast.dtype)
 
 
 def autocast_float32(x: "Tensor") -> "Tensor":
@@ -982,7 +985,7 @@ def autocast_float32(x: "Tensor") -> "Tensor":
     The first line of every operation that must run in float32 under autocast."""
     if Autocast.dtype is None or x.dtype != Autocast.dtype:
         return x
-    return _autocast_to(x, np.float32)
+    return cast(x, np.float32)
 
 
 # %%

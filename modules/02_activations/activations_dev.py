@@ -73,14 +73,47 @@ from tinytorch.core.tensor import Tensor, array_module, as_tensor, autocast_floa
 # `central_difference` from `tinytorch.testing`, the course's one copy of numerical
 # derivatives (module 05 builds its gradient checks on it).
 
+# %% [markdown]
+# Where a figure goes is decided in one place for the whole course: `pyplot()` (given code,
+# exported to `tinytorch.plotting`) returns matplotlib's `pyplot` after choosing the
+# file-only backend `Agg` where no window can open (a script on a Linux machine without a
+# screen). In Jupyter, on a desktop, or when you set `MPLBACKEND` yourself, matplotlib's own
+# choice stands. Every later lesson, plot function, milestone and benchmark gets `pyplot`
+# from it.
+
+# %%
+#| export plotting
+# Choosing matplotlib's backend: the one place TinyTorch does it. Given code, not a student exercise.
+import os
+import sys
+from typing import Any
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot, with the Agg backend (figures drawn into files) chosen first where no figure
+    can be shown: on Linux without a screen (neither DISPLAY nor WAYLAND_DISPLAY), outside Jupyter (no
+    ipykernel), when the user chose no backend (MPLBACKEND unset) and pyplot is not imported yet (a
+    backend already in use is never switched). Everywhere else matplotlib's own choice stands."""
+    import matplotlib
+
+    headless = sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    chosen = "ipykernel" in sys.modules or os.environ.get("MPLBACKEND") or "matplotlib.pyplot" in sys.modules
+    if headless and not chosen:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 # %%
 import tempfile
 from pathlib import Path
 
 import matplotlib
-import matplotlib.pyplot as plt
 
 from tinytorch.testing import central_difference
+
+plt = pyplot()
 
 
 def show(fig, name: str) -> None:

@@ -97,6 +97,25 @@ def _is_child_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(_is_child(v) or _is_parameter(v) for v in value)
 
 
+def _walk(root: Any, atoms: list[str], where: str) -> Any:
+    """What the dotted path `atoms` names inside `root`: each part is an attribute of a module or
+    the index of an item of a registered list (`extras.1`). AttributeError, starting with `where`,
+    naming the first part that is missing or holds neither a module nor a registered list."""
+    found = root
+    for atom in atoms:
+        if isinstance(found, (list, tuple)):
+            if not (atom.isdigit() and int(atom) < len(found)):
+                raise AttributeError(f"{where}: the list has no item `{atom}` (it holds {len(found)}).")
+            found = found[int(atom)]
+        elif hasattr(found, atom):
+            found = getattr(found, atom)
+        else:
+            raise AttributeError(f"{where}: {type(found).__name__} has no attribute `{atom}`.")
+        if not (_is_child(found) or _is_child_list(found)):
+            raise AttributeError(f"{where}: `{atom}` is not a Module (it is a {type(found).__name__}).")
+    return found
+
+
 _NOT_CONFIG = ("rng", "seed", "dtype", "device")  # how weights are drawn and where they live, not what is computed
 
 
@@ -179,6 +198,7 @@ print("after one step of size 0.5, w =", w.numpy(), "(the change is visible thro
 # | `register_buffer(name, t)`, `buffers()` | state that is saved and moved but not learned (section 3) |
 # | `to(device)` | move every parameter and buffer to `"cpu"` or `"cuda"`, in place (section 3) |
 # | `config()` | how the model was built: every module's class and constructor arguments (given) |
+# | `set_submodule(name, m)`, `get_submodule(name)` | put or read a part by its dotted name, as PyTorch does (given; section 6) |
 #
 # A subclass defines `__init__` (calling `super().__init__()` first) and `forward`;
 # `module(x)` calls `forward(x)`.
@@ -291,6 +311,53 @@ class Module:
 
     def modules(self) -> list[Any]:
         return [m for _, m in self.named_modules()]
+
+    # ---- replacing a part (given) ---------------------------------------------------------
+    def get_submodule(self, target: str) -> Any:
+        """The descendant at the dotted `target`, a name as `named_modules()` gives it
+        ("blocks.0.mlp"); "" is this module itself. An AttributeError names the first part that
+        is missing or is not a module (PyTorch's `get_submodule`)."""
+        where = f"get_submodule({target!r})"
+        found = _walk(self, target.split(".") if target else [], where)
+        if not _is_child(found):  # a registered list is a step on the way, not a module
+            raise AttributeError(f"{where}: `{target.split('.')[-1]}` is not a Module (it is a "
+                                 f"{type(found).__name__}).")
+        return found
+
+    def set_submodule(self, target: str, module: Any, strict: bool = False) -> None:
+        """Put `module` at the dotted `target` ("blocks.0.mlp"), as PyTorch's `set_submodule` does:
+        the parent is `get_submodule` of every part but the last, and the last part is assigned
+        (`setattr`, so `__setattr__` registers it; an item of a plain list is replaced in the list).
+
+        ValueError for the target "" (a module cannot replace itself) and for a `module` that is
+        neither a Module nor an activation layer. AttributeError when the parent path is missing,
+        when the last part holds something that is not a module (a parameter, a number), or, with
+        strict=True, when the last part does not exist yet. TypeError for an item of a tuple."""
+        if not target:
+            raise ValueError("set_submodule: the target '' is the module itself; a module cannot replace itself "
+                             "(use the new module in its place instead).")
+        if not _is_child(module):
+            raise ValueError(f"set_submodule({target!r}, ...): the new value must be a Module or an activation "
+                             f"layer, got {type(module).__name__}.")
+        where = f"set_submodule({target!r}, ...)"
+        *path, last = target.split(".")
+        parent = _walk(self, path, where)
+        if isinstance(parent, (list, tuple)):
+            _walk(parent, [last], where)  # an index of a module inside the list, else AttributeError
+            if isinstance(parent, tuple):
+                raise TypeError(f"set_submodule({target!r}, ...): the modules are held in a tuple, which cannot "
+                                "change; hold them in a list or a ModuleList.")
+            parent[int(last)] = module
+            return
+        if not isinstance(parent, Module):  # an activation layer holds no modules
+            raise AttributeError(f"set_submodule({target!r}, ...): {type(parent).__name__} holds no modules.")
+        if hasattr(parent, last):
+            if not _is_child(getattr(parent, last)):
+                raise AttributeError(f"set_submodule({target!r}, ...): `{last}` is not a Module (it is a "
+                                     f"{type(getattr(parent, last)).__name__}); only a module is replaced.")
+        elif strict:
+            raise AttributeError(f"set_submodule({target!r}, ...): {type(parent).__name__} has no attribute `{last}`.")
+        setattr(parent, last, module)
 
     # ---- parameters ------------------------------------------------------------------------
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:
@@ -1047,6 +1114,65 @@ def test_unit_containers():
 
 
 test_unit_containers()
+
+# %% [markdown]
+# ### Replacing a part by its name
+#
+# Later modules build a changed copy of a model: module 15 puts a quantized layer where each
+# `Linear` was, module 16 a smaller MLP where each MLP was, module 18 a fused MLP. They find
+# the parts with `named_modules()` and put the new part at the same dotted name with
+# `model.set_submodule("blocks.0.mlp", new)` (given code, PyTorch's method of the same name):
+# every part of the name but the last leads to the parent (an attribute, or an index into a
+# `ModuleList` or a registered list), and the last part is assigned, so `__setattr__`
+# registers the new module under the old name and at the old place in the order.
+# `get_submodule(name)` reads the part at a name. A wrong name raises `AttributeError` naming
+# the part that is missing; replacing something that is not a module (a parameter), or
+# putting in something that is not one, is refused rather than silently registering a
+# parameter where a layer was.
+
+# %%
+stack = Sequential(Linear(4, 8, seed=0), ReLU(), Linear(8, 2, seed=1))
+stack.set_submodule("2", Linear(8, 3, seed=2))
+print("after set_submodule('2', Linear(8, 3)):", [(n, p.shape) for n, p in stack.named_parameters()][2:])
+try:
+    stack.set_submodule("0.weight", Linear(4, 8))
+except AttributeError as err:
+    print("a parameter is not a module:", err)
+
+# %%
+def test_unit_set_submodule():
+    pair = Pair()
+    new = Scale()
+    pair.set_submodule("extras.1", new)  # an item of a registered list
+    assert pair.extras[1] is new and pair.get_submodule("extras.1") is new, \
+        "set_submodule('extras.1', m) replaces item 1 of the list `extras`"
+    stack = Sequential(Linear(2, 3, seed=0), ReLU(), Linear(3, 1, seed=1))
+    outer = Sequential(stack)
+    outer.set_submodule("0.1", Scale())
+    assert isinstance(stack[1], Scale), "set_submodule('0.1', m) puts m at item 1 of item 0"
+    names = [n for n, _ in outer.named_parameters()]
+    assert names == ["0.0.weight", "0.0.bias", "0.1.gain", "0.2.weight", "0.2.bias"], \
+        f"the new module takes the old one's place in the order; got {names}"
+    checks = [(lambda: outer.set_submodule("0.7", Scale(), strict=True), AttributeError, "no attribute `7`"),
+              (lambda: pair.set_submodule("extras.5", Scale()), AttributeError, "no item `5`"),
+              (lambda: outer.set_submodule("0.0.weight", Scale()), AttributeError, "`weight` is not a Module"),
+              (lambda: outer.set_submodule("", Scale()), ValueError, "itself"),
+              (lambda: outer.set_submodule("0.1", 3.0), ValueError, "got float"),
+              (lambda: outer.get_submodule("0.9"), AttributeError, "no attribute `9`"),
+              (lambda: pair.set_submodule("inner.missing", Scale(), strict=True), AttributeError, "no attribute")]
+    for call, error, words in checks:
+        try:
+            call()
+        except error as err:
+            assert words in str(err), f"expected {error.__name__} saying {words!r}, got: {err}"
+        else:
+            raise AssertionError(f"expected {error.__name__} ({words})")
+    pair.set_submodule("inner.extra", Scale())  # strict=False: a new name is added, as in PyTorch
+    assert pair.get_submodule("inner.extra") in pair.inner.children(), "a new name registers a new child"
+    print("✓ set_submodule and get_submodule: dotted names, lists, PyTorch's errors")
+
+
+test_unit_set_submodule()
 
 # %% [markdown]
 # ## 7. Counting parameters

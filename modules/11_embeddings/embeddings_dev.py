@@ -721,16 +721,13 @@ test_unit_sinusoidal_table()
 
 # %%
 import os
-import sys
 import tempfile
 
-import matplotlib
+from tinytorch.plotting import pyplot  # module 02's: files only where no window can open
 
 print(np.round(sinusoidal_table(4, 8), 4))
 
-if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # no screen (a script on a server): draw into files only
-import matplotlib.pyplot as plt
+plt = pyplot()
 
 fig, ax = plt.subplots(figsize=(8, 4))
 image = ax.imshow(sinusoidal_table(100, 64), cmap="RdBu", aspect="auto", vmin=-1, vmax=1)

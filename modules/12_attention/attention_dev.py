@@ -80,8 +80,6 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 # %%
 #| export
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +88,7 @@ import numpy as np
 from tinytorch.core.activations import softmax
 from tinytorch.core.autograd import register_backward, register_flops
 from tinytorch.core.layers import Linear, Module, make_rng
-from tinytorch.core.tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from tinytorch.core.tensor import Tensor, array_module, as_tensor, cast, device_of, record_op, to_array, to_host
 from tinytorch.files import atomic_write
 
 # %% [markdown]
@@ -581,12 +579,13 @@ with np.errstate(over="ignore"):
 # Now write the formula as a function, from Tensor operations of modules 01–02 (module
 # 05 then differentiates it for free). Three given helpers come first: `_check_qkv`
 # raises the shape errors (the tests check their wording); `_work_dtype` says which dtype
-# to compute in (float16 is computed in float32); `_cast` converts a Tensor to another
-# dtype as a recorded operation (op `"cast"`, whose backward casts the gradient back).
+# to compute in (float16 is computed in float32); module 01's `cast(x, dtype)` converts a
+# Tensor to another dtype as a recorded operation (op `"cast"`), whose backward rule,
+# casting the gradient back to the input's dtype, is registered here.
 #
 # `composed_attention`'s contract (its docstring says the same):
 #
-# * compute in `_work_dtype(Q, K, V)[0]`: cast Q, K and V with `_cast`, and cast the two
+# * compute in `_work_dtype(Q, K, V)[0]`: cast Q, K and V with `cast`, and cast the two
 #   results back to `_work_dtype(Q, K, V)[1]` (float16 in, float16 out);
 # * `scale` defaults to `1/√d_k`; scores `(Q @ Kᵀ) · scale`;
 # * `blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)`; where it is
@@ -634,16 +633,9 @@ def _work_dtype(*tensors: Tensor):
     return np.result_type(out, np.float32), out
 
 
-def _cast(x: Tensor, dtype: Any) -> Tensor:
-    """x converted to a float `dtype` as a recorded op ("cast"); x itself when it already has it."""
-    if x.dtype == dtype:
-        return x
-    return record_op("cast", x.data.astype(dtype), (x,))
-
-
 @register_backward("cast")
 def cast_backward(grad: Any, node) -> tuple:
-    """The gradient goes back in the input's dtype."""
+    """The gradient of module 01's `cast` goes back in the input's dtype."""
     return (grad.astype(node.inputs[0].dtype),)
 
 
@@ -654,7 +646,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) -> (output (…, Tq, dv), weights (…, Tq, Tk)).
     mask / is_causal -- as `_blocked_positions` reads them (1/True = attend; top-left causal).
     scale            -- multiplies the scores; default 1/√dk.
-    Computes in `_work_dtype(Q, K, V)[0]` (cast with `_cast`) and returns both results in
+    Computes in `_work_dtype(Q, K, V)[0]` (cast with module 01's `cast`) and returns both results in
     `_work_dtype(Q, K, V)[1]`. Blocked scores are filled with the work dtype's most negative
     finite number before the softmax, and blocked weights are set to exactly 0 after it, so a
     query with every key blocked gets weights 0 and output 0. Shape errors are raised for you.
@@ -663,7 +655,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     _check_qkv(Q, K, V, "composed_attention")
     ### BEGIN SOLUTION
     work, out_dtype = _work_dtype(Q, K, V)
-    Q, K, V = (_cast(t, work) for t in (Q, K, V))
+    Q, K, V = (cast(t, work) for t in (Q, K, V))
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
     scores = (Q @ K.transpose(-2, -1)) * scale
     blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)
@@ -672,7 +664,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     weights = softmax(scores, dim=-1)
     if blocked is not None:
         weights = weights.masked_fill(blocked, 0.0)
-    return _cast(weights @ V, out_dtype), _cast(weights, out_dtype)
+    return cast(weights @ V, out_dtype), cast(weights, out_dtype)
     ### END SOLUTION
 
 
@@ -2367,9 +2359,9 @@ for T in (512, 1024, 2048):
 # The plotting code is given: `plot_attention` draws one `(Tq, Tk)` matrix,
 # `plot_attention_heads` a grid with one panel per head, and `plot_sentence_attention`
 # the figure of the README (bidirectional next to causal attention on a sentence).
-# matplotlib is imported inside the functions, so the package does not need it to import;
-# on a machine without a display the non-interactive Agg backend is chosen so figures can
-# still be saved; in Jupyter the inline backend is left alone.
+# matplotlib is imported inside the functions (module 02's `pyplot()`), so the package does
+# not need it to import; on a machine without a display the non-interactive Agg backend is
+# chosen so figures can still be saved; in Jupyter the inline backend is left alone.
 #
 # We have no trained model yet, so `sentence_attention` builds toy embeddings that behave a
 # little like trained ones: every *word* gets a fixed random vector (the same word, the same
@@ -2379,16 +2371,7 @@ for T in (512, 1024, 2048):
 
 # %%
 #| export
-def _pyplot():
-    import matplotlib
-
-    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    in_notebook = "ipykernel" in sys.modules or os.environ.get("MPLBACKEND")
-    if headless and not in_notebook and sys.platform.startswith("linux") and "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from tinytorch.plotting import pyplot  # module 02's: the one place the backend is chosen
 
 
 def _save(fig, path: Any, dpi: int) -> None:
@@ -2427,7 +2410,7 @@ def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = Non
     for tokens, size, name in ((query_tokens, w.shape[0], "query_tokens"), (key_tokens, w.shape[1], "key_tokens")):
         if tokens is not None and len(tokens) != size:
             raise ValueError(f"plot_attention: {len(tokens)} {name} for {size} rows/columns of weights {w.shape}.")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(1.0 + 0.45 * w.shape[1], 1.0 + 0.4 * w.shape[0]))
     else:
@@ -2455,7 +2438,7 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
     titles = [f"head {h}" for h in range(heads)] if titles is None else list(titles)
     cols = max(1, min(int(cols), heads))
     rows = -(-heads // cols)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(cols * (1.0 + 0.3 * w.shape[2]), rows * (1.0 + 0.3 * w.shape[1])),
                              squeeze=False)
     for h, ax in enumerate(axes.flat):
@@ -2503,7 +2486,7 @@ def sentence_attention(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int =
 def plot_sentence_attention(sentence: str = DEMO_SENTENCE, path: Any = None, dpi: int = 100):
     """Bidirectional (BERT-style) next to causal (GPT-style) heat maps of sentence_attention; returns the Figure."""
     tokens, bidirectional, causal = sentence_attention(sentence)
-    fig, axes = _pyplot().subplots(1, 2, figsize=(12, 5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(12, 5))
     plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
     plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
     _save(fig, path, dpi)
@@ -2585,7 +2568,7 @@ def test_unit_plots():
     assert np.all(np.triu(patterns["triangle"].numpy(), 1) == 0), "is_causal=True must leave nothing above the diagonal"
     entropy = row_entropy(patterns["uniform"].numpy())
     assert np.allclose(entropy, math.log(8)), f"uniform rows over 8 keys have entropy ln 8 = {math.log(8):.3f}, got {entropy[:3]}"
-    _pyplot().close("all")
+    pyplot().close("all")
     print("✓ heat maps: figures returned, PNG written, shapes checked; the four patterns look as they should")
 
 

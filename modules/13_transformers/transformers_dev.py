@@ -145,12 +145,13 @@ print("normalised:", ((x_example - mu) / np.sqrt(var + 1e-5)).round(5))
 #
 # `layer_norm` normalises over the trailing axes given by the weight's shape: a weight of
 # shape `(D,)` normalises the last axis, `(T, D)` the last two (as PyTorch's
-# `normalized_shape`). `_normalized_axes` (given) checks the shapes and returns the axes as
-# negative numbers, e.g. `(-1,)`.
+# `normalized_shape`). `normalized_axes` (given) checks the shapes and returns the axes as
+# negative numbers, e.g. `(-1,)`; `check_eps` (given) refuses an `eps` that is not a number
+# above 0. Both are public: module 18's fused LayerNorm checks its inputs with them.
 
 # %%
 #| export
-def _check_eps(owner: str, eps: Any) -> None:
+def check_eps(owner: str, eps: Any) -> None:
     """ValueError unless eps is a number > 0 (with eps = 0 a constant row is 0/0; NaN poisons every row)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
         raise ValueError(f"{owner}: eps must be a number > 0, got {eps!r} (with eps = 0 a token whose features "
@@ -164,7 +165,7 @@ def check_floating_input(owner: str, x: Tensor) -> None:
                         f"which {x.dtype} would round away): convert it first, e.g. Tensor(values, dtype=np.float32).")
 
 
-def _normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
+def normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
     """(-len(S), ..., -1) for S = normalized_shape, after checking that x ends with S."""
     n = len(normalized_shape)
     if n == 0 or tuple(x_shape[len(x_shape) - n:]) != tuple(normalized_shape) or len(x_shape) < n:
@@ -193,8 +194,8 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
     check_floating_input("layer_norm", x)
-    axes = _normalized_axes(weight.shape, x.shape)
-    _check_eps("layer_norm", eps)
+    axes = normalized_axes(weight.shape, x.shape)
+    check_eps("layer_norm", eps)
     ### BEGIN SOLUTION
     xp = array_module(x.data)
     centred = x.data - x.data.mean(axis=axes, keepdims=True)
@@ -245,7 +246,7 @@ class LayerNorm(Module):
         if not shape or min(shape) < 1:
             raise ValueError(f"LayerNorm: normalized_shape must be positive sizes, got {normalized_shape!r}.")
         self.normalized_shape = shape
-        _check_eps("LayerNorm", eps)
+        check_eps("LayerNorm", eps)
         self.eps = float(eps)
         self.weight = Tensor(np.ones(shape), requires_grad=True, dtype=dtype, device=device)
         self.bias = Tensor(np.zeros(shape), requires_grad=True, dtype=dtype, device=device) if bias else None

@@ -69,6 +69,7 @@ import numpy as np
 from tinytorch.core.autograd import (BACKWARD_RULES, FLOP_RULES, op_flops, register_backward, register_flops,
                                      topological_order)
 from tinytorch.core.tensor import OP_LISTENERS, Node, Tensor, as_int, cuda_module, device_of, record_op
+from tinytorch.plotting import pyplot
 
 # %% [markdown]
 # ## 1. Listening to the engine
@@ -1425,12 +1426,9 @@ def roofline_rows(prof: Profiler, peak: tuple[float, float]) -> list[dict]:
 def plot_roofline(prof: Profiler, peak: tuple[float, float], path: Any = None, title: str = "", dpi: int = 100):
     """Left: the roofline min(P, I·β) with every op that has FLOPs placed at (intensity, achieved
     GFLOP/s). Right: the achieved bandwidth of the ops without FLOPs, against the copy's β.
-    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the figure; saves a PNG at `path` when given (module 02's pyplot(): the Agg backend
+    where no window can open)."""
+    plt = pyplot()
 
     peak_gflops, peak_gbps = peak
     rows = roofline_rows(prof, peak)

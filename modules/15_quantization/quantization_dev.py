@@ -88,6 +88,7 @@ for _thread_setting in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THRE
 import copy
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -1474,8 +1475,8 @@ for mode in ("weight_only", "dynamic"):
 # quantized GPT runs module 13's own `forward`, calling our layers where the Linears were.
 #
 # To find the Linears, walk `named_modules()` (module 03): each entry is a dotted name such
-# as `blocks.0.attn.q_proj` and the module. `_replace_submodule(root, name, new)` (given)
-# puts `new` at that name, inside lists too. A model that *is* a Linear becomes a
+# as `blocks.0.attn.q_proj` and the module. Module 03's `root.set_submodule(name, new)` puts
+# `new` at that name, inside lists too. A model that *is* a Linear becomes a
 # `QuantizedLinear`.
 #
 # **What about the GPT's output layer?** Module 13's GPT ties its head to the token
@@ -1554,25 +1555,6 @@ class QuantizedEmbedding(Module):
 
 # %%
 #| export
-def _replace_submodule(root: Module, name: str, new: Any) -> None:
-    """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
-    a part that indexes a plain list of modules is replaced in the list. The root itself (name "") cannot
-    be replaced inside itself: ValueError."""
-    if not name:
-        raise ValueError("quantize_model: the name '' is the model itself; return its replacement instead of "
-                         "replacing it inside itself.")
-    *path, last = name.split(".")
-    parent = root
-    for part in path:
-        parent = parent[int(part)] if isinstance(parent, (list, tuple)) else getattr(parent, part)
-    if isinstance(parent, list):
-        parent[int(last)] = new
-    elif isinstance(parent, tuple):
-        raise TypeError(f"quantize_model: cannot replace {name!r}, an item of a tuple; hold the modules in a list.")
-    else:
-        setattr(parent, last, new)
-
-
 def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_channel: bool = True,
                    embeddings: bool = True, embedding_bits: int = 8, **options: Any) -> Module:
     """A new model: a deep copy of `model` with every Linear replaced by
@@ -1581,8 +1563,8 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     QuantizedEmbedding.from_float(table, embedding_bits).
     `model` itself is not changed. A model that is itself a Linear (an Embedding) is returned as a
     QuantizedLinear (a QuantizedEmbedding): named_modules() lists the root first, under the name "",
-    which _replace_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
-    named_children()) and _replace_submodule(root, name, new)."""
+    which set_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
+    named_children()) and module 03's root.set_submodule(name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
     for name, param in [*model.named_parameters(), *model.named_buffers()]:  # before any copy: name the tensor
@@ -1596,17 +1578,28 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
         return QuantizedEmbedding.from_float(quantized, embedding_bits)
     for name, module in quantized.named_modules()[1:]:  # [0] is ("", the root), handled above
         if isinstance(module, Linear):
-            _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
+            quantized.set_submodule(name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):
-            _replace_submodule(quantized, name, QuantizedEmbedding.from_float(module, embedding_bits))
+            quantized.set_submodule(name, QuantizedEmbedding.from_float(module, embedding_bits))
     return quantized
     ### END SOLUTION
 
 
-def checkpoint_bytes(model: Module, path: str | os.PathLike) -> int:
-    """Save `model` as module 07's checkpoint at `path` (".npz" added when missing) and return the
-    file's size on disk in bytes (os.stat: what the file really takes, headers included)."""
-    return save_checkpoint(path, model).stat().st_size
+def checkpoint_bytes(model_or_path: Any, path: str | os.PathLike | None = None) -> int:
+    """Bytes on disk of module 07's checkpoint (os.stat: what the file really takes, headers included);
+    the course's one way of weighing a model on disk.
+
+    checkpoint_bytes(model, path): saves `model` at `path` (".npz" added when missing), keeps the file;
+    checkpoint_bytes(model): saves it in a temporary folder, measures it and deletes it;
+    checkpoint_bytes(path): the size of a checkpoint file already on disk."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        if path is not None:
+            raise TypeError("checkpoint_bytes(path) measures a file; to save a model give checkpoint_bytes(model, path).")
+        return Path(model_or_path).stat().st_size
+    if path is None:
+        with tempfile.TemporaryDirectory() as folder:
+            return save_checkpoint(Path(folder) / "model.npz", model_or_path).stat().st_size
+    return save_checkpoint(path, model_or_path).stat().st_size
 
 
 # %%
@@ -1646,7 +1639,9 @@ test_unit_quantize_model()
 # one byte per value (half a byte for 4 bits). Loading needs a model of the same shape to
 # load into: quantize a freshly built model the same way (the integers are then overwritten)
 # and call `load_checkpoint`. `checkpoint_bytes(model, path)` (given) saves a model and
-# returns the size of the file on disk.
+# returns the size of the file on disk; `checkpoint_bytes(model)` does the same in a temporary
+# folder, and `checkpoint_bytes(path)` weighs a file already saved. Modules 19 and 20, the
+# milestones and the benchmarks weigh every model with it.
 
 # %%
 import tempfile
@@ -1671,6 +1666,8 @@ def test_unit_checkpoint_round_trip():
         on_disk = os.path.getsize(folder / f"int{bits}.npz")
         assert size == on_disk, f"checkpoint_bytes returned {size:,}, the file on disk has {on_disk:,} bytes"
     fp32 = checkpoint_bytes(model, folder / "fp32.npz")
+    assert checkpoint_bytes(folder / "fp32.npz") == fp32 == checkpoint_bytes(model), \
+        "checkpoint_bytes(path) weighs the saved file, checkpoint_bytes(model) a temporary one: the same bytes"
     print(f"✓ checkpoints: integer buffers round-trip bit for bit (fp32 file {fp32:,} bytes, "
           f"int8 {os.path.getsize(folder / 'int8.npz'):,}, int4 {os.path.getsize(folder / 'int4.npz'):,})")
 
@@ -1829,13 +1826,9 @@ print(f"int8 dynamic on one batch: {validation_loss(quantize_model(gpt, mode='dy
       f"against fp32 {validation_loss(gpt, one_batch):.4f} on the same batch")
 
 # %%
-import sys
+from tinytorch.plotting import pyplot  # module 02's: files only where no window can open
 
-import matplotlib
-
-if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # no screen (a script on a server): draw into a file only
-import matplotlib.pyplot as plt
+plt = pyplot()
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 for ax, (name, results, metric) in zip(axes, (("digits MLP", digit_results["MLP"], "test accuracy (%)"),

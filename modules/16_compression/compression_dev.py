@@ -1288,19 +1288,10 @@ def prune_mlps(model: Module, amount: float) -> Module:
     by `prune_mlp_units(mlp, amount)`; `model` itself is untouched."""
     amount = _check_amount(amount, "prune_mlps")
     small = copy.deepcopy(model)
-    replaced = 0
-    for parent in small.modules():
-        if not isinstance(parent, Module):
-            continue
-        for name, child in parent.named_children():
-            if isinstance(child, MLP):
-                head, _, index = name.partition(".")
-                if index:  # an item of a plain list attribute, named `name.i`
-                    getattr(parent, head)[int(index)] = prune_mlp_units(child, amount)
-                else:
-                    setattr(parent, name, prune_mlp_units(child, amount))
-                replaced += 1
-    if not replaced:
+    found = [(name, child) for name, child in small.named_modules()[1:] if isinstance(child, MLP)]
+    for name, child in found:
+        small.set_submodule(name, prune_mlp_units(child, amount))  # module 03: the dotted name, lists too
+    if not found:
         raise ValueError(f"prune_mlps: {type(model).__name__} holds no MLP.")
     return small
 

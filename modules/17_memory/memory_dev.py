@@ -81,11 +81,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from tinytorch.core.attention import _cast
 from tinytorch.core.autograd import backward, no_grad, register_backward, topological_order
 from tinytorch.core.layers import Module, ModuleList
 from tinytorch.core.optimizers import SGD, Adam
-from tinytorch.core.tensor import OP_LISTENERS, Autocast, GradMode, Tensor, array_module, as_int, record_op
+from tinytorch.core.tensor import OP_LISTENERS, Autocast, GradMode, Tensor, array_module, as_int, cast, record_op
 from tinytorch.models.transformer import TransformerBlock
 from tinytorch.perf.profiling import graph_saved_bytes
 
@@ -1381,13 +1380,13 @@ class GradScaler:
 
     def scale(self, loss: Tensor) -> Tensor:
         """loss · scale as a recorded op (a "mul" by the Python float of the scale), in float32: a
-        float16 loss is cast up first with module 12's _cast (the recorded op "cast"); a float32
+        float16 loss is cast up first with module 01's cast (the recorded op "cast"); a float32
         or float64 loss is multiplied as it is. The loss itself when disabled (given)."""
         if not self.enabled:
             return loss
         ### BEGIN SOLUTION
         if loss.dtype == np.float16:
-            loss = _cast(loss, np.float32)
+            loss = cast(loss, np.float32)
         return loss * float(self._scale)
         ### END SOLUTION
 
@@ -1593,7 +1592,7 @@ def test_unit_grad_scaler():
     assert half_scaled.dtype == np.float32 and half_scaled.item() == 4.0 * 2**16, (
         f"GradScaler().scale(a float16 loss of 4.0): expected {4.0 * 2**16} in float32, got {half_scaled.item()} in "
         f"{half_scaled.dtype}" + (": 4 · 2^16 overflows float16 (its largest is 65504): cast the loss to float32 "
-                                  "before multiplying (_cast)" if half_scaled.dtype == np.float16 else ""))
+                                  "before multiplying (cast)" if half_scaled.dtype == np.float16 else ""))
     wide_scaled = GradScaler(init_scale=8.0).scale(Tensor(np.float64(2.0), requires_grad=True))
     assert wide_scaled.dtype == np.float64 and wide_scaled.item() == 16.0, (
         f"GradScaler(init_scale=8).scale(a float64 loss of 2.0): expected 16.0 in float64, got {wide_scaled.item()} "

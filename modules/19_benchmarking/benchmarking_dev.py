@@ -50,7 +50,7 @@
 # | 2 | `bootstrap_ci` | a confidence interval of the median, by resampling |
 # | 3 | `measure` | warm-up, then interleaved rounds in a rotating order |
 # | 4 | `compare` | ratio, interval of the difference, and the verdict |
-# | 5 | `lm_window_losses`, `accuracy` | quality on held-out data, from the outputs |
+# | 5 | `token_losses`, `lm_window_losses`, `accuracy` | quality on held-out data, from the outputs |
 # | 7 | `pareto_front` | the rows no other row dominates |
 #
 # Module 14's tools do the low-level work here: `measure_latency` (warm-up and a timed loop,
@@ -76,7 +76,6 @@ import importlib.util
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -89,7 +88,8 @@ from tinytorch.core.autograd import no_grad
 from tinytorch.core.layers import count_parameters
 from tinytorch.core.tensor import Tensor, as_int, to_host
 from tinytorch.perf.profiling import measure_latency
-from tinytorch.perf.quantization import checkpoint_bytes as saved_bytes
+from tinytorch.perf.quantization import checkpoint_bytes
+from tinytorch.plotting import pyplot
 
 # %% [markdown]
 # ## 1. The environment: what a number needs beside it
@@ -701,6 +701,86 @@ print(compare(timed["twin"], timed["plain"]))
 # models *really* differ in quality: the validation set is a sample too, and
 # `paired_difference(a, b)` (given) bootstraps the mean difference of two models' losses on the
 # same windows.
+#
+# ### The loss of one position, from the logits
+#
+# First the loss itself. At one position the model's logits `z` (one score per class, `V` of
+# them) and the true class `y` give the cross-entropy `−log softmax(z)[y] = logsumexp(z) − z_y`,
+# the log-sum-exp of module 04. The harness computes it itself, in NumPy, from the raw logits:
+#
+# * **in float64**, whatever dtype the model computed in. The harness compares models whose
+#   losses differ in the fourth digit; float32 arithmetic on logits in the thousands is off by
+#   about that much;
+# * **with each row's maximum subtracted first**, `logsumexp(z) = m + log Σ exp(z − m)` with
+#   `m = max(z)`: `exp(1000)` overflows even float64, and a sharp, confident model (or one that
+#   scales its logits up) must get its true loss, not `inf` or `nan`;
+# * **at the target's logit** `z_y` (`np.take_along_axis`), not the largest one.
+#
+# You write `token_losses(logits, targets)`: logits `(..., V)` and integer targets `(...)` give
+# one float64 loss per position, shape `(...)`. It is the course's one cross-entropy from raw
+# logits: `lm_window_losses` averages it over each window, and module 20's judge over all the
+# positions a submission was asked about.
+
+# %%
+#| export
+def token_losses(logits: Any, targets: Any) -> np.ndarray:
+    """−log softmax(logits)[target] at every position, in float64: logsumexp(row) − row[target].
+
+    logits  -- (..., V): V class scores per position, any float dtype (Tensor, NumPy or CuPy array)
+    targets -- (...): integer class ids in [0, V), logits' shape without its last axis
+    Returns a float64 NumPy array of shape (...). Steps: z = the logits in float64; m = each row's
+    max (keepdims); logsumexp = m + log(sum(exp(z − m))) over the last axis; the target's logit
+    picked with np.take_along_axis(z, targets[..., None], axis=-1); loss = logsumexp − picked.
+    ValueError (given) when the shapes do not fit.
+    """
+    z = np.asarray(to_host(logits.data if isinstance(logits, Tensor) else logits))
+    t = np.asarray(to_host(targets.data if isinstance(targets, Tensor) else targets)).astype(np.int64)
+    if z.ndim < 1 or t.shape != z.shape[:-1]:
+        raise ValueError(f"token_losses: logits (..., V) and targets (...) with the same leading shape expected, "
+                         f"got {z.shape} and {t.shape}.")
+    ### BEGIN SOLUTION
+    z = z.astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return log_norm - picked
+    ### END SOLUTION
+
+
+# %%
+import math
+
+
+def test_unit_token_losses():
+    uniform = np.zeros((2, 3, 4))
+    targets = np.array([[0, 1, 2], [3, 0, 1]])
+    got = token_losses(uniform, targets)
+    assert np.shape(got) == (2, 3), f"one loss per position: expected shape (2, 3), got {np.shape(got)}"
+    assert np.allclose(got, math.log(4), rtol=0, atol=1e-12), \
+        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f} everywhere, got {got}: -log p(target)"
+    logits = np.array([[2.0, 0.0, -1.0]])
+    expected = -(2.0 - math.log(math.exp(2) + 1 + math.exp(-1)))
+    got = token_losses(logits, np.array([0]))
+    assert abs(got[0] - expected) < 1e-12, f"expected {expected:.6f}, got {got[0]}: -log softmax(logits)[target]"
+    got = token_losses(logits, np.array([2]))
+    assert abs(got[0] - (expected + 3.0)) < 1e-12, \
+        f"target 2: expected {expected + 3:.6f}, got {got[0]}: pick the TARGET's logit, not the largest one"
+    rng = np.random.default_rng(0)
+    noisy = (rng.normal(size=(2, 8, 65)) * 3).astype(np.float32)
+    picks = rng.integers(0, 65, size=(2, 8))
+    z = noisy.astype(np.float64)
+    exact = np.log(np.exp(z).sum(-1)) - np.take_along_axis(z, picks[..., None], -1)[..., 0]
+    got = token_losses(noisy, picks)
+    assert got.dtype == np.float64 and np.allclose(got, exact, rtol=0, atol=1e-12), \
+        f"float32 logits: expected {exact.ravel()[:2]} in float64, got {got.ravel()[:2]} ({got.dtype}): compute in float64"
+    huge = np.array([[1000.0, 0.0]], dtype=np.float32)
+    got = token_losses(huge, np.array([1]))
+    assert abs(got[0] - 1000.0) < 1e-9, \
+        f"logits 1000 and 0, target 1: expected 1000, got {got[0]}: subtract each row's max before exp (it overflows)"
+    print("✓ token_losses: ln V for uniform logits, the target's log-probability, float64, stable at logits of 1000")
+
+
+test_unit_token_losses()
 
 # %%
 #| export
@@ -725,18 +805,14 @@ def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
 
 
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
-    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
-    z = np.asarray(logits, dtype=np.float64)
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of token_losses over its T positions."""
+    z = np.asarray(logits)
     t = np.asarray(targets)
     if z.ndim != 3 or t.shape != z.shape[:2]:  # named here, not by NumPy's broadcast error below
         raise ValueError(f"lm_validation_loss: the model's logits have shape {z.shape} and the targets {t.shape}; "
                          "they need (B, T, V) and (B, T): one target per input position, the inputs shifted by one "
                          "(each window is context inputs and the context next characters)")
-    peak = z.max(axis=-1, keepdims=True)
-    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
-    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
-    return (log_norm - picked).mean(axis=-1)
+    return token_losses(z, t).mean(axis=-1)
 
 
 class _evaluating:
@@ -952,8 +1028,8 @@ test_unit_quality_metrics()
 # * **tokens per second of generation** — `generation_rate(model, prompt, new_tokens)`
 #   times the whole `generate` call (greedy, batch 1, KV cache on), `repeats` times.
 # * **size** — `parameter_count(model)` (the numbers the model stores: a quantized layer's
-#   integer weights count as the weights they replace) and `checkpoint_bytes(path or model)`,
-#   the bytes of module 07's checkpoint file on disk.
+#   integer weights count as the weights they replace) and module 15's
+#   `checkpoint_bytes(path or model)`, the bytes of module 07's checkpoint file on disk.
 #
 # FLOPs (module 14's `count_flops`) and peak memory (`peak_memory`) complete the picture.
 
@@ -1002,14 +1078,6 @@ def parameter_count(model: Any) -> int:
             total += int(module.num_embeddings) * int(module.embedding_dim)
     return total
 
-
-def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
-    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
-    if isinstance(path_or_model, (str, os.PathLike)):
-        return Path(path_or_model).stat().st_size
-    with tempfile.TemporaryDirectory() as folder:
-        return saved_bytes(path_or_model, Path(folder) / "model.npz")
 
 # %% [markdown]
 # ## 7. The Pareto front: which variants are worth keeping
@@ -1079,12 +1147,9 @@ def pareto_table(rows: list[dict], quality: str, costs: list[str], higher_qualit
 def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, higher_quality_is_better: bool = False,
                 title: str = "", dpi: int = 100):
     """Quality against one cost: every row a labelled point, the front joined by a line.
-    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the figure; saves a PNG at `path` when given (module 02's pyplot(): the Agg backend
+    where no window can open)."""
+    plt = pyplot()
 
     front = sorted(pareto_front(rows, quality, [cost], higher_quality_is_better), key=lambda r: r[cost])
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -1259,10 +1324,8 @@ for name in ("int8", "pruned-80%", "low-rank-16"):
 # The plot shows accuracy against latency with the front joined:
 
 # %%
-import matplotlib
+import tempfile
 
-if not os.environ.get("DISPLAY") and "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # running as a script: draw to a file, no window
 figure = plot_pareto(rows, "accuracy", "p50_ms", Path(tempfile.gettempdir()) / "tinytorch_pareto_digits.png",
                      higher_quality_is_better=True, title="digits MLP variants: accuracy against batch-1 latency")
 print(f"saved {Path(tempfile.gettempdir()) / 'tinytorch_pareto_digits.png'}")

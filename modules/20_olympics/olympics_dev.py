@@ -36,7 +36,7 @@
 # is believed**:
 #
 # * the runner sends back *logits* for windows of held-out text the judge picked; the judge
-#   computes the loss (your `loss_from_logits`);
+#   computes the loss (`loss_from_logits`, with module 19's `token_losses`);
 # * the judge times generation from outside (request sent → tokens received), then checks that
 #   every answer is the same and that every token of it is the greedy choice of the model's own
 #   logits (your `greedy_consistent`);
@@ -49,7 +49,8 @@
 #
 # * pick held-out evaluation windows that are the same in every run and never touch the
 #   training text;
-# * compute a language model's validation loss from raw logits, stably, in float64;
+# * compute a language model's validation loss from raw logits with the harness of module 19,
+#   and refuse logits there is nothing to score in;
 # * write the quality bar and the access rule of a judge, and see each refuse a cheat;
 # * rank measurements that have confidence intervals without inventing differences that
 #   are noise, so that the same entries give the same ranking run after run;
@@ -62,7 +63,7 @@
 # | section | you write | what it does |
 # |---|---|---|
 # | 1 | `heldout_windows` | the judge's evaluation windows: seeded, from the held-out text, targets shifted by one |
-# | 2 | `loss_from_logits` | mean cross-entropy from (B, T, V) logits, stable, in float64 |
+# | 2 | — (given: `loss_from_logits`) | mean of module 19's `token_losses` over (B, T) positions, after the judge's checks |
 # | 3 | `quality_verdict` | the quality bar: "" or the reason a submission is disqualified |
 # | 4 | `greedy_consistent` | does each generated token have the largest logit? |
 # | 5 | `access_violation` | the audit hook's rule: inside the folder, and no weights but the declared ones |
@@ -101,6 +102,7 @@ import numpy as np
 # %%
 #| export
 from tinytorch.core.tensor import Tensor, as_int
+from tinytorch.perf.benchmarking import token_losses
 
 # %%
 from tinytorch.core.autograd import no_grad
@@ -243,20 +245,26 @@ test_unit_heldout_windows()
 # ## 2. The loss, computed by the judge
 #
 # The runner sends logits of shape `(B, T, V)`; the judge turns them into the mean
-# cross-entropy over all `B·T` positions: `−log softmax(logits)[target]`. It computes in
-# float64 and subtracts each row's maximum first, `log Σ exp(z) = m + log Σ exp(z − m)`, so a
+# cross-entropy over all `B·T` positions: `−log softmax(logits)[target]`. That is module 19's
+# `token_losses`, which you wrote there: float64, each row's maximum subtracted first, so a
 # submission with large logits (a sharp, confident model, or one that scales its logits to
-# overflow float32's `exp`) gets its true loss, not `inf` or `nan`. Non-finite logits are
-# refused: the judge has nothing to score.
+# overflow float32's `exp`) gets its true loss, not `inf` or `nan`. The judge and the harness
+# compute the loss with the same function, so a number on the leaderboard and one from module
+# 19's benchmarks mean the same thing.
+#
+# What the judge adds is what it refuses (given code): logits that are not `(B, T, V)` for
+# targets `(B, T)`, a target outside `[0, V)`, and non-finite logits — there is nothing to
+# score in those, and a submission must not get a number for them. Read `loss_from_logits`,
+# then run the checks below: they hold for the judge's loss and name what each case tests.
 
 # %%
 #| export
 def loss_from_logits(logits: Any, targets: Any) -> float:
     """Mean cross-entropy of `logits` (B, T, V) against integer `targets` (B, T), as a Python float.
 
-    Computed in float64 with the log-sum-exp shift (each row's max subtracted before exp):
-    loss = mean over the B·T positions of logsumexp(row) - row[target]. ValueError when the shapes
-    do not match ((B, T, V) against (B, T)), a target is outside [0, V), or a logit is not finite.
+    The mean over the B·T positions of module 19's token_losses (float64, each row's max subtracted
+    before exp: logsumexp(row) - row[target]). ValueError when the shapes do not match ((B, T, V)
+    against (B, T)), a target is outside [0, V), or a logit is not finite. Given code.
     """
     logits = np.asarray(logits)
     targets = np.asarray(targets)
@@ -266,13 +274,7 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
         raise ValueError(f"loss_from_logits: targets must lie in [0, {logits.shape[2]}).")
     if not np.isfinite(logits).all():
         raise ValueError("loss_from_logits: the logits hold inf or nan: there is no loss to score.")
-    ### BEGIN SOLUTION
-    z = logits.astype(np.float64)
-    peak = z.max(axis=-1, keepdims=True)
-    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
-    picked = np.take_along_axis(z, targets[..., None].astype(np.int64), axis=-1)[..., 0]
-    return float((log_norm - picked).mean())
-    ### END SOLUTION
+    return float(token_losses(logits, targets).mean())
 
 
 # %%
@@ -983,7 +985,8 @@ print(f"a code allowance of {_allowance:,} bytes would be {_allowance / _int4:.0
 # * A judge that shares nothing with the judged code but bytes over a socket can compute every
 #   number itself: logits in, loss out; requests timed from its own side.
 # * Held-out windows drawn from a seeded generator make every run and every entry comparable.
-# * Stable log-sum-exp in float64 gives the true loss of any finite logits.
+# * Stable log-sum-exp in float64 (module 19's `token_losses`) gives the true loss of any finite logits;
+#   the judge and the benchmarks compute it with the same function.
 # * The bar is "at most baseline + margin"; a verdict is a reason in words.
 # * Overlapping intervals share a rank: the ranking reproduces because it claims no more
 #   than the measurements show.
@@ -1007,8 +1010,8 @@ print(f"a code allowance of {_allowance:,} bytes would be {_allowance / _int4:.0
 # ## Questions (answer them by running your code)
 #
 # 1. An untrained GPT's loss is close to `ln V`. Why, and what does the small difference tell you?
-# 2. Feed `loss_from_logits` logits of 100 and 0 in float32 without the max shift. What does
-#    NumPy return, and why?
+# 2. Compute `log Σ exp(z) − z_y` in float32 without the max shift for logits of 100 and 0
+#    (what `token_losses` would do without its shift). What does NumPy return, and why?
 # 3. How many held-out windows does the judge need before two runs of the same entry with
 #    different seeds agree to within 0.01 in loss? Measure it.
 # 4. The greedy check needs one window for all tokens up to the context length, and one more

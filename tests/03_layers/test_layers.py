@@ -625,3 +625,45 @@ def test_config_records_every_modules_constructor_arguments():
     assert Heads(4, heads=4).config()[""]["args"] == {"width": 4, "heads": 4}
     copied = copy.deepcopy(model)
     assert copied.config() == model.config(), "a copy keeps the arguments its original was built with"
+
+
+def test_set_submodule_replaces_by_dotted_name_and_the_forward_uses_it():
+    model = Sequential(Linear(2, 3, dtype=np.float64, seed=0), ReLU(), Linear(3, 1, dtype=np.float64, seed=1))
+    x = Tensor(np.array([[1.0, -2.0]]))
+    model.set_submodule("1", Tanh())
+    h = np.tanh(x.numpy() @ model[0].weight.numpy() + model[0].bias.numpy())
+    expected = h @ model[2].weight.numpy() + model[2].bias.numpy()
+    np.testing.assert_allclose(model(x).numpy(), expected, rtol=1e-12,
+                               err_msg="after set_submodule('1', Tanh()) the forward must call the Tanh")
+    assert model.get_submodule("1") is model[1] and isinstance(model[1], Tanh)
+
+
+def test_set_submodule_into_plain_lists_and_tuples():
+    class Holder(Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = [Linear(2, 2, seed=0), Linear(2, 2, seed=1)]
+            self.frozen = (Linear(2, 2, seed=2),)
+
+    holder = Holder()
+    new = Linear(2, 5, seed=3)
+    holder.set_submodule("layers.1", new)
+    assert holder.layers[1] is new and holder.get_submodule("layers.1") is new
+    assert [n for n, _ in holder.named_parameters()][2:4] == ["layers.1.weight", "layers.1.bias"]
+    assert holder.layers[1].weight.shape == (2, 5), "the list holds the new layer"
+    with pytest.raises(TypeError, match="tuple"):
+        holder.set_submodule("frozen.0", Linear(2, 2))
+    with pytest.raises(AttributeError, match="no item `2`"):
+        holder.set_submodule("layers.2", Linear(2, 2))
+    with pytest.raises(AttributeError, match="`layers` is not a Module"):
+        holder.get_submodule("layers")  # a list is a step on the way, not a module
+    assert holder.get_submodule("") is holder, "get_submodule('') is the module itself"
+
+
+def test_set_submodule_refuses_to_put_a_layer_where_a_parameter_was():
+    layer = Linear(2, 2, seed=0)
+    weight = layer.weight
+    with pytest.raises(AttributeError, match="`weight` is not a Module"):
+        layer.set_submodule("weight", Linear(2, 2))
+    assert layer.weight is weight and [n for n, _ in layer.named_parameters()] == ["weight", "bias"], \
+        "a refused set_submodule changes nothing"

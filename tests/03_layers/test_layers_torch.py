@@ -74,3 +74,58 @@ def test_default_init_distribution_matches_torch():
     ours = Linear(256, 512, seed=0).weight.numpy()
     assert np.abs(ours).max() <= 1 / 16 and np.abs(theirs).max() <= 1 / 16
     assert ours.std() == pytest.approx(theirs.std(), rel=0.02)
+
+
+def _nested(kind):
+    """The same tree in both libraries: Sequential(Linear, ReLU, Sequential(Linear, Tanh)) with an `extra` attribute."""
+    if kind == "ours":
+        model = Sequential(Linear(3, 4, dtype=np.float64, seed=0), ReLU(),
+                           Sequential(Linear(4, 2, dtype=np.float64, seed=1), Tanh()))
+        return model, lambda i, o: Linear(i, o, dtype=np.float64, seed=2), Tanh
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(),
+                                torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Tanh()))
+    return model, torch.nn.Linear, torch.nn.Tanh
+
+
+@pytest.mark.parametrize("target", ["1", "2.0", "2.1", "2"], ids=lambda t: f"target={t}")
+def test_set_submodule_gives_torchs_names(target):
+    results = {}
+    for kind in ("ours", "theirs"):
+        model, linear, _ = _nested(kind)
+        model.set_submodule(target, linear(3, 4) if target == "1" else linear(4, 5))
+        results[kind] = ([n for n, _ in model.named_parameters()], [n for n, _ in model.named_modules()],
+                         type(model.get_submodule(target)).__name__)
+    assert results["ours"] == results["theirs"], \
+        f"set_submodule({target!r}): ours gives {results['ours']}, PyTorch {results['theirs']}"
+
+
+CALLS = {
+    "missing-parent": lambda m, lin, act: m.set_submodule("5.0", act()),
+    "missing-last-strict": lambda m, lin, act: m.set_submodule("2.7", act(), strict=True),
+    "parameter-target": lambda m, lin, act: m.set_submodule("0.weight", act()),
+    "through-a-parameter": lambda m, lin, act: m.set_submodule("0.weight.x", act()),
+    "empty-target": lambda m, lin, act: m.set_submodule("", act()),
+    "not-a-module": lambda m, lin, act: m.set_submodule("1", 3.0),
+    "get-missing": lambda m, lin, act: m.get_submodule("2.9"),
+    "get-parameter": lambda m, lin, act: m.get_submodule("0.bias"),
+}
+
+
+@pytest.mark.parametrize("case", list(CALLS))
+def test_set_submodule_raises_torchs_error_types(case):
+    raised = {}
+    for kind in ("ours", "theirs"):
+        model, linear, act = _nested(kind)
+        with pytest.raises(Exception) as info:
+            CALLS[case](model, linear, act)
+        raised[kind] = type(info.value).__name__
+    assert raised["ours"] == raised["theirs"], f"{case}: ours raises {raised['ours']}, PyTorch {raised['theirs']}"
+
+
+def test_set_submodule_without_strict_adds_a_new_child_as_torch_does():
+    names = {}
+    for kind in ("ours", "theirs"):
+        model, _, act = _nested(kind)
+        model.set_submodule("2.extra", act())
+        names[kind] = [n for n, _ in model.named_modules()]
+    assert names["ours"] == names["theirs"], f"ours {names['ours']}, PyTorch {names['theirs']}"

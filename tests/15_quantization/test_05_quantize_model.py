@@ -101,6 +101,18 @@ def test_checkpoint_round_trip_keeps_the_integers(tmp_path):
         assert tables == {"int8"}, f"the embedding tables keep 8 bits by default (embedding_bits=8), got {tables}"
 
 
+def test_checkpoint_bytes_of_a_model_a_path_or_a_temporary_file(tmp_path):
+    model = Sequential(Linear(64, 32, seed=1), ReLU(), Linear(32, 10, seed=2))
+    kept = checkpoint_bytes(model, tmp_path / "m")  # ".npz" added, the file kept
+    path = tmp_path / "m.npz"
+    assert kept == path.stat().st_size, f"checkpoint_bytes(model, path) = {kept}, the file has {path.stat().st_size}"
+    assert checkpoint_bytes(path) == kept == checkpoint_bytes(str(path)), "checkpoint_bytes(path) weighs the file"
+    assert checkpoint_bytes(model) == kept, "checkpoint_bytes(model) saves a temporary checkpoint of the same bytes"
+    assert checkpoint_bytes(quantize_model(model)) < kept, "the int8 model's checkpoint is smaller"
+    with pytest.raises(TypeError, match="measures a file"):
+        checkpoint_bytes(path, tmp_path / "other.npz")
+
+
 def test_int8_checkpoint_is_close_to_four_times_smaller(tmp_path):
     model = Sequential(Linear(512, 512, seed=0), ReLU(), Linear(512, 512, seed=1))
     fp32 = checkpoint_bytes(model, tmp_path / "fp32.npz")

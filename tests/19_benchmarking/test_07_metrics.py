@@ -6,8 +6,7 @@ from tinytorch.core.activations import ReLU
 from tinytorch.core.layers import Linear, Sequential
 from tinytorch.core.tensor import Tensor
 from tinytorch.models.transformer import GPT
-from tinytorch.perf.benchmarking import (Measurement, checkpoint_bytes, environment, generation_rate, latency,
-                                         parameter_count, throughput)
+from tinytorch.perf.benchmarking import Measurement, environment, generation_rate, latency, parameter_count, throughput
 
 
 def test_environment_has_every_fact():
@@ -35,15 +34,10 @@ def test_generation_rate():
     assert m.unit == "tokens/s" and len(m.samples) == 2 and np.all(m.samples > 0)
 
 
-def test_parameter_count_and_checkpoint_bytes(tmp_path):
-    from tinytorch.core.training import save_checkpoint
+def test_parameter_count():
     from tinytorch.perf.quantization import quantize_model
 
     model = Sequential(Linear(64, 32, seed=1), ReLU(), Linear(32, 10, seed=2))
     assert parameter_count(model) == 64 * 32 + 32 + 32 * 10 + 10
     int8 = quantize_model(model)
     assert parameter_count(int8) == parameter_count(model), "a quantized layer stores the same number of weights"
-    path = save_checkpoint(tmp_path / "m.npz", model)
-    assert checkpoint_bytes(path) == path.stat().st_size == checkpoint_bytes(str(path))
-    assert abs(checkpoint_bytes(model) - path.stat().st_size) < 64
-    assert checkpoint_bytes(int8) < checkpoint_bytes(model)

@@ -9,10 +9,8 @@ __all__ = ['DEMO_SENTENCE', 'WORD_ROLES', 'create_causal_mask', 'create_padding_
            'flash_attention_flops', 'plot_attention', 'plot_attention_heads', 'sentence_embeddings',
            'sentence_attention', 'plot_sentence_attention']
 
-# %% ../../modules/12_attention/attention_dev.py #21d1b171
+# %% ../../modules/12_attention/attention_dev.py #6baf1def
 import math
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import numpy as np
 from .activations import softmax
 from .autograd import register_backward, register_flops
 from .layers import Linear, Module, make_rng
-from .tensor import Tensor, array_module, as_tensor, device_of, record_op, to_array, to_host
+from .tensor import Tensor, array_module, as_tensor, cast, device_of, record_op, to_array, to_host
 from ..files import atomic_write
 
 # %% ../../modules/12_attention/attention_dev.py #c758e273
@@ -113,7 +111,7 @@ def _blocked_positions(mask: Any, is_causal: bool, scores_shape: tuple, like: An
         blocked = future if blocked is None else blocked | future
     return blocked
 
-# %% ../../modules/12_attention/attention_dev.py #21356973
+# %% ../../modules/12_attention/attention_dev.py #96ad5e0f
 def _check_qkv(Q: Tensor, K: Tensor, V: Tensor, name: str) -> None:
     """ValueError naming the shapes when Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) do not fit.
 
@@ -152,16 +150,9 @@ def _work_dtype(*tensors: Tensor):
     return np.result_type(out, np.float32), out
 
 
-def _cast(x: Tensor, dtype: Any) -> Tensor:
-    """x converted to a float `dtype` as a recorded op ("cast"); x itself when it already has it."""
-    if x.dtype == dtype:
-        return x
-    return record_op("cast", x.data.astype(dtype), (x,))
-
-
 @register_backward("cast")
 def cast_backward(grad: Any, node) -> tuple:
-    """The gradient goes back in the input's dtype."""
+    """The gradient of module 01's `cast` goes back in the input's dtype."""
     return (grad.astype(node.inputs[0].dtype),)
 
 
@@ -172,7 +163,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     Q (…, Tq, dk), K (…, Tk, dk), V (…, Tk, dv) -> (output (…, Tq, dv), weights (…, Tq, Tk)).
     mask / is_causal -- as `_blocked_positions` reads them (1/True = attend; top-left causal).
     scale            -- multiplies the scores; default 1/√dk.
-    Computes in `_work_dtype(Q, K, V)[0]` (cast with `_cast`) and returns both results in
+    Computes in `_work_dtype(Q, K, V)[0]` (cast with module 01's `cast`) and returns both results in
     `_work_dtype(Q, K, V)[1]`. Blocked scores are filled with the work dtype's most negative
     finite number before the softmax, and blocked weights are set to exactly 0 after it, so a
     query with every key blocked gets weights 0 and output 0. Shape errors are raised for you.
@@ -180,7 +171,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     Q, K, V = as_tensor(Q), as_tensor(K), as_tensor(V)
     _check_qkv(Q, K, V, "composed_attention")
     work, out_dtype = _work_dtype(Q, K, V)
-    Q, K, V = (_cast(t, work) for t in (Q, K, V))
+    Q, K, V = (cast(t, work) for t in (Q, K, V))
     scale = 1.0 / math.sqrt(Q.shape[-1]) if scale is None else float(scale)
     scores = (Q @ K.transpose(-2, -1)) * scale
     blocked = _blocked_positions(mask, is_causal, scores.shape, scores.data)
@@ -189,7 +180,7 @@ def composed_attention(Q: Any, K: Any, V: Any, mask: Any = None, is_causal: bool
     weights = softmax(scores, dim=-1)
     if blocked is not None:
         weights = weights.masked_fill(blocked, 0.0)
-    return _cast(weights @ V, out_dtype), _cast(weights, out_dtype)
+    return cast(weights @ V, out_dtype), cast(weights, out_dtype)
 
 # %% ../../modules/12_attention/attention_dev.py #aca1b494
 def _masked_softmax_(scores: Any, blocked: Any) -> Any:
@@ -629,17 +620,8 @@ def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
     qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
     return qk + wv if grads is None else 3 * qk + 2 * wv
 
-# %% ../../modules/12_attention/attention_dev.py #701d78b2
-def _pyplot():
-    import matplotlib
-
-    headless = not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-    in_notebook = "ipykernel" in sys.modules or os.environ.get("MPLBACKEND")
-    if headless and not in_notebook and sys.platform.startswith("linux") and "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+# %% ../../modules/12_attention/attention_dev.py #d09cef34
+from ..plotting import pyplot  # module 02's: the one place the backend is chosen
 
 
 def _save(fig, path: Any, dpi: int) -> None:
@@ -678,7 +660,7 @@ def plot_attention(weights: Any, query_tokens: Any = None, key_tokens: Any = Non
     for tokens, size, name in ((query_tokens, w.shape[0], "query_tokens"), (key_tokens, w.shape[1], "key_tokens")):
         if tokens is not None and len(tokens) != size:
             raise ValueError(f"plot_attention: {len(tokens)} {name} for {size} rows/columns of weights {w.shape}.")
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig, ax = plt.subplots(figsize=(1.0 + 0.45 * w.shape[1], 1.0 + 0.4 * w.shape[0]))
     else:
@@ -706,7 +688,7 @@ def plot_attention_heads(weights: Any, query_tokens: Any = None, key_tokens: Any
     titles = [f"head {h}" for h in range(heads)] if titles is None else list(titles)
     cols = max(1, min(int(cols), heads))
     rows = -(-heads // cols)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(cols * (1.0 + 0.3 * w.shape[2]), rows * (1.0 + 0.3 * w.shape[1])),
                              squeeze=False)
     for h, ax in enumerate(axes.flat):
@@ -754,7 +736,7 @@ def sentence_attention(sentence: str = DEMO_SENTENCE, dim: int = 32, seed: int =
 def plot_sentence_attention(sentence: str = DEMO_SENTENCE, path: Any = None, dpi: int = 100):
     """Bidirectional (BERT-style) next to causal (GPT-style) heat maps of sentence_attention; returns the Figure."""
     tokens, bidirectional, causal = sentence_attention(sentence)
-    fig, axes = _pyplot().subplots(1, 2, figsize=(12, 5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(12, 5))
     plot_attention(bidirectional, tokens, tokens, title="bidirectional (BERT-style)", ax=axes[0])
     plot_attention(causal, tokens, tokens, title="causal (GPT-style)", ax=axes[1])
     _save(fig, path, dpi)

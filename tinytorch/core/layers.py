@@ -18,7 +18,7 @@ from .tensor import Tensor, array_module, as_tensor, to_array, to_host
 # %% auto #0
 __all__ = ['Module', 'make_rng', 'Linear', 'Dropout', 'ModuleList', 'Sequential', 'count_parameters']
 
-# %% ../../modules/03_layers/layers_dev.py #a4c2dbb9
+# %% ../../modules/03_layers/layers_dev.py #ecb80dab
 def _is_parameter(value: Any) -> bool:
     """A leaf Tensor that requires a gradient (not the result of a recorded operation)."""
     return isinstance(value, Tensor) and value.requires_grad and value._node is None
@@ -30,6 +30,25 @@ def _is_child(value: Any) -> bool:
 
 def _is_child_list(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(_is_child(v) or _is_parameter(v) for v in value)
+
+
+def _walk(root: Any, atoms: list[str], where: str) -> Any:
+    """What the dotted path `atoms` names inside `root`: each part is an attribute of a module or
+    the index of an item of a registered list (`extras.1`). AttributeError, starting with `where`,
+    naming the first part that is missing or holds neither a module nor a registered list."""
+    found = root
+    for atom in atoms:
+        if isinstance(found, (list, tuple)):
+            if not (atom.isdigit() and int(atom) < len(found)):
+                raise AttributeError(f"{where}: the list has no item `{atom}` (it holds {len(found)}).")
+            found = found[int(atom)]
+        elif hasattr(found, atom):
+            found = getattr(found, atom)
+        else:
+            raise AttributeError(f"{where}: {type(found).__name__} has no attribute `{atom}`.")
+        if not (_is_child(found) or _is_child_list(found)):
+            raise AttributeError(f"{where}: `{atom}` is not a Module (it is a {type(found).__name__}).")
+    return found
 
 
 _NOT_CONFIG = ("rng", "seed", "dtype", "device")  # how weights are drawn and where they live, not what is computed
@@ -62,7 +81,7 @@ def _constructor_args(cls: type, args: tuple, kwargs: dict) -> dict:
     bound.apply_defaults()
     return {name: _plain(value) for name, value in list(bound.arguments.items())[1:] if name not in _NOT_CONFIG}
 
-# %% ../../modules/03_layers/layers_dev.py #a816264a
+# %% ../../modules/03_layers/layers_dev.py #218ed1de
 class Module:
     """Base class of every layer and model: parameters registered by attribute assignment.
 
@@ -161,6 +180,53 @@ class Module:
 
     def modules(self) -> list[Any]:
         return [m for _, m in self.named_modules()]
+
+    # ---- replacing a part (given) ---------------------------------------------------------
+    def get_submodule(self, target: str) -> Any:
+        """The descendant at the dotted `target`, a name as `named_modules()` gives it
+        ("blocks.0.mlp"); "" is this module itself. An AttributeError names the first part that
+        is missing or is not a module (PyTorch's `get_submodule`)."""
+        where = f"get_submodule({target!r})"
+        found = _walk(self, target.split(".") if target else [], where)
+        if not _is_child(found):  # a registered list is a step on the way, not a module
+            raise AttributeError(f"{where}: `{target.split('.')[-1]}` is not a Module (it is a "
+                                 f"{type(found).__name__}).")
+        return found
+
+    def set_submodule(self, target: str, module: Any, strict: bool = False) -> None:
+        """Put `module` at the dotted `target` ("blocks.0.mlp"), as PyTorch's `set_submodule` does:
+        the parent is `get_submodule` of every part but the last, and the last part is assigned
+        (`setattr`, so `__setattr__` registers it; an item of a plain list is replaced in the list).
+
+        ValueError for the target "" (a module cannot replace itself) and for a `module` that is
+        neither a Module nor an activation layer. AttributeError when the parent path is missing,
+        when the last part holds something that is not a module (a parameter, a number), or, with
+        strict=True, when the last part does not exist yet. TypeError for an item of a tuple."""
+        if not target:
+            raise ValueError("set_submodule: the target '' is the module itself; a module cannot replace itself "
+                             "(use the new module in its place instead).")
+        if not _is_child(module):
+            raise ValueError(f"set_submodule({target!r}, ...): the new value must be a Module or an activation "
+                             f"layer, got {type(module).__name__}.")
+        where = f"set_submodule({target!r}, ...)"
+        *path, last = target.split(".")
+        parent = _walk(self, path, where)
+        if isinstance(parent, (list, tuple)):
+            _walk(parent, [last], where)  # an index of a module inside the list, else AttributeError
+            if isinstance(parent, tuple):
+                raise TypeError(f"set_submodule({target!r}, ...): the modules are held in a tuple, which cannot "
+                                "change; hold them in a list or a ModuleList.")
+            parent[int(last)] = module
+            return
+        if not isinstance(parent, Module):  # an activation layer holds no modules
+            raise AttributeError(f"set_submodule({target!r}, ...): {type(parent).__name__} holds no modules.")
+        if hasattr(parent, last):
+            if not _is_child(getattr(parent, last)):
+                raise AttributeError(f"set_submodule({target!r}, ...): `{last}` is not a Module (it is a "
+                                     f"{type(getattr(parent, last)).__name__}); only a module is replaced.")
+        elif strict:
+            raise AttributeError(f"set_submodule({target!r}, ...): {type(parent).__name__} has no attribute `{last}`.")
+        setattr(parent, last, module)
 
     # ---- parameters ------------------------------------------------------------------------
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:

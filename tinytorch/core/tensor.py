@@ -14,7 +14,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['OP_LISTENERS', 'array_module', 'cuda_module', 'device_problem', 'device_of', 'GradMode', 'Node', 'record_op',
-           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast',
+           'Tensor', 'is_floating', 'to_array', 'as_tensor', 'to_host', 'as_int', 'broadcast_shape', 'Autocast', 'cast',
            'autocast_matmul_operands', 'autocast_float32']
 
 # %% ../../modules/01_tensor/tensor_dev.py #a3bc5ec0
@@ -446,7 +446,7 @@ def __neg__(self: Tensor) -> Tensor:
     """`-self`: records op "neg" with inputs (self,), nothing saved; keeps the dtype."""
     return record_op("neg", -self.data, (self,))
 
-# %% ../../modules/01_tensor/tensor_dev.py #ecb6d0a6
+# %% ../../modules/01_tensor/tensor_dev.py #cff2a914
 class Autocast:
     """Mixed precision's switch (given). Off by default; module 17's `autocast()` turns it on.
 
@@ -463,8 +463,11 @@ class Autocast:
     dtype: Any = None
 
 
-def _autocast_to(x: "Tensor", dtype: Any) -> "Tensor":
-    """x converted to `dtype` as the recorded op "cast"; x itself when it has that dtype already."""
+def cast(x: "Tensor", dtype: Any) -> "Tensor":
+    """x converted to the float `dtype` as the recorded op "cast" (inputs (x,), nothing saved; module
+    12 registers its backward rule: the gradient goes back in x's dtype); x itself when it has that
+    dtype already. The one way a later module changes a Tensor's dtype inside a graph (module 12's
+    attention, module 17's GradScaler)."""
     return x if x.dtype == dtype else record_op("cast", x.data.astype(dtype), (x,))
 
 
@@ -473,7 +476,7 @@ def autocast_matmul_operands(a: "Tensor", b: "Tensor") -> tuple:
     point; (a, b) unchanged otherwise (integer operands are never cast)."""
     if Autocast.dtype is None or not (is_floating(a.data) and is_floating(b.data)):
         return a, b
-    return _autocast_to(a, Autocast.dtype), _autocast_to(b, Autocast.dtype)
+    return cast(a, Autocast.dtype), cast(b, Autocast.dtype)
 
 
 def autocast_float32(x: "Tensor") -> "Tensor":
@@ -481,7 +484,7 @@ def autocast_float32(x: "Tensor") -> "Tensor":
     The first line of every operation that must run in float32 under autocast."""
     if Autocast.dtype is None or x.dtype != Autocast.dtype:
         return x
-    return _autocast_to(x, np.float32)
+    return cast(x, np.float32)
 
 # %% ../../modules/01_tensor/tensor_dev.py #35c4f3c2
 @patch

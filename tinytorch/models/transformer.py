@@ -22,12 +22,12 @@ from ..core.tensor import (GradMode, Tensor, array_module, as_int, as_tensor, au
 from ..text.embeddings import Embedding, token_ids
 
 # %% auto #0
-__all__ = ['check_floating_input', 'layer_norm', 'layer_norm_backward', 'LayerNorm', 'MLP', 'cached_causal_mask',
-           'CausalSelfAttention', 'TransformerBlock', 'GPT', 'next_token_probs', 'sample_next_token', 'LayerKVCache',
-           'KVCache']
+__all__ = ['check_eps', 'check_floating_input', 'normalized_axes', 'layer_norm', 'layer_norm_backward', 'LayerNorm', 'MLP',
+           'cached_causal_mask', 'CausalSelfAttention', 'TransformerBlock', 'GPT', 'next_token_probs',
+           'sample_next_token', 'LayerKVCache', 'KVCache']
 
-# %% ../../modules/13_transformers/transformers_dev.py #f4bc3210
-def _check_eps(owner: str, eps: Any) -> None:
+# %% ../../modules/13_transformers/transformers_dev.py #bf52e14c
+def check_eps(owner: str, eps: Any) -> None:
     """ValueError unless eps is a number > 0 (with eps = 0 a constant row is 0/0; NaN poisons every row)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not eps > 0:
         raise ValueError(f"{owner}: eps must be a number > 0, got {eps!r} (with eps = 0 a token whose features "
@@ -41,7 +41,7 @@ def check_floating_input(owner: str, x: Tensor) -> None:
                         f"which {x.dtype} would round away): convert it first, e.g. Tensor(values, dtype=np.float32).")
 
 
-def _normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
+def normalized_axes(normalized_shape: tuple, x_shape: tuple) -> tuple:
     """(-len(S), ..., -1) for S = normalized_shape, after checking that x ends with S."""
     n = len(normalized_shape)
     if n == 0 or tuple(x_shape[len(x_shape) - n:]) != tuple(normalized_shape) or len(x_shape) < n:
@@ -70,8 +70,8 @@ def layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tens
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)  # given: x in float32 under module 17's autocast
     bias = None if bias is None else as_tensor(bias)
     check_floating_input("layer_norm", x)
-    axes = _normalized_axes(weight.shape, x.shape)
-    _check_eps("layer_norm", eps)
+    axes = normalized_axes(weight.shape, x.shape)
+    check_eps("layer_norm", eps)
     xp = array_module(x.data)
     centred = x.data - x.data.mean(axis=axes, keepdims=True)
     var = xp.square(centred, dtype=np.float64).mean(axis=axes, keepdims=True)  # float32 squares overflow
@@ -118,7 +118,7 @@ class LayerNorm(Module):
         if not shape or min(shape) < 1:
             raise ValueError(f"LayerNorm: normalized_shape must be positive sizes, got {normalized_shape!r}.")
         self.normalized_shape = shape
-        _check_eps("LayerNorm", eps)
+        check_eps("LayerNorm", eps)
         self.eps = float(eps)
         self.weight = Tensor(np.ones(shape), requires_grad=True, dtype=dtype, device=device)
         self.bias = Tensor(np.zeros(shape), requires_grad=True, dtype=dtype, device=device) if bias else None

@@ -90,7 +90,7 @@ def bias_gelu_backward(grad: Any, node) -> tuple:
     slope *= grad
     return (slope,) if len(node.inputs) == 1 else (slope, slope)
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #7c677453
+# %% ../../modules/18_acceleration/acceleration_dev.py #9f212d4a
 class FusedMLP(Module):
     """Module 13's MLP with bias + GELU fused: dropout(proj(bias_gelu(rows @ fc.weight, fc.bias))).
 
@@ -112,18 +112,6 @@ class FusedMLP(Module):
         return out.reshape(x.shape)
 
 
-def _replace_submodule(root: Module, name: str, new: Module) -> None:
-    """Set the sub-module at dotted `name` ("blocks.0.mlp") of `root` to `new` (a list item by index)."""
-    *path, last = name.split(".")
-    parent = root
-    for part in path:
-        parent = parent[int(part)] if part.isdigit() else getattr(parent, part)
-    if last.isdigit():
-        parent[int(last)] = new
-    else:
-        setattr(parent, last, new)
-
-
 def fuse(model: Module, replacements: dict | None = None) -> Module:
     """A new model with the fused ops in place: every sub-module whose type is exactly a key of
     `replacements` (e.g. module 13's MLP) becomes replacements[type](module), e.g. FusedMLP(mlp).
@@ -135,10 +123,10 @@ def fuse(model: Module, replacements: dict | None = None) -> Module:
     The new model is copy.deepcopy(model, memo) with memo = {id(t): t for every parameter and
     buffer t of model} (model.parameters() and model.buffers()): the module tree is new, the weight tensors are the SAME objects (an
     update through either model changes both). Walk model.named_modules()[1:] of the copy and
-    replace with _replace_submodule(copy, name, replacement). Then, when the model's own type
-    is a key (a lone MLP, or a GPT whose loss has a compiled replacement), return its
-    replacement built from the copy (with its sub-modules already replaced); else the copy.
-    TypeError (given) for anything but a Module.
+    replace each with fused.set_submodule(name, replacement) (module 03; fused is the copy). Then,
+    when the model's own type is a key (a lone MLP, or a GPT whose loss has a compiled replacement),
+    return its replacement built from the copy (with its sub-modules already replaced); else the
+    copy. TypeError (given) for anything but a Module.
     """
     if not isinstance(model, Module):
         raise TypeError(f"fuse needs a Module (e.g. module 13's GPT), got {type(model).__name__}.")
@@ -148,14 +136,14 @@ def fuse(model: Module, replacements: dict | None = None) -> Module:
     fused = copy.deepcopy(model, shared)
     for name, module in fused.named_modules()[1:]:
         if type(module) in replacements:
-            _replace_submodule(fused, name, replacements[type(module)](module))
+            fused.set_submodule(name, replacements[type(module)](module))
     if type(fused) in replacements:
         return replacements[type(fused)](fused)
     return fused
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #1ec8a431
+# %% ../../modules/18_acceleration/acceleration_dev.py #c3be083d
 from ..core.tensor import autocast_float32
-from ..models.transformer import LayerNorm, _check_eps, _normalized_axes
+from ..models.transformer import LayerNorm, check_eps, normalized_axes
 
 
 def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
@@ -172,8 +160,8 @@ def blas_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) ->
     x, weight = autocast_float32(as_tensor(x)), as_tensor(weight)
     bias = None if bias is None else as_tensor(bias)
     check_floating_input("blas_layer_norm", x)  # TypeError for integers, as module 13's layer_norm
-    _normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
-    _check_eps("blas_layer_norm", eps)
+    normalized_axes(weight.shape, x.shape)  # ValueError unless x ends with weight's shape
+    check_eps("blas_layer_norm", eps)
     xp = array_module(x.data)
     size = math.prod(weight.shape)
     rows = x.data.reshape(-1, size)
@@ -338,7 +326,7 @@ def layer_norm_rows_backward(grad, x, weight, mean, rstd, dx, dweight, dbias, st
             h = (x[i, j] - m) * r
             dx[i, j] = r * (grad[i, j] * weight[j] - mean_g - h * mean_gx)
 
-# %% ../../modules/18_acceleration/acceleration_dev.py #13a19ce1
+# %% ../../modules/18_acceleration/acceleration_dev.py #3f26fc48
 def compiled_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5) -> Tensor:
     """Module 13's layer_norm computed by the kernel layer_norm_rows: the same value, shape and
     dtype. x (..., *S); weight S; bias S or None. Records ONE op "compiled_layer_norm", inputs
@@ -349,8 +337,8 @@ def compiled_layer_norm(x: Any, weight: Any, bias: Any = None, eps: float = 1e-5
     if not compilable(x.data, weight.data):
         return blas_layer_norm(x, weight, bias, eps)
     check_floating_input("compiled_layer_norm", x)
-    _normalized_axes(weight.shape, x.shape)
-    _check_eps("compiled_layer_norm", eps)
+    normalized_axes(weight.shape, x.shape)
+    check_eps("compiled_layer_norm", eps)
     size = math.prod(weight.shape)
     rows = np.ascontiguousarray(x.data.reshape(-1, size))
     w = np.ascontiguousarray(weight.data.reshape(size), dtype=rows.dtype)

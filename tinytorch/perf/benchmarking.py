@@ -6,16 +6,14 @@ same, and an error bar. Without them, a 3% "speed-up" is the noise of the next r
 
 # %% auto #0
 __all__ = ['NO_DIFFERENCE', 'environment', 'bootstrap_ci', 'Measurement', 'measure', 'Comparison', 'difference_ci', 'ranking',
-           'compare', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy', 'latency',
-           'throughput', 'generation_rate', 'parameter_count', 'checkpoint_bytes', 'pareto_front', 'pareto_table',
-           'plot_pareto']
+           'compare', 'token_losses', 'lm_window_losses', 'lm_validation_loss', 'paired_difference', 'accuracy',
+           'latency', 'throughput', 'generation_rate', 'parameter_count', 'pareto_front', 'pareto_table', 'plot_pareto']
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #ded69980
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #523d692f
 import importlib.util
 import os
 import platform
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,7 +26,8 @@ from ..core.autograd import no_grad
 from ..core.layers import count_parameters
 from ..core.tensor import Tensor, as_int, to_host
 from .profiling import measure_latency
-from .quantization import checkpoint_bytes as saved_bytes
+from .quantization import checkpoint_bytes
+from ..plotting import pyplot
 
 # %% ../../modules/19_benchmarking/benchmarking_dev.py #b8901fbd
 def _cpu_name() -> str:
@@ -294,7 +293,29 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
         verdict = f"{winner.name} is {word}"
     return Comparison(a, b, float(ratio), a.median - b.median, low, high, verdict)
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #6b66fcf9
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #615bc7f0
+def token_losses(logits: Any, targets: Any) -> np.ndarray:
+    """−log softmax(logits)[target] at every position, in float64: logsumexp(row) − row[target].
+
+    logits  -- (..., V): V class scores per position, any float dtype (Tensor, NumPy or CuPy array)
+    targets -- (...): integer class ids in [0, V), logits' shape without its last axis
+    Returns a float64 NumPy array of shape (...). Steps: z = the logits in float64; m = each row's
+    max (keepdims); logsumexp = m + log(sum(exp(z − m))) over the last axis; the target's logit
+    picked with np.take_along_axis(z, targets[..., None], axis=-1); loss = logsumexp − picked.
+    ValueError (given) when the shapes do not fit.
+    """
+    z = np.asarray(to_host(logits.data if isinstance(logits, Tensor) else logits))
+    t = np.asarray(to_host(targets.data if isinstance(targets, Tensor) else targets)).astype(np.int64)
+    if z.ndim < 1 or t.shape != z.shape[:-1]:
+        raise ValueError(f"token_losses: logits (..., V) and targets (...) with the same leading shape expected, "
+                         f"got {z.shape} and {t.shape}.")
+    z = z.astype(np.float64)
+    peak = z.max(axis=-1, keepdims=True)
+    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
+    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
+    return log_norm - picked
+
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #8c6aebde
 def _logits_of(output: Any) -> np.ndarray:
     """The logits from a model's output (a Tensor/array, or a (logits, loss) pair), as a host array."""
     if isinstance(output, tuple):
@@ -316,18 +337,14 @@ def _predicted_classes(logits: np.ndarray, first: int) -> np.ndarray:
 
 
 def _window_cross_entropy(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of −log softmax(logits)[target]
-    over its T positions, in float64 (log-sum-exp with the max subtracted: no overflow)."""
-    z = np.asarray(logits, dtype=np.float64)
+    """logits (B, T, V), targets (B, T) -> (B,): each window's mean of token_losses over its T positions."""
+    z = np.asarray(logits)
     t = np.asarray(targets)
     if z.ndim != 3 or t.shape != z.shape[:2]:  # named here, not by NumPy's broadcast error below
         raise ValueError(f"lm_validation_loss: the model's logits have shape {z.shape} and the targets {t.shape}; "
                          "they need (B, T, V) and (B, T): one target per input position, the inputs shifted by one "
                          "(each window is context inputs and the context next characters)")
-    peak = z.max(axis=-1, keepdims=True)
-    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
-    picked = np.take_along_axis(z, t[..., None], axis=-1)[..., 0]
-    return (log_norm - picked).mean(axis=-1)
+    return token_losses(z, t).mean(axis=-1)
 
 
 class _evaluating:
@@ -443,7 +460,7 @@ def accuracy(model: Any, X: Any, y: Any, batch_size: int = 256) -> float:
             correct += int(np.sum(_predicted_classes(logits, first) == labels[first:first + batch_size]))
     return correct / labels.size
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #39a1a94e
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #56da580c
 def latency(fn: Callable[..., Any], *args: Any, warmup: int = 3, repeats: int = 20, name: str | None = None) -> Measurement:
     """Seconds per call of fn(*args): module 14's measure_latency (warm-up, CuPy synchronised),
     its readings kept as a Measurement (median with interval; `.p50`, `.p90`)."""
@@ -487,16 +504,7 @@ def parameter_count(model: Any) -> int:
             total += int(module.num_embeddings) * int(module.embedding_dim)
     return total
 
-
-def checkpoint_bytes(path_or_model: Any) -> int:
-    """Bytes on disk of a checkpoint file; given a model, of module 07's checkpoint of it (module
-    15's `checkpoint_bytes(model, path)`, written to a temporary folder, measured, deleted)."""
-    if isinstance(path_or_model, (str, os.PathLike)):
-        return Path(path_or_model).stat().st_size
-    with tempfile.TemporaryDirectory() as folder:
-        return saved_bytes(path_or_model, Path(folder) / "model.npz")
-
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #70e58792
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #dbaeb4a6
 def pareto_front(rows: list[dict], quality: str, costs: list[str], higher_quality_is_better: bool = False) -> list[dict]:
     """The rows no other row dominates, in their original order.
 
@@ -549,12 +557,9 @@ def pareto_table(rows: list[dict], quality: str, costs: list[str], higher_qualit
 def plot_pareto(rows: list[dict], quality: str, cost: str, path: Any = None, higher_quality_is_better: bool = False,
                 title: str = "", dpi: int = 100):
     """Quality against one cost: every row a labelled point, the front joined by a line.
-    Returns the figure; saves a PNG at `path` when given (matplotlib's Agg backend off Jupyter)."""
-    import matplotlib
-
-    if "inline" not in matplotlib.get_backend().lower():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Returns the figure; saves a PNG at `path` when given (module 02's pyplot(): the Agg backend
+    where no window can open)."""
+    plt = pyplot()
 
     front = sorted(pareto_front(rows, quality, [cost], higher_quality_is_better), key=lambda r: r[cost])
     fig, ax = plt.subplots(figsize=(6.4, 4.4))

@@ -331,7 +331,7 @@ def storage_bytes(matrix: Any) -> dict[str, int]:
             "bitmask": np.packbits(matrix != 0).nbytes + values.nbytes,
             "csr": values.nbytes + col_indices.nbytes + row_ptr.nbytes}
 
-# %% ../../modules/16_compression/compression_dev.py #73e211eb
+# %% ../../modules/16_compression/compression_dev.py #6e0888bf
 def mlp_unit_importance(mlp: MLP) -> np.ndarray:
     """One score per hidden unit j of `mlp` (module 13's MLP: fc E → H, GELU, proj H → E):
 
@@ -396,19 +396,10 @@ def prune_mlps(model: Module, amount: float) -> Module:
     by `prune_mlp_units(mlp, amount)`; `model` itself is untouched."""
     amount = _check_amount(amount, "prune_mlps")
     small = copy.deepcopy(model)
-    replaced = 0
-    for parent in small.modules():
-        if not isinstance(parent, Module):
-            continue
-        for name, child in parent.named_children():
-            if isinstance(child, MLP):
-                head, _, index = name.partition(".")
-                if index:  # an item of a plain list attribute, named `name.i`
-                    getattr(parent, head)[int(index)] = prune_mlp_units(child, amount)
-                else:
-                    setattr(parent, name, prune_mlp_units(child, amount))
-                replaced += 1
-    if not replaced:
+    found = [(name, child) for name, child in small.named_modules()[1:] if isinstance(child, MLP)]
+    for name, child in found:
+        small.set_submodule(name, prune_mlp_units(child, amount))  # module 03: the dotted name, lists too
+    if not found:
         raise ValueError(f"prune_mlps: {type(model).__name__} holds no MLP.")
     return small
 

@@ -10,17 +10,16 @@ __all__ = ['GLOBAL_NUMPY_RANDOM', 'AUTOCAST_SETTING', 'optimizer_state_arrays', 
            'tensors_read', 'output_summary', 'check_recomputed_leaves', 'checkpoint', 'checkpoint_backward',
            'CheckpointedBlock', 'checkpoint_blocks', 'autocast', 'GradScaler']
 
-# %% ../../modules/17_memory/memory_dev.py #8f23beb4
+# %% ../../modules/17_memory/memory_dev.py #e97262e8
 import contextlib
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..core.attention import _cast
 from ..core.autograd import backward, no_grad, register_backward, topological_order
 from ..core.layers import Module, ModuleList
 from ..core.optimizers import SGD, Adam
-from ..core.tensor import OP_LISTENERS, Autocast, GradMode, Tensor, array_module, as_int, record_op
+from ..core.tensor import OP_LISTENERS, Autocast, GradMode, Tensor, array_module, as_int, cast, record_op
 from ..models.transformer import TransformerBlock
 from .profiling import graph_saved_bytes
 
@@ -480,7 +479,7 @@ class autocast:
         Autocast.dtype = self._previous.pop()
         return False
 
-# %% ../../modules/17_memory/memory_dev.py #06d74602
+# %% ../../modules/17_memory/memory_dev.py #e8a6f8ce
 class GradScaler:
     """Dynamic loss scaling, step for step as torch.amp.GradScaler.
 
@@ -535,12 +534,12 @@ class GradScaler:
 
     def scale(self, loss: Tensor) -> Tensor:
         """loss · scale as a recorded op (a "mul" by the Python float of the scale), in float32: a
-        float16 loss is cast up first with module 12's _cast (the recorded op "cast"); a float32
+        float16 loss is cast up first with module 01's cast (the recorded op "cast"); a float32
         or float64 loss is multiplied as it is. The loss itself when disabled (given)."""
         if not self.enabled:
             return loss
         if loss.dtype == np.float16:
-            loss = _cast(loss, np.float32)
+            loss = cast(loss, np.float32)
         return loss * float(self._scale)
 
     def unscale_(self, optimizer: Any) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-# %% ../../modules/20_olympics/olympics_dev.py #1e13fbe5
+# %% ../../modules/20_olympics/olympics_dev.py #bdcce2c6
 from ..core.tensor import Tensor, as_int
+from .benchmarking import token_losses
 
 # %% ../../modules/20_olympics/olympics_dev.py #7cab923e
 @dataclass(frozen=True)
@@ -68,13 +69,13 @@ def heldout_windows(tokens: Any, context: int, count: int, seed: int = 0) -> tup
     windows = tokens[starts[:, None] + np.arange(context + 1)].astype(np.int64)
     return windows[:, :-1], windows[:, 1:]
 
-# %% ../../modules/20_olympics/olympics_dev.py #a6506ce1
+# %% ../../modules/20_olympics/olympics_dev.py #f95f8fff
 def loss_from_logits(logits: Any, targets: Any) -> float:
     """Mean cross-entropy of `logits` (B, T, V) against integer `targets` (B, T), as a Python float.
 
-    Computed in float64 with the log-sum-exp shift (each row's max subtracted before exp):
-    loss = mean over the B·T positions of logsumexp(row) - row[target]. ValueError when the shapes
-    do not match ((B, T, V) against (B, T)), a target is outside [0, V), or a logit is not finite.
+    The mean over the B·T positions of module 19's token_losses (float64, each row's max subtracted
+    before exp: logsumexp(row) - row[target]). ValueError when the shapes do not match ((B, T, V)
+    against (B, T)), a target is outside [0, V), or a logit is not finite. Given code.
     """
     logits = np.asarray(logits)
     targets = np.asarray(targets)
@@ -84,11 +85,7 @@ def loss_from_logits(logits: Any, targets: Any) -> float:
         raise ValueError(f"loss_from_logits: targets must lie in [0, {logits.shape[2]}).")
     if not np.isfinite(logits).all():
         raise ValueError("loss_from_logits: the logits hold inf or nan: there is no loss to score.")
-    z = logits.astype(np.float64)
-    peak = z.max(axis=-1, keepdims=True)
-    log_norm = peak[..., 0] + np.log(np.exp(z - peak).sum(axis=-1))
-    picked = np.take_along_axis(z, targets[..., None].astype(np.int64), axis=-1)[..., 0]
-    return float((log_norm - picked).mean())
+    return float(token_losses(logits, targets).mean())
 
 # %% ../../modules/20_olympics/olympics_dev.py #eec69de5
 def quality_verdict(loss: float, baseline_loss: float, margin: float | None = None) -> str:

@@ -8,10 +8,11 @@ __all__ = ['qrange', 'storage_dtype', 'quantize_per_tensor', 'dequantize', 'calc
            'quantize_per_channel', 'PerChannelMinMaxObserver', 'PercentileObserver', 'pack_int4', 'unpack_int4',
            'integer_matmul', 'QuantizedLinear', 'QuantizedEmbedding', 'quantize_model', 'checkpoint_bytes']
 
-# %% ../../modules/15_quantization/quantization_dev.py #280ac6d1
+# %% ../../modules/15_quantization/quantization_dev.py #ea24ca7c
 import copy
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -678,26 +679,7 @@ class QuantizedEmbedding(Module):
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, weight=int{self.bits} symmetric per row"
 
-# %% ../../modules/15_quantization/quantization_dev.py #9c578114
-def _replace_submodule(root: Module, name: str, new: Any) -> None:
-    """Put `new` at the dotted `name` inside `root` (as named_modules() names it: "blocks.0.attn.q_proj");
-    a part that indexes a plain list of modules is replaced in the list. The root itself (name "") cannot
-    be replaced inside itself: ValueError."""
-    if not name:
-        raise ValueError("quantize_model: the name '' is the model itself; return its replacement instead of "
-                         "replacing it inside itself.")
-    *path, last = name.split(".")
-    parent = root
-    for part in path:
-        parent = parent[int(part)] if isinstance(parent, (list, tuple)) else getattr(parent, part)
-    if isinstance(parent, list):
-        parent[int(last)] = new
-    elif isinstance(parent, tuple):
-        raise TypeError(f"quantize_model: cannot replace {name!r}, an item of a tuple; hold the modules in a list.")
-    else:
-        setattr(parent, last, new)
-
-
+# %% ../../modules/15_quantization/quantization_dev.py #9ca45893
 def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_channel: bool = True,
                    embeddings: bool = True, embedding_bits: int = 8, **options: Any) -> Module:
     """A new model: a deep copy of `model` with every Linear replaced by
@@ -706,8 +688,8 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
     QuantizedEmbedding.from_float(table, embedding_bits).
     `model` itself is not changed. A model that is itself a Linear (an Embedding) is returned as a
     QuantizedLinear (a QuantizedEmbedding): named_modules() lists the root first, under the name "",
-    which _replace_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
-    named_children()) and _replace_submodule(root, name, new)."""
+    which set_submodule refuses. Use copy.deepcopy, named_modules() (every depth, not only
+    named_children()) and module 03's root.set_submodule(name, new)."""
     if not isinstance(model, Module):
         raise TypeError(f"quantize_model needs a Module, got {type(model).__name__}.")
     for name, param in [*model.named_parameters(), *model.named_buffers()]:  # before any copy: name the tensor
@@ -720,13 +702,24 @@ def quantize_model(model: Module, mode: str = "weight_only", bits: int = 8, per_
         return QuantizedEmbedding.from_float(quantized, embedding_bits)
     for name, module in quantized.named_modules()[1:]:  # [0] is ("", the root), handled above
         if isinstance(module, Linear):
-            _replace_submodule(quantized, name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
+            quantized.set_submodule(name, QuantizedLinear.from_float(module, mode, bits, per_channel, **options))
         elif embeddings and isinstance(module, Embedding):
-            _replace_submodule(quantized, name, QuantizedEmbedding.from_float(module, embedding_bits))
+            quantized.set_submodule(name, QuantizedEmbedding.from_float(module, embedding_bits))
     return quantized
 
 
-def checkpoint_bytes(model: Module, path: str | os.PathLike) -> int:
-    """Save `model` as module 07's checkpoint at `path` (".npz" added when missing) and return the
-    file's size on disk in bytes (os.stat: what the file really takes, headers included)."""
-    return save_checkpoint(path, model).stat().st_size
+def checkpoint_bytes(model_or_path: Any, path: str | os.PathLike | None = None) -> int:
+    """Bytes on disk of module 07's checkpoint (os.stat: what the file really takes, headers included);
+    the course's one way of weighing a model on disk.
+
+    checkpoint_bytes(model, path): saves `model` at `path` (".npz" added when missing), keeps the file;
+    checkpoint_bytes(model): saves it in a temporary folder, measures it and deletes it;
+    checkpoint_bytes(path): the size of a checkpoint file already on disk."""
+    if isinstance(model_or_path, (str, os.PathLike)):
+        if path is not None:
+            raise TypeError("checkpoint_bytes(path) measures a file; to save a model give checkpoint_bytes(model, path).")
+        return Path(model_or_path).stat().st_size
+    if path is None:
+        with tempfile.TemporaryDirectory() as folder:
+            return save_checkpoint(Path(folder) / "model.npz", model_or_path).stat().st_size
+    return save_checkpoint(path, model_or_path).stat().st_size

@@ -343,7 +343,10 @@ class Session:
                 str(self.checkpoint_path), self.mode, self.entry.checkpoint]
 
     def _env(self, library: Path) -> dict[str, str]:
-        env = {"PYTHONPATH": os.pathsep.join([str(library), *_site_packages()])}
+        env = {"PYTHONPATH": os.pathsep.join([str(library), *_site_packages()]),
+               # Numba (module 18's compiled kernels) keeps what it compiled beside the package it compiles;
+               # here that is the judge's copy, outside the entry's folder: keep it in the folder instead.
+               "NUMBA_CACHE_DIR": str(self.work / ".numba-cache")}
         if self.mode == "speedrun":
             threads = str(self.task.speedrun_threads)
             env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)

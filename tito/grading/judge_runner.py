@@ -39,6 +39,9 @@ MAX_PAYLOAD = 1 << 30
 # Devices any program may open: nothing is kept in them. Every other path under /dev goes through the access
 # rule, so a write to /dev/shm (a folder every user may write) is named like any write outside the folder.
 HARMLESS_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/full")
+# What the machine says about its CPU, read by Numba (module 18's compiled kernels) to pick the code it
+# generates: the same for every entry, nothing of the course or of another entry.
+MACHINE_FILES = ("/proc/cpuinfo",)
 
 
 def send(conn: socket.socket, header: dict, payload: bytes = b"") -> None:
@@ -101,7 +104,7 @@ def main(argv: list[str]) -> int:
             return  # an open of a file descriptor number: the file was opened (and checked) before
         path = os.path.realpath(os.path.join(work, os.fsdecode(args[0])))  # /proc/self/root/... is the file it names
         own_proc = f"/proc/{os.getpid()}/"  # its own process's files (what /proc/self/status resolves to)
-        if (path in HARMLESS_DEVICES or path.startswith((own_proc, "/sys/devices/system/cpu/"))
+        if (path in HARMLESS_DEVICES or path in MACHINE_FILES or path.startswith((own_proc, "/sys/devices/system/cpu/"))
                 or path in (runner, os.path.dirname(work))):
             return
         mode_text = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"

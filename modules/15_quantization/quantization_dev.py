@@ -380,6 +380,14 @@ def test_unit_quantize_per_tensor():
         f"expected 118 (PyTorch's integer), got {once}: x·inv_scale + zero_point is 117.49999… in float64 and exactly "
         "117.5 once rounded to float32, PyTorch's single rounding (a fused multiply-add); convert the float64 sum to "
         "float32 (exact.astype(np.float32)) BEFORE rint")
+    x_once = np.float32([3.8310704231262207])  # x·inv_scale - 27 is 53.4999975 in float64: PyTorch's 53
+    twice = np.rint(x_once * (np.float32(1) / np.float32(0.047590937465429306)) - np.float32(27))  # 80.5 - 27: 54
+    once = quantize_per_tensor(x_once, 0.047590937465429306, -27).item()
+    assert once == 53, (
+        f"expected 53 (PyTorch's integer), got {once}: "
+        + ("x·inv_scale was rounded to float32 (80.5) before the zero point was added (a second rounding); "
+           if once == twice[0] else "")
+        + "round x·inv_scale + zero_point ONCE (compute it in float64, then one conversion to float32 before rint)")
     wide = quantize_per_tensor(np.array([-21.45000171661377, -34.35000038146973, 12.749999523162842]), 0.3, 3).numpy()
     assert np.array_equal(wide, [-68, -111, 46]), (
         f"a float64 x is taken as float32 FIRST: expected [-68, -111, 46] (PyTorch's integers for the float32 x), "

@@ -24,7 +24,19 @@ def _ties_and_clamps(rng):
     return {"zero_point_0": quantize_per_tensor(x, scale, 0), "zero_point_3": quantize_per_tensor(x, scale, 3),
             "uint8_zero_point_131": quantize_per_tensor(x, scale, 131, "uint8"),
             "int4": quantize_per_tensor(x, scale, 0, "int4"),
-            "bad_scale": raised(quantize_per_tensor, x, 0.0, 0), "bad_zero_point": raised(quantize_per_tensor, x, 0.1, 200)}
+            "bad_scale": raised(quantize_per_tensor, x, 0.0, 0),
+            "bad_zero_point": raised(quantize_per_tensor, x, 0.1, 200),
+            "one_rounding": _near_half_after_zero_point(rng)}
+
+
+def _near_half_after_zero_point(rng):
+    """x·inv_scale a hair from k + 0.5 (about 40..120), brought near 0 by the zero point: rounded to float32
+    before the zero point is added, the hair is lost and the tie goes to even; rounded once, it is kept."""
+    scale = float(rng.uniform(0.01, 0.1))
+    zero_point = -int(rng.integers(60, 100))
+    inv_scale = np.float32(1) / np.float32(scale)
+    near = ((rng.integers(-zero_point - 20, -zero_point + 20, 200) + 0.5) / np.float64(inv_scale)).astype(np.float32)
+    return quantize_per_tensor(near, scale, zero_point)
 
 
 def _float64_input(rng):
@@ -159,7 +171,7 @@ def _quantize_model(rng):
 
 
 CASES = {
-    "ties-and-clamps": (_ties_and_clamps, "quantize_per_tensor: ties round half to even, zero point inside the rounding, clamps"),
+    "ties-and-clamps": (_ties_and_clamps, "quantize_per_tensor: ties round half to even, zero point inside the one rounding, clamps"),
     "float64-input": (_float64_input, "quantize_per_tensor of 20,000 float64 values: rounded to float32 first"),
     "dequantize": (_dequantize, "dequantize: uint8 below the zero point, per-channel rows and columns, float32"),
     "qparams": (_qparams, "calculate_qparams for ranges without 0, affine/symmetric, int8/uint8/int4"),

@@ -381,6 +381,14 @@ def test_unit_quantize_per_tensor():
         f"expected 118 (PyTorch's integer), got {once}: x·inv_scale + zero_point is 117.49999… in float64 and exactly "
         "117.5 once rounded to float32, PyTorch's single rounding (a fused multiply-add); convert the float64 sum to "
         "float32 (exact.astype(np.float32)) BEFORE rint")
+    x_once = np.float32([3.8310704231262207])  # x·inv_scale - 27 is 53.4999975 in float64: PyTorch's 53
+    twice = np.rint(x_once * (np.float32(1) / np.float32(0.047590937465429306)) - np.float32(27))  # 80.5 - 27: 54
+    once = quantize_per_tensor(x_once, 0.047590937465429306, -27).item()
+    assert once == 53, (
+        f"expected 53 (PyTorch's integer), got {once}: "
+        + ("x·inv_scale was rounded to float32 (80.5) before the zero point was added (a second rounding); "
+           if once == twice[0] else "")
+        + "round x·inv_scale + zero_point ONCE (compute it in float64, then one conversion to float32 before rint)")
     wide = quantize_per_tensor(np.array([-21.45000171661377, -34.35000038146973, 12.749999523162842]), 0.3, 3).numpy()
     assert np.array_equal(wide, [-68, -111, 46]), (
         f"a float64 x is taken as float32 FIRST: expected [-68, -111, 46] (PyTorch's integers for the float32 x), "
@@ -1742,21 +1750,22 @@ conv_share = sum(m.weight.size for m in cnn.modules() if isinstance(m, Conv2d)) 
 print(f"CNN: the convolutions hold {conv_share:.0%} of its parameters and stay float32")
 
 BITS = (8, 6, 4, 3, 2)
-digit_results = {}
+measured = {}  # named digit_results only once complete: a cell that stops half-way leaves no half table
 print(f"{'model':>5} {'fp32':>7} | " + " ".join(f"{'int' + str(b):>13}" for b in BITS) + " | int8 dynamic")
 print(f"{'':>5} {'':>7} | " + " ".join(f"{'tensor chan':>13}" for _ in BITS) + " |")
 for name, (model, x_test) in digit_models.items():
     y_test = labels[test_idx]
     base = test_accuracy(model, x_test, y_test)
-    digit_results[name] = {"fp32": base}
+    measured[name] = {"fp32": base}
     for bits in BITS:
         for per_channel in (False, True):
-            digit_results[name][bits, per_channel] = test_accuracy(
+            measured[name][bits, per_channel] = test_accuracy(
                 quantize_model(model, bits=bits, per_channel=per_channel), x_test, y_test)
-    digit_results[name]["dynamic"] = test_accuracy(quantize_model(model, mode="dynamic"), x_test, y_test)
-    cells = " ".join(f"{100 * digit_results[name][b, False]:6.1f} {100 * digit_results[name][b, True]:6.1f}" for b in BITS)
-    print(f"{name:>5} {100 * base:6.1f}% | {cells} | {100 * digit_results[name]['dynamic']:6.1f}")
+    measured[name]["dynamic"] = test_accuracy(quantize_model(model, mode="dynamic"), x_test, y_test)
+    cells = " ".join(f"{100 * measured[name][b, False]:6.1f} {100 * measured[name][b, True]:6.1f}" for b in BITS)
+    print(f"{name:>5} {100 * base:6.1f}% | {cells} | {100 * measured[name]['dynamic']:6.1f}")
 print(f"(test set: {len(test_idx)} images; one image is {100 / len(test_idx):.2f} accuracy points)")
+digit_results = measured
 
 # %% [markdown]
 # Now the GPT. The cell looks for the milestone's checkpoint, builds the GPT its saved recipe
@@ -1812,11 +1821,12 @@ def validation_loss(model: Module, batches: list) -> float:
         return float(np.mean([model(b[:, :-1], targets=b[:, 1:])[1].item() for b in batches]))
 
 
-gpt_results = {"fp32": validation_loss(gpt, val_batches)}
+gpt_losses = {"fp32": validation_loss(gpt, val_batches)}  # named gpt_results once complete, as above
 for bits in BITS:
     for per_channel in (False, True):
-        gpt_results[bits, per_channel] = validation_loss(quantize_model(gpt, bits=bits, per_channel=per_channel),
-                                                         val_batches)
+        gpt_losses[bits, per_channel] = validation_loss(quantize_model(gpt, bits=bits, per_channel=per_channel),
+                                                        val_batches)
+gpt_results = gpt_losses
 print(f"validation loss on {len(val_batches)} batches of 12 x {context}: fp32 {gpt_results['fp32']:.4f}")
 for bits in BITS:
     print(f"  int{bits}: per tensor {gpt_results[bits, False]:.4f} ({gpt_results[bits, False] - gpt_results['fp32']:+.4f}), "

@@ -368,7 +368,8 @@ class Measurement:
 # never run), and they are not what we want to measure.
 #
 # On a GPU, work is queued and the call returns before it finishes; `measure` waits for the
-# queued CuPy work before reading the clock (given: `_synchronizer()`).
+# queued CuPy work (given: `_synchronizer()`) after every timed call, before reading the
+# clock, and once after the whole warm-up, so that the first reading does not pay for it.
 
 # %%
 #| export
@@ -392,12 +393,14 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
     variants -- name -> fn; at least one
     clock    -- read before and after each call (seconds): time.perf_counter (wall clock);
                 time.process_time counts only this process's CPU time
-    sync     -- called after every call, before the clock is read (None: `_synchronizer()`,
-                which waits for CuPy's queued work when there is a GPU)
+    sync     -- called after every timed call, before the clock is read, and once after the
+                whole warm-up, so that no warm-up work is still queued when the first reading
+                starts (None: `_synchronizer()`, which waits for CuPy's queued work on a GPU)
 
     Steps:
       names = list(variants)
-      warm-up: `warmup` rounds, each calling every variant once (in the order of names), untimed
+      warm-up: `warmup` rounds, each calling every variant once (in the order of names), untimed;
+               then sync() once
       then for round r in 0 .. repeats-1:
           order = names rotated left by r (r % len(names)): round 0 A,B,C; round 1 B,C,A; ...
           for each name in order: start = clock(); variants[name](); sync(); reading = clock() - start
@@ -512,7 +515,8 @@ test_unit_measure()
 #   `[difference_low, difference_high]` (both medians resampled at once; given code);
 # * `verdict`: exactly `"no measurable difference"` when the two intervals `[low, high]`
 #   **overlap**; otherwise who wins: for times the smaller median is faster, for rates
-#   (`higher_is_better`) the larger one.
+#   (`higher_is_better`, a unit ending in "/s") the larger one, and for any other unit
+#   (bytes, say) the smaller median is *better* ("faster" is only for "s" and "/s").
 #
 # Overlapping 95% intervals is a cautious test (two intervals can overlap a little while the
 # difference is still real): we prefer "we cannot tell" to a false claim.
@@ -568,9 +572,10 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
     difference -- a.median - b.median, with difference_ci(a, b) as its interval (given)
     verdict    -- NO_DIFFERENCE ("no measurable difference") when the intervals overlap
                   (a.low <= b.high and b.low <= a.high); otherwise the better one wins:
-                  for times the smaller median, for rates (a.higher_is_better) the larger:
+                  for rates (a.higher_is_better: the unit ends in "/s") the LARGER median,
+                  for every other unit (times "s", bytes, ...) the SMALLER median;
                   f"{winner.name} is faster" when the unit is "s" or a rate ("/s"),
-                  f"{winner.name} is better" for any other unit.
+                  f"{winner.name} is better" for any other unit ("small is better" in bytes).
     Raises ValueError when the units differ.
     """
     if a.unit != b.unit:

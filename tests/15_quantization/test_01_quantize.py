@@ -51,6 +51,19 @@ def test_inverse_scale_and_fused_multiply_add():
                          "and round x·inv_scale + zero_point once to float32 (compute it in float64)"
 
 
+def test_multiply_add_is_rounded_once():
+    # float64: x·inv_scale + zero_point = 53.4999975..., 53.499996 as float32: PyTorch's 53. Rounded to float32
+    # after the multiply, x·inv_scale is exactly 80.5, and 80.5 - 27 = 53.5 rounds (to even) to 54.
+    x, scale, zero_point = np.float32([3.8310704231262207]), 0.047590937465429306, -27
+    got = quantize_per_tensor(x, scale, zero_point).numpy().tolist()
+    two_roundings = np.rint(x * (np.float32(1) / np.float32(scale)) + np.float32(zero_point)).astype(int).tolist()
+    assert got == [53], (
+        f"expected [53] (PyTorch's integer), got {got}: "
+        + ("x·inv_scale was rounded to float32 (80.5) before the zero point was added (a second rounding); "
+           if got == two_roundings else "")
+        + "round x·inv_scale + zero_point ONCE (compute it in float64, then one conversion to float32 before rint)")
+
+
 def test_float64_input_is_taken_as_float32_first():
     # Each value is halfway between two float32 numbers: rounded to float32 first (as PyTorch, which
     # only quantizes float32) it gives PyTorch's integer; multiplied in float64 as it is, one less or more.

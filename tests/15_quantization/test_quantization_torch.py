@@ -56,7 +56,10 @@ def test_quantize_per_tensor_equals_torch_int_repr(case):
     ours = quantize_per_tensor(x, float(scales[0]), int(zero_points[0]), dtype).numpy()
     theirs = torch.quantize_per_tensor(torch.tensor(x), float(scales[0]), int(zero_points[0]), TORCH_DTYPE[dtype])
     assert ours.dtype == np.dtype(dtype)
-    np.testing.assert_array_equal(ours, theirs.int_repr().numpy())
+    np.testing.assert_array_equal(ours, theirs.int_repr().numpy(), err_msg=(
+        f"quantize_per_tensor(scale={float(scales[0])!r}, zero_point={int(zero_points[0])}, {dtype}) differs from "
+        "torch.quantize_per_tensor: multiply by inv_scale = np.float32(1) / np.float32(scale), add the zero point "
+        "in float64 and round x·inv_scale + zero_point ONCE to float32, then rint (ties to even) and clamp"))
     np.testing.assert_allclose(dequantize(ours, float(scales[0]), int(zero_points[0])).numpy(),
                                theirs.dequantize().numpy(), rtol=1e-6, atol=1e-30)
 
@@ -67,15 +70,23 @@ def test_quantize_per_channel_equals_torch_int_repr(case):
     ours = quantize_per_channel(x, scales, zero_points, axis, dtype).numpy()
     theirs = torch.quantize_per_channel(torch.tensor(x), torch.tensor(scales, dtype=torch.float64),
                                         torch.tensor(zero_points), axis, TORCH_DTYPE[dtype])
-    np.testing.assert_array_equal(ours, theirs.int_repr().numpy())
+    np.testing.assert_array_equal(ours, theirs.int_repr().numpy(), err_msg=(
+        f"quantize_per_channel(axis={axis}, {dtype}) differs from torch.quantize_per_channel: the per-channel "
+        "kernel multiplies by inv = np.float32(1) / scales in float32, adds the zero point in float32 (two "
+        "roundings, unlike the per-tensor kernel), then rint (ties to even) and clamp; scales and zero points "
+        "reshaped to broadcast along `axis`"))
     np.testing.assert_allclose(dequantize(ours, scales, zero_points, axis=axis).numpy(),
                                theirs.dequantize().numpy(), rtol=1e-6, atol=1e-30)
 
 
 def test_hand_picked_ties_equal_torch():
-    for x, scale, zero_point in ((0.273939937, 0.00214854861, -10), (2.5, 1.0, 1), (-2.5, 1.0, 3), (0.5, 1.0, 0)):
+    for x, scale, zero_point in ((0.273939937, 0.00214854861, -10), (2.5, 1.0, 1), (-2.5, 1.0, 3), (0.5, 1.0, 0),
+                                 (3.8310704231262207, 0.047590937465429306, -27)):
         theirs = torch.quantize_per_tensor(torch.tensor([x]), scale, zero_point, torch.qint8).int_repr().item()
-        assert quantize_per_tensor(np.float32([x]), scale, zero_point).item() == theirs
+        ours = quantize_per_tensor(np.float32([x]), scale, zero_point).item()
+        assert ours == theirs, (
+            f"quantize_per_tensor({x!r}, {scale!r}, {zero_point}): torch gives {theirs}, got {ours}: PyTorch "
+            "computes rint(float32(x·inv_scale + zero_point)), ONE rounding to float32, ties to even")
     theirs = torch.quantize_per_channel(torch.tensor([[27.894709]]), torch.tensor([0.68875825], dtype=torch.float64),
                                         torch.tensor([-11]), 1, torch.qint8).int_repr().item()
     assert quantize_per_channel(np.float32([[27.894709]]), np.float32([0.68875825]), [-11], 1).item() == theirs

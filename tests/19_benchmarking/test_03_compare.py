@@ -50,9 +50,24 @@ def test_higher_rate_is_faster():
         f"for a rate (unit ending in /s) more is better: expected 'high is faster', got {compare(low, high).verdict!r}")
 
 
+def other_unit_slip(verdict):
+    """Why compare gave `verdict` for two byte counts (small 1.0, big 5.0) instead of 'small is better'."""
+    if verdict == "small is faster":
+        return ("the word: only the units 's' and rates ending in '/s' say 'faster'; every other unit (here "
+                "bytes) says 'better'")
+    if verdict.startswith("big is"):
+        return ("the winner: for every unit that does not end in '/s' (seconds, bytes, ...) the SMALLER median "
+                "wins; only rates (higher_is_better) want the larger")
+    return "for a unit other than 's' and '/s' the smaller median wins and the verdict says 'better'"
+
+
 def test_other_units_say_better():
     small, big = spread("small", 1.0, "bytes"), spread("big", 5.0, "bytes")
-    assert compare(big, small).verdict == "small is better"
+    for a, b in ((big, small), (small, big)):
+        verdict = compare(a, b).verdict
+        assert verdict == "small is better", (
+            f"compare({a.name}, {b.name}) in bytes (medians {a.median} and {b.median}): expected exactly "
+            f"'small is better', got {verdict!r}: {other_unit_slip(verdict)}")
 
 
 def test_difference_interval():

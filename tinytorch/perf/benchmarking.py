@@ -171,7 +171,7 @@ class Measurement:
         return (f"{self.name}: {self._format(self.median)} [{self._format(self.low)}, {self._format(self.high)}] "
                 f"({len(self.samples)} readings, {self.confidence:.0%} interval of the median)")
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #92a5441b
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #18f17274
 def _synchronizer() -> Callable[[], None]:
     """A function that waits for queued GPU work: CuPy's, when CuPy is imported and sees a GPU; else nothing."""
     cupy = sys.modules.get("cupy")
@@ -192,12 +192,14 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
     variants -- name -> fn; at least one
     clock    -- read before and after each call (seconds): time.perf_counter (wall clock);
                 time.process_time counts only this process's CPU time
-    sync     -- called after every call, before the clock is read (None: `_synchronizer()`,
-                which waits for CuPy's queued work when there is a GPU)
+    sync     -- called after every timed call, before the clock is read, and once after the
+                whole warm-up, so that no warm-up work is still queued when the first reading
+                starts (None: `_synchronizer()`, which waits for CuPy's queued work on a GPU)
 
     Steps:
       names = list(variants)
-      warm-up: `warmup` rounds, each calling every variant once (in the order of names), untimed
+      warm-up: `warmup` rounds, each calling every variant once (in the order of names), untimed;
+               then sync() once
       then for round r in 0 .. repeats-1:
           order = names rotated left by r (r % len(names)): round 0 A,B,C; round 1 B,C,A; ...
           for each name in order: start = clock(); variants[name](); sync(); reading = clock() - start
@@ -225,7 +227,7 @@ def measure(variants: dict[str, Callable[[], object]], repeats: int = 15, warmup
             readings[name].append(clock() - start)
     return {name: Measurement(name, np.array(readings[name]), unit) for name in names}
 
-# %% ../../modules/19_benchmarking/benchmarking_dev.py #1ec1df85
+# %% ../../modules/19_benchmarking/benchmarking_dev.py #a047938d
 @dataclass
 class Comparison:
     """The comparison of two Measurements of the same unit (see `compare`)."""
@@ -275,9 +277,10 @@ def compare(a: Measurement, b: Measurement) -> Comparison:
     difference -- a.median - b.median, with difference_ci(a, b) as its interval (given)
     verdict    -- NO_DIFFERENCE ("no measurable difference") when the intervals overlap
                   (a.low <= b.high and b.low <= a.high); otherwise the better one wins:
-                  for times the smaller median, for rates (a.higher_is_better) the larger:
+                  for rates (a.higher_is_better: the unit ends in "/s") the LARGER median,
+                  for every other unit (times "s", bytes, ...) the SMALLER median;
                   f"{winner.name} is faster" when the unit is "s" or a rate ("/s"),
-                  f"{winner.name} is better" for any other unit.
+                  f"{winner.name} is better" for any other unit ("small is better" in bytes).
     Raises ValueError when the units differ.
     """
     if a.unit != b.unit:

@@ -1156,8 +1156,10 @@ test_unit_compiled_bias_gelu()
 # then `e_j = exp(z_j − m)` written into `probs` while summing `s = Σ e_j`, then `probs /= s`
 # and the row's loss `log(s) + m − z_y`. The **max subtraction** is not optional: `exp(z)` of a
 # float32 logit above 88.7 is inf, and inf/inf is NaN; with `m` subtracted every exponent is
-# ≤ 0, so every `e_j` ≤ 1 and `s` ≥ 1. The backward of the mean loss over the N rows is
-# `dz_ij = grad·(p_ij − [j = y_i]) / N`.
+# ≤ 0, so every `e_j` ≤ 1 and `s` ≥ 1. Find `m` by comparisons starting from the row's **first
+# logit**, not from 0: a row whose logits are all below about −745 (float64) would make every
+# `exp(z − 0)` exactly 0, and log 0 = −inf. Sum `s` in float64 (`s = 0.0` is a float64 in Numba).
+# The backward of the mean loss over the N rows is `dz_ij = grad·(p_ij − [j = y_i]) / N`.
 #
 # No fastmath here: a logit may be `-inf` (a class that is ruled out), and `exp(-inf − m)`
 # must give exactly 0 (the test checks it, though a check cannot prove that a fastmath build
@@ -1252,6 +1254,11 @@ def test_unit_compiled_cross_entropy():
     assert np.isfinite(got) and np.isclose(got, cross_entropy(huge, np.array([0, 1])).item(), rtol=1e-5), (
         f"logits near 1000 give loss {got}: subtract the row's maximum before every exp "
         "(exp(1000) is inf in float32 and float64, inf/inf is NaN)")
+    low = np.array([[-1000.0, -1001.0]])
+    got_low = compiled_cross_entropy(low, np.array([0])).item()
+    assert np.isclose(got_low, cross_entropy(low, np.array([0])).item(), rtol=1e-12), (
+        f"logits [-1000, -1001] give loss {got_low}, module 04 {cross_entropy(low, np.array([0])).item():.6f}: the "
+        "max m was not found from the row's first logit (starting it at 0 makes every exp(z − m) 0 here)")
     ruled_out = np.array([[-np.inf, 0.0, 1.0], [2.0, -np.inf, -np.inf]])
     probs = compiled_cross_entropy(Tensor(ruled_out, requires_grad=True), np.array([2, 0]))._node.saved["probs"]
     assert np.isfinite(probs).all() and probs[0, 0] == 0 and probs[1, 1] == 0, (
@@ -1282,7 +1289,8 @@ test_unit_compiled_cross_entropy()
 # Module 12's attention with `is_causal=True` computes the scores `S = Q Kᵀ·scale` (a BLAS
 # product, shape (…, T, T)), fills the future (key j > query i) with `-inf`, and takes a softmax
 # over each row in five NumPy passes. The kernel does row i of each (T, T) block in one
-# sweep over keys `0 … i` only: the maximum, then `exp(s − max)` and its sum, then the division;
+# sweep over keys `0 … i` only: the maximum (from the row's first score, as above), then
+# `exp(s − max)` and its float64 sum, then the division;
 # the future entries are written as exactly 0 and never exponentiated. It works in place: the
 # scores become the probabilities. The backward of a softmax, with `dP = dO Vᵀ` from BLAS, is
 # row by row `dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik)`, again over `k ≤ i` only, and 0 in the future.
@@ -1390,6 +1398,23 @@ register_flops("causal_attention")(sdpa_flops)  # module 12's count: Q Kᵀ and 
 from tinytorch.core.attention import scaled_dot_product_attention
 
 
+def check_causal_softmax_backward(probs: np.ndarray, dprobs: np.ndarray) -> None:
+    """AssertionError naming the slip when causal_softmax_rows_backward(probs, dprobs) (M, T, T) is not
+    dS = P·(dP − Σ_k P·dP), 0 in the future."""
+    dp = dprobs.copy()
+    causal_softmax_rows_backward(probs, dp)
+    want = probs * (dprobs - (probs * dprobs).sum(axis=-1, keepdims=True))  # P is 0 in the future, so is this
+    if np.allclose(dp, want, rtol=1e-10, atol=1e-12):
+        return
+    future = np.triu(np.ones(probs.shape[-2:], bool), 1)
+    slips = {"the future entries of dS must be 0 (key j > query i): write them as 0.0":
+             np.where(future, dprobs, want),
+             "the −Σ_k P_ik·dP_ik term is missing: dS_ij = P_ij·(dP_ij − Σ_k P_ik·dP_ik)": probs * dprobs}
+    named = [words for words, wrong in slips.items() if np.allclose(dp, wrong, rtol=1e-10, atol=1e-12)]
+    raise AssertionError("causal_softmax_rows_backward: " + (named[0] if named else
+                         "dS_ij = P_ij·(dP_ij − Σ_{k ≤ i} P_ik·dP_ik) for j ≤ i, 0 for j > i"))
+
+
 def test_unit_causal_attention():
     rng = np.random.default_rng(24)
     for shape in ((1, 1, 1, 3), (2, 3, 7, 5)):
@@ -1408,8 +1433,14 @@ def test_unit_causal_attention():
                                  "exp(S_ij − m_i) / Σ_{k ≤ i} exp(S_ik − m_i), m_i the max over k ≤ i")
         assert np.allclose(out.numpy(), reference.numpy(), rtol=1e-12, atol=1e-14), \
             "causal_attention: the output differs from module 12's sdpa with is_causal=True"
+        check_causal_softmax_backward(probs, rng.standard_normal(probs.shape))
         assert gradcheck(causal_attention, [q, k, v]), \
             f"causal_attention {shape}: gradients differ (causal_softmax_rows_backward: P·(dP − Σ_k P·dP))"
+    low = np.full((1, 1, 2, 2), -1000.0)  # every score -1000 (K = V = I below): uniform weights over keys 0 … i
+    got_low = causal_attention(low, np.eye(2)[None, None], np.eye(2)[None, None], scale=1.0).numpy()
+    assert np.allclose(got_low, [[[[1.0, 0.0], [0.5, 0.5]]]]), (
+        f"scores all -1000 give {got_low.tolist()}, not [[1, 0], [0.5, 0.5]]: the max m was not found from the "
+        "row's first score (starting it at 0 makes every exp(s − m) 0, and 0/0 is NaN)")
     big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]], np.float32)  # the scores themselves, with K = V = I
     eye = np.eye(2, dtype=np.float32)[None, None]
     got = causal_attention(big, eye, eye, scale=1.0).numpy()

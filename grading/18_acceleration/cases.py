@@ -186,7 +186,8 @@ def _kernel_cross_entropy(rng):
     loss = compiled_cross_entropy(logits, targets)
     loss.backward()
     huge = compiled_cross_entropy(np.array([[1000.0, 0.0, -1000.0], [0.0, 990.0, 1000.0]]), np.array([0, 1]))
-    return {"loss": loss, "probs": loss._node.saved["probs"], "dlogits": logits.grad, "huge": huge,
+    low = compiled_cross_entropy(np.array([[-1000.0, -1001.0], [-1200.0, -1000.5]]), np.array([0, 1]))  # max from row's first
+    return {"loss": loss, "probs": loss._node.saved["probs"], "dlogits": logits.grad, "huge": huge, "low": low,
             "bad_targets": raised(compiled_cross_entropy, np.zeros((2, 3)), np.array([0, 3]))}
 
 
@@ -196,7 +197,8 @@ def _kernel_causal_attention(rng):
     big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]])
     eye = np.eye(2)[None, None]
     return {"out": out, "probs": out._node.saved["probs"], "dq": dq, "dk": dk, "dv": dv,
-            "huge": causal_attention(big, eye, eye, scale=1.0)}
+            "huge": causal_attention(big, eye, eye, scale=1.0),
+            "low": causal_attention(np.full((1, 1, 2, 2), -1000.0), eye, eye, scale=1.0)}  # max from the row's first
 
 
 def _kernel_prange(rng):

@@ -1436,16 +1436,17 @@ def test_unit_causal_attention():
         check_causal_softmax_backward(probs, rng.standard_normal(probs.shape))
         assert gradcheck(causal_attention, [q, k, v]), \
             f"causal_attention {shape}: gradients differ (causal_softmax_rows_backward: P·(dP − Σ_k P·dP))"
+    big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]], np.float32)  # the scores themselves, with K = V = I
+    eye = np.eye(2, dtype=np.float32)[None, None]
+    got = causal_attention(big, eye, eye, scale=1.0).numpy()
+    # first: without the max shift the all -1000 check below would fail too, naming the wrong cause
+    assert np.isfinite(got).all(), ("scores near 1000 give NaN or inf: subtract the row's maximum before every exp "
+                                    "(exp(1000) overflows)")
     low = np.full((1, 1, 2, 2), -1000.0)  # every score -1000 (K = V = I below): uniform weights over keys 0 … i
     got_low = causal_attention(low, np.eye(2)[None, None], np.eye(2)[None, None], scale=1.0).numpy()
     assert np.allclose(got_low, [[[[1.0, 0.0], [0.5, 0.5]]]]), (
         f"scores all -1000 give {got_low.tolist()}, not [[1, 0], [0.5, 0.5]]: the max m was not found from the "
         "row's first score (starting it at 0 makes every exp(s − m) 0, and 0/0 is NaN)")
-    big = np.array([[[[0.0, 0.0], [1000.0, -1000.0]]]], np.float32)  # the scores themselves, with K = V = I
-    eye = np.eye(2, dtype=np.float32)[None, None]
-    got = causal_attention(big, eye, eye, scale=1.0).numpy()
-    assert np.isfinite(got).all(), ("scores near 1000 give NaN or inf: subtract the row's maximum before every exp "
-                                    "(exp(1000) overflows)")
     q32 = rng.standard_normal((2, 6, 4)).astype(np.float32)
     got32 = causal_attention(q32, q32, q32).numpy()
     want32 = scaled_dot_product_attention(q32, q32, q32, is_causal=True)[0].numpy()

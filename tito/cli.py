@@ -182,7 +182,7 @@ def _show_failure(run: RunRecord, verbose: bool, command: str) -> None:
 
 
 def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], options: TestOptions,
-                             include_extra: bool, show_failures: bool = True) -> list[RunRecord]:
+                             include_extra: bool, show_failures: bool = True, jobs: int = 1) -> list[RunRecord]:
     from .testing import run_tests
 
     verbose = "-v" in options.pytest_args
@@ -203,7 +203,7 @@ def _run_tests_with_progress(settings: Settings, modules: list[CourseModule], op
                 _show_failure(run, verbose, command)
 
         return run_tests(settings, modules, options=options, include_extra=include_extra,
-                         progress=progress, finished=finished)
+                         progress=progress, finished=finished, jobs=jobs)
 
 
 def _summary_line(runs: list[RunRecord]) -> tuple[str, bool]:
@@ -237,13 +237,15 @@ def cmd_test(args: argparse.Namespace) -> int:
     timeout_s = None if args.timeout is None else args.timeout * 60
     if timeout_s is not None and not 0 < timeout_s < float("inf"):  # NaN or inf would switch the limit off
         raise CourseError(f"--timeout takes a positive number of minutes, e.g. --timeout 5 (found {args.timeout}).")
+    if args.jobs < 1:
+        raise CourseError(f"--jobs takes a positive number, e.g. --jobs 2 (found {args.jobs}).")
     _keep_damaged_results(settings)
     everything = args.all or not args.modules
     modules = list_modules(settings) if everything else resolve_modules(settings, args.modules)
     _warn_ipynb(settings, modules)
     options = TestOptions(notebook=args.notebook, timeout_s=timeout_s,
                           pytest_args=tuple(flag for flag, on in (("-x", args.x), ("-v", args.verbose)) if on))
-    runs = _run_tests_with_progress(settings, modules, options, include_extra=everything)
+    runs = _run_tests_with_progress(settings, modules, options, include_extra=everything, jobs=args.jobs)
     not_started = [run for run in runs if run.state == "not started"]
     if not_started and len(not_started) == len([r for r in runs if r.name in {m.key for m in modules}]):
         first = not_started[0].name.split("_", 1)[0]
@@ -773,6 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="show everything: every failure, every part's whole output (and pytest -v)")
     test.add_argument("--timeout", type=float, metavar="MINUTES",
                       help="time limit for one module's tests (default: test_timeout_minutes in settings.ini)")
+    test.add_argument("--jobs", type=int, metavar="N", default=min(4, os.cpu_count() or 1),
+                      help="modules (and test folders) tested at the same time; the lines still come in course "
+                           "order (default: the CPU count, at most 4; here %(default)s)")
     test.set_defaults(func=cmd_test)
 
     status = sub.add_parser("status", help="per module: exported, in sync, last test result")

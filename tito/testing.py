@@ -35,6 +35,7 @@ import json
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -398,32 +399,41 @@ def modules_with_stubs(settings: Settings) -> list[str]:
 
 def run_tests(settings: Settings, modules: list[CourseModule], *, options: TestOptions | None = None,
               include_extra: bool = False, progress: Progress | None = None,
-              finished: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
-    """Test `modules` (and, with `include_extra`, the folders that belong to no module).
+              finished: Callable[[RunRecord], None] | None = None, jobs: int = 1) -> list[RunRecord]:
+    """Test `modules` (and, with `include_extra`, the folders that belong to no module), `jobs` at a time.
 
-    Each row is recorded the moment it is done (a kill keeps what finished), and handed
-    to `finished`; `progress` hears what starts. The folders of no module (integration
-    tests) need every module, so while some module still has stubs they are not run.
+    Each row is recorded the moment it is done (a kill keeps what finished); `finished` hears
+    the rows in course order (modules, then the other folders), whatever order they end in;
+    `progress` hears what starts. The folders of no module (integration tests) need every
+    module, so while some module still has stubs they are not run. With several jobs the
+    other folders start first: tests/tito is the longest single run, and starting it last
+    would leave one core idle at the end.
     """
-    runs = []
-
-    def done(run: RunRecord) -> None:
+    def record(run: RunRecord) -> RunRecord:
         if run.state != "not run":
             record_results(settings, [run])
-        runs.append(run)
-        if finished:
-            finished(run)
+        return run
 
-    for module in modules:
-        done(run_module_tests(settings, module, options, progress))
+    work: list[Callable[[], RunRecord]] = [
+        lambda m=module: record(run_module_tests(settings, m, options, progress)) for module in modules]
+    extra: list[Callable[[], RunRecord]] = []
     if include_extra:
         unfinished = modules_with_stubs(settings)
         for name, targets in extra_test_targets(settings, list_modules(settings)).items():
             if unfinished:
-                done(_finish(RunRecord(name), state="not run",
-                             note=f"it tests the modules together, and {len(unfinished)} module(s) still have stubs"))
+                note = f"it tests the modules together, and {len(unfinished)} module(s) still have stubs"
+                extra.append(lambda name=name, note=note: _finish(RunRecord(name), state="not run", note=note))
             else:
-                done(run_folder_tests(settings, name, targets, options, progress))
+                extra.append(lambda name=name, targets=targets: record(
+                    run_folder_tests(settings, name, targets, options, progress)))
+    runs = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        started = {id(job): pool.submit(job) for job in (extra + work if jobs > 1 else work + extra)}
+        for job in work + extra:
+            run = started[id(job)].result()
+            runs.append(run)
+            if finished:
+                finished(run)
     return runs
 
 

@@ -98,6 +98,29 @@ def test_no_argument_also_runs_the_folders_of_no_module(course):
     assert set(load_results(course.settings)) == {"02_toy", "tests/integration"}
 
 
+def test_two_jobs_test_side_by_side_and_report_in_course_order(course):
+    """`tito test --jobs 2`: the slow folder of no module starts first and runs beside the
+    modules (it ends last: 2 s of sleep), yet the rows come in course order, every one recorded."""
+    extra = course.root / "tests" / "integration"
+    extra.mkdir()
+    (extra / "test_slow.py").write_text(
+        "import time\n\ndef test_slow():\n    time.sleep(2)\n", encoding="utf-8")
+    course.add_module("02_toy", course.TOY)
+    export_modules(course.settings, [course.module("01"), course.module("02")])
+    heard: list[str] = []
+    started = time.monotonic()
+    runs = run_tests(course.settings, [course.module("01"), course.module("02")], include_extra=True,
+                     finished=lambda run: heard.append(run.name), jobs=2)
+    assert [r.name for r in runs] == heard == ["01_tensor", "02_toy", "tests/integration"]
+    assert all(r.passed for r in runs), [(r.name, r.verdict) for r in runs]
+    assert set(load_results(course.settings)) == set(heard)
+    one_at_a_time = sum(r.seconds for r in runs)
+    assert time.monotonic() - started < one_at_a_time, "the two jobs did not overlap"
+
+    refused = course.tito("test", "--jobs", "0")
+    assert refused.returncode != 0 and "--jobs takes a positive number" in refused.stdout + refused.stderr
+
+
 def test_the_notebook_runs_in_a_jupyter_kernel_and_fails_with_whole_lines(course):
     course.add_module("02_toy", course.TOY)
     assert run_in_kernel(course.settings, course.module("02")).status == "passed"

@@ -39,6 +39,7 @@ import traceback
 import types
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .stubs import waiting_label
 
@@ -127,13 +128,122 @@ def _tests_called(tree: ast.Module) -> list[str]:
             and isinstance(node.value.func, ast.Name) and _TEST_CALL.match(node.value.func.id)]
 
 
-def _failing_test(tb: types.TracebackType | None, path: str, tests: list[str]) -> str | None:
+def _failing_test(tb: types.TracebackType | None, own_files: set[str], tests: list[str]) -> str | None:
     """The test the failing top-level line of the cell called (its frame is the cell's own)."""
-    frames = [frame for frame in traceback.extract_tb(tb) if frame.filename == path]
+    frames = [frame for frame in traceback.extract_tb(tb) if frame.filename in own_files]
     names = [frame.name for frame in frames if _TEST_CALL.match(frame.name)]
     if names:
         return names[0]
     return tests[0] if len(tests) == 1 else None
+
+
+class CellRunner:
+    """Runs cells in one namespace and keeps the report (see the module docstring).
+
+    One run of one notebook; `tito.cell_variants` forks it part-way to run variants of the
+    notebook from the first cell where they differ.
+    """
+
+    def __init__(self, notebook: Path, first_failure: bool, report: dict) -> None:
+        self.first_failure = first_failure
+        self.report = report
+        self.cells, self.sections = read_cells(notebook.read_text(encoding="utf-8-sig"))
+        self.namespace = types.ModuleType("__main__")  # what `python NOTEBOOK` runs in
+        self.namespace.__builtins__ = __builtins__
+        self.failures: list[Failure] = []
+        self.waiting: list[dict] = []
+        self.lost: dict[str, str] = {}  # name -> the stub its cell waited for, or "" when its cell failed
+        self.own_files: set[str] = set()  # the notebook files whose frames are the cells' own
+        self.enter(notebook)
+        report.update({"notebook": notebook.name, "cells": sum(not c.markdown for c in self.cells), "ran": 0,
+                       "stopped_early": False, "seconds": {}})
+
+    def enter(self, notebook: Path) -> None:
+        """Run as `python NOTEBOOK` from the notebook's folder (a variant switches to its own)."""
+        self.notebook = notebook
+        self.path = str(notebook.resolve())
+        self.own_files.add(self.path)
+        self.namespace.__file__ = self.path
+        sys.modules["__main__"] = self.namespace
+        sys.argv = [self.path]
+        sys.path[0] = str(notebook.resolve().parent)
+
+    def fill(self) -> None:
+        report = self.report
+        report["sections"] = [{**asdict(s), "state": s.state} for s in self.sections
+                              if s.title or s.tests or s.failed or s.waiting_for]
+        shown_first = sorted(self.failures, key=lambda f: (f.section_index, f.test is None, f.line))
+        report["failures"] = [asdict(f) for f in shown_first]
+        report["waiting"] = self.waiting
+        report["tests_passed"] = sum(len(s.passed) for s in self.sections)
+
+    def should_stop(self, cell: Cell) -> bool:
+        """--first-failure: past the section of the first failure, the failure shown first is known."""
+        return bool(self.first_failure and self.failures and cell.section != self.failures[0].section_index)
+
+    def run_cells(self, start: int = 0, before: Callable[[int], None] | None = None) -> None:
+        """Run the cells from index `start`; `before(index)` is called before each code cell runs."""
+        try:
+            for index in range(start, len(self.cells)):
+                cell = self.cells[index]
+                if self.should_stop(cell):
+                    self.report["stopped_early"] = True
+                    break
+                if cell.markdown or not cell.source.strip():
+                    continue
+                if before:
+                    before(index)
+                self.run_cell(cell)
+        finally:
+            self.fill()
+            sys.stdout.flush()
+
+    def run_cell(self, cell: Cell) -> None:
+        section = self.sections[cell.section]
+        padded = "\n" * (cell.line - 1) + cell.source  # tracebacks and inspect see the file's own lines
+        names: set[str] = set()
+        tests: list[str] = []
+        started = time.perf_counter()
+        try:
+            tree = ast.parse(padded, self.path)
+            names, tests = _names_bound(tree), _tests_called(tree)
+            section.tests.extend(tests)
+            exec(compile(tree, self.path, "exec"), self.namespace.__dict__)
+        except Exception as err:  # KeyboardInterrupt (a timeout) and SystemExit end the run
+            self.failed(cell, err, names, tests)
+            return
+        finally:
+            self.report["seconds"][cell.line] = round(time.perf_counter() - started, 3)
+            self.report["ran"] += 1
+            self.fill()
+        section.passed.extend(tests)
+
+    def failed(self, cell: Cell, err: Exception, names: set[str], tests: list[str]) -> None:
+        section = self.sections[cell.section]
+        stub = waiting_label(err, self.notebook.resolve().parent.name)
+        missing = err.name if isinstance(err, NameError) else None
+        if stub is None and missing in self.lost:
+            stub = self.lost[missing] or None
+            if stub is None:  # it needed what a failed cell would have made
+                section.not_run += 1
+                self.lost.update(dict.fromkeys(names, ""))
+                return
+        if stub is not None:
+            if stub not in section.waiting_for:
+                section.waiting_for.append(stub)
+            self.waiting.append({"stub": stub, "line": cell.line, "section": section.title})
+            print(f"[tito] the cell at line {cell.line} waits for {stub} (not written yet)", flush=True)
+            self.lost.update(dict.fromkeys(names, stub))
+            return
+        tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # not the exec line
+        text = "".join(traceback.format_exception(type(err), err, tb))
+        print(text, end="", file=sys.stderr, flush=True)
+        test = _failing_test(tb, self.own_files, tests)
+        section.failed.append(test or f"line {cell.line}")
+        last = [line for line in text.splitlines() if line.strip() and not line.startswith(" ")]
+        self.failures.append(Failure(cell.line, section.title, cell.section, test,
+                                     last[-1] if last else type(err).__name__, text))
+        self.lost.update(dict.fromkeys(names, ""))
 
 
 def run(notebook: Path, first_failure: bool = False, report: dict | None = None) -> dict:
@@ -142,79 +252,7 @@ def run(notebook: Path, first_failure: bool = False, report: dict | None = None)
     `report` is filled as the cells run, so a run stopped by Ctrl-C (a timeout) still has one.
     """
     report = {} if report is None else report
-    path = str(notebook.resolve())
-    cells, sections = read_cells(notebook.read_text(encoding="utf-8-sig"))
-    namespace = types.ModuleType("__main__")  # what `python NOTEBOOK` runs in
-    namespace.__file__ = path
-    namespace.__builtins__ = __builtins__
-    sys.modules["__main__"] = namespace
-    sys.argv = [path]
-    sys.path[0] = str(notebook.resolve().parent)
-    failures: list[Failure] = []
-    waiting: list[dict] = []
-    lost: dict[str, str] = {}  # name -> the stub its cell waited for, or "" when its cell failed
-    report.update({"notebook": notebook.name, "cells": sum(not c.markdown for c in cells), "ran": 0,
-                   "stopped_early": False, "seconds": {}})
-
-    def fill() -> None:
-        report["sections"] = [{**asdict(s), "state": s.state} for s in sections
-                              if s.title or s.tests or s.failed or s.waiting_for]
-        shown_first = sorted(failures, key=lambda f: (f.section_index, f.test is None, f.line))
-        report["failures"] = [asdict(f) for f in shown_first]
-        report["waiting"] = waiting
-        report["tests_passed"] = sum(len(s.passed) for s in sections)
-
-    try:
-        for cell in cells:
-            if first_failure and failures and cell.section != failures[0].section_index:
-                report["stopped_early"] = True  # the failure shown first is in that section: found
-                break
-            if cell.markdown or not cell.source.strip():
-                continue
-            section = sections[cell.section]
-            padded = "\n" * (cell.line - 1) + cell.source  # tracebacks and inspect see the file's own lines
-            names: set[str] = set()
-            tests: list[str] = []
-            started = time.perf_counter()
-            try:
-                tree = ast.parse(padded, path)
-                names, tests = _names_bound(tree), _tests_called(tree)
-                section.tests.extend(tests)
-                exec(compile(tree, path, "exec"), namespace.__dict__)
-            except Exception as err:  # KeyboardInterrupt (a timeout) and SystemExit end the run
-                stub = waiting_label(err, notebook.resolve().parent.name)
-                missing = err.name if isinstance(err, NameError) else None
-                if stub is None and missing in lost:
-                    stub = lost[missing] or None
-                    if stub is None:  # it needed what a failed cell would have made
-                        section.not_run += 1
-                        lost.update(dict.fromkeys(names, ""))
-                        continue
-                if stub is not None:
-                    if stub not in section.waiting_for:
-                        section.waiting_for.append(stub)
-                    waiting.append({"stub": stub, "line": cell.line, "section": section.title})
-                    print(f"[tito] the cell at line {cell.line} waits for {stub} (not written yet)", flush=True)
-                    lost.update(dict.fromkeys(names, stub))
-                    continue
-                tb = err.__traceback__.tb_next if err.__traceback__ is not None else None  # not the exec line
-                text = "".join(traceback.format_exception(type(err), err, tb))
-                print(text, end="", file=sys.stderr, flush=True)
-                test = _failing_test(tb, path, tests)
-                section.failed.append(test or f"line {cell.line}")
-                last = [line for line in text.splitlines() if line.strip() and not line.startswith(" ")]
-                failures.append(Failure(cell.line, section.title, cell.section, test,
-                                        last[-1] if last else type(err).__name__, text))
-                lost.update(dict.fromkeys(names, ""))
-                continue
-            finally:
-                report["seconds"][cell.line] = round(time.perf_counter() - started, 3)
-                report["ran"] += 1
-                fill()
-            section.passed.extend(tests)
-    finally:
-        fill()
-        sys.stdout.flush()
+    CellRunner(notebook, first_failure, report).run_cells()
     return report
 
 

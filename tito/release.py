@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -29,12 +28,13 @@ from tinytorch.files import atomic_write
 
 from .course import CourseError, CourseModule, Settings, list_modules, load_settings
 from .destination import check_accepts_new_files, nearest_existing
-from .export import export_modules
+from .export import export_modules, scan_targets
 from .mistakes import CATALOGUE_FILE, MIN_MISTAKES, Mistake, load_catalogue
 from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax, find_solution_blocks,
                        is_stub_body, read_text, stub_text)
-from .runner import ProcessResult, describe_pytest, pytest_counts, run_python
-from .testing import PROGRAM_TIMEOUT_S, PartResult, first_failure_only, shown_failure
+from .runner import ProcessResult, describe_pytest, pytest_counts, run_python, side_by_side
+from .testing import (PROGRAM_TIMEOUT_S, PartResult, RunRecord, first_failure_only, inline_part,
+                      shown_failure)
 
 # What an edition is made of, besides modules/ (stubbed) and the package (regenerated).
 EDITION_ITEMS = ("tests", "tito", "milestones", "datasets", "benchmarks", ".ci",
@@ -445,25 +445,89 @@ def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, wo
     if they all passed, pytest with -x. The mistake is caught when that failure, the one a
     student reads first, contains the catalogued message.
     """
-    copy = workdir / "course"
+    [result] = check_mistakes(settings, module, [mistake], workdir, share_beginning=False)
+    return result
+
+
+def _make_mistake(settings: Settings, module: CourseModule, mistake: Mistake,
+                  copy: Path) -> tuple[Settings, CourseModule] | MistakeCheck:
+    """A copy of the course at `copy` with `mistake` made and its module exported, or the problem."""
     copy_course(settings, copy, {module.key: mistake.apply(read_text(module.notebook))}, with_package=True)
     copied = load_settings(copy)
     [copied_module] = [m for m in list_modules(copied) if m.key == module.key]
-
-    def row(ok: bool, caught_by: str, problem: str, seconds: float) -> MistakeCheck:
-        return MistakeCheck(module.key, mistake.name, ok, caught_by, problem, seconds)
-
     try:
         with _EXPORT_LOCK:
             export_modules(copied, [copied_module])
     except NotebookError as err:
-        return row(False, "", f"the notebook with this mistake does not export: {err}", 0.0)
+        return MistakeCheck(module.key, mistake.name, False, "", f"the notebook with this mistake does not export: {err}",
+                            0.0)
     if not (copied.tests_path / module.key).is_dir():
-        return row(False, "", "no tests folder for this module", 0.0)
-    run = first_failure_only(copied, copied_module, MISTAKE_TIMEOUT_S)
+        return MistakeCheck(module.key, mistake.name, False, "", "no tests folder for this module", 0.0)
+    return copied, copied_module
+
+
+def _inline_from_the_difference(settings: Settings, module: CourseModule,
+                                made: dict[int, tuple[Settings, CourseModule]], workdir: Path) -> dict[int, PartResult]:
+    """{index: inline part} for the mistakes in `made` that `tito.cell_variants` could run from their
+    first changed cell after one run of the reference's shared beginning; the others are left out."""
+    reference = workdir / "reference"
+    copy_course(settings, reference, {}, with_package=True)
+    [ref_module] = [m for m in list_modules(load_settings(reference)) if m.key == module.key]
+    reports = workdir / "reports"
+    reports.mkdir()
+    variants = [{"notebook": str(copied_module.notebook), "report": str(reports / f"{i}.json"),
+                 "output": str(reports / f"{i}.out")} for i, (_, copied_module) in made.items()]
+    plan = {"own_modules": [f"{settings.lib_name}.{t}" for t in scan_targets(module)],
+            "timeout_s": MISTAKE_TIMEOUT_S, "variants": variants}
+    (workdir / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    run_python(["-m", "tito.cell_variants", ref_module.notebook.name, str(workdir / "plan.json")],
+               ref_module.folder, reference, PROGRAM_TIMEOUT_S + len(variants) * MISTAKE_TIMEOUT_S)
+    parts = {}
+    for (i, (_, copied_module)), variant in zip(made.items(), variants):
+        try:
+            report = json.loads(Path(variant["report"]).read_text(encoding="utf-8"))
+            output = Path(variant["output"]).read_text(encoding="utf-8", errors="replace")
+        except (OSError, ValueError):
+            continue
+        if report.get("forked"):
+            ran = ProcessResult(["tito.cell_variants"], int(report.get("exit_code", 1)), output,
+                                float(report.get("seconds_wall", 0.0)))
+            parts[i] = inline_part(copied_module, report, ran, MISTAKE_TIMEOUT_S)
+    return parts
+
+
+def check_mistakes(settings: Settings, module: CourseModule, mistakes: list[Mistake], workdir: Path,
+                   share_beginning: bool = True) -> list[MistakeCheck]:
+    """`check_mistake` for each of `mistakes`, each in its own copy under `workdir`.
+
+    `share_beginning`: the inline tests of all of them run in one process that runs the
+    reference's shared cells once and forks at each mistake's first changed cell
+    (`tito.cell_variants`, which says when that would not be the same as a run from the
+    top; those mistakes, and any whose fork failed, run from the top as before).
+    """
+    made: dict[int, tuple[Settings, CourseModule]] = {}
+    results: dict[int, MistakeCheck] = {}
+    for i, mistake in enumerate(mistakes):
+        copy = _make_mistake(settings, module, mistake, workdir / f"mistake-{i}")
+        if isinstance(copy, MistakeCheck):
+            results[i] = copy
+        else:
+            made[i] = copy
+    inline = _inline_from_the_difference(settings, module, made, workdir) if share_beginning and made else {}
+    for i, (copied, copied_module) in made.items():
+        run = first_failure_only(copied, copied_module, MISTAKE_TIMEOUT_S, inline=inline.get(i))
+        results[i] = _mistake_verdict(module, mistakes[i], run)
+    return [results[i] for i in range(len(mistakes))]
+
+
+def _mistake_verdict(module: CourseModule, mistake: Mistake, run: RunRecord) -> MistakeCheck:
+    """Caught when the failure a student is shown first contains the catalogued message."""
+    def row(ok: bool, caught_by: str, problem: str) -> MistakeCheck:
+        return MistakeCheck(module.key, mistake.name, ok, caught_by, problem, run.seconds)
+
     shown = shown_failure(run)
     if shown is None:
-        return row(False, "", "every test passes with this mistake: add a test that catches it", run.seconds)
+        return row(False, "", "every test passes with this mistake: add a test that catches it")
     part_name, part = shown
     caught_by = _caught_by(part_name, part)
     if part.summary.startswith("timed out"):
@@ -473,7 +537,7 @@ def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, wo
                    "the test that names this mistake fail first, or its assertion message name the cause")
     else:
         problem = ""
-    return row(not problem, caught_by, problem, run.seconds)
+    return row(not problem, caught_by, problem)
 
 
 def _caught_by(part_name: str, part: PartResult) -> str:
@@ -494,7 +558,7 @@ def check_release(settings: Settings, modules: list[CourseModule], *, stubs: boo
 
     `only` restricts the mistakes to the one of that name (for working on a catalogue).
     """
-    work: list[Callable[[Path], Check]] = []
+    work: list[Callable[[Path], Check | list[Check]]] = []
     results: list[Check] = []
     for module in modules:
         if stubs:
@@ -509,20 +573,23 @@ def check_release(settings: Settings, modules: list[CourseModule], *, stubs: boo
                 small = check_catalogue_size(module, catalogue)
                 if small:
                     results.append(small)
-            work.extend(lambda tmp, m=module, x=x: check_mistake(settings, m, x, tmp) for x in chosen)
+            if chosen:
+                work.append(lambda tmp, m=module, chosen=chosen: check_mistakes(settings, m, chosen, tmp))
 
-    def one(job: Callable[[Path], Check]) -> Check:
+    def one(job: Callable[[Path], Check | list[Check]]) -> list[Check]:
         with tempfile.TemporaryDirectory(prefix="tito-check-") as tmp:
             result = job(Path(tmp))
+        checks = result if isinstance(result, list) else [result]
         if done:
-            done(result)
-        return result
+            for check in checks:
+                done(check)
+        return checks
 
     for small in results:
         if done:
             done(small)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return results + list(pool.map(one, work))
+    with side_by_side(jobs) as pool:
+        return results + [check for checks in pool.map(one, work) for check in checks]
 
 
 def check_stubs(settings: Settings, modules: list[CourseModule], jobs: int = 2,

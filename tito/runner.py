@@ -13,9 +13,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from .faults import FAULT_ENV
 
@@ -71,6 +75,49 @@ def _signal_group(group: int, signum: int) -> None:
         pass  # the whole group has already exited
 
 
+# The programs run_python is waiting for, by process group, so that an interrupted tito that
+# runs jobs in threads (`side_by_side`) can stop them all: Ctrl-C reaches only the main thread.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set while side_by_side stops its jobs: run_python starts nothing new
+
+
+def stopping() -> bool:
+    """True while side_by_side stops its jobs: what a job finishes now was cut short, not a result."""
+    return _STOPPING.is_set()
+
+
+class Stopped(Exception):
+    """run_python was asked to start a program while tito stops its jobs (an interrupt in the main thread)."""
+
+
+@contextmanager
+def side_by_side(jobs: int) -> Iterator[ThreadPoolExecutor]:
+    """A pool of `jobs` threads for work that runs programs through run_python.
+
+    Ctrl-C (or SIGTERM, which tito turns into Ctrl-C) reaches the main thread only; the
+    programs the threads wait for would keep running, and the pool would wait for them.
+    So on any exception here every such program's group is killed, the threads start
+    nothing new (run_python raises `Stopped` in them), and the exception goes on.
+    """
+    _children_can_be_interrupted()  # from the main thread: the threads cannot set signal handlers
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        yield pool
+    except BaseException:
+        _STOPPING.set()
+        try:
+            with _RUNNING_LOCK:
+                groups = list(_RUNNING)
+            for group in groups:
+                _signal_group(group, signal.SIGKILL)
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            _STOPPING.clear()
+        raise
+    pool.shutdown(wait=True)
+
+
 def _children_can_be_interrupted() -> None:
     """Make sure the programs we start get a KeyboardInterrupt from our Ctrl-C.
 
@@ -102,8 +149,12 @@ def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = N
     start = time.perf_counter()
     timed_out = False
     with tempfile.TemporaryFile() as sink:
-        process = subprocess.Popen(command, cwd=cwd, env=course_env(root, env), stdin=subprocess.DEVNULL,
-                                   stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        with _RUNNING_LOCK:
+            if _STOPPING.is_set():
+                raise Stopped("tito is stopping: nothing new is started")
+            process = subprocess.Popen(command, cwd=cwd, env=course_env(root, env), stdin=subprocess.DEVNULL,
+                                       stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+            _RUNNING.add(process.pid)
         try:
             try:
                 code = process.wait(timeout=timeout)
@@ -120,6 +171,8 @@ def run_python(args: list[str], cwd: Path, root: Path, timeout: float | None = N
         finally:
             _signal_group(process.pid, signal.SIGKILL)  # leftovers; and the child itself if tito was interrupted
             process.wait()
+            with _RUNNING_LOCK:
+                _RUNNING.discard(process.pid)
         sink.seek(0)
         output = sink.read().decode("utf-8", "replace")
     if timed_out:

@@ -35,7 +35,6 @@ import json
 import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,7 +48,7 @@ from .locks import course_lock
 from .notebook import NotebookError, read_notebook, read_text, solution_progress
 from .pytest_plugin import CURRENT_TEST_ENV, REPORT_ENV, STUBS_LEFT_ENV
 from .reports import error_line, first_pytest_failure, last_traceback, strip_ansi, where_in_notebook
-from .runner import course_env, describe_pytest, pytest_counts, run_python
+from .runner import ProcessResult, course_env, describe_pytest, pytest_counts, run_python, side_by_side, stopping
 
 RESULTS_FILE = "results.json"
 PARTS = ("inline", "pytest", "notebook")
@@ -148,6 +147,11 @@ def run_inline(settings: Settings, module: CourseModule, timeout_s: float | None
             report = json.loads(report_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             report = {}
+    return inline_part(module, report, result, timeout_s)
+
+
+def inline_part(module: CourseModule, report: dict, result: ProcessResult, timeout_s: float | None) -> PartResult:
+    """The inline part from `tito.cells`'s report and the run that wrote it."""
     output = strip_ansi(result.output)
     passed = int(report.get("tests_passed", 0))
     failures, waiting = report.get("failures", []), report.get("waiting", [])
@@ -353,15 +357,16 @@ def shown_failure(run: RunRecord) -> tuple[str, PartResult] | None:
     return next(((name, part) for name, part in run.parts.items() if part.failed), None)
 
 
-def first_failure_only(settings: Settings, module: CourseModule, timeout_s: float | None = None) -> RunRecord:
+def first_failure_only(settings: Settings, module: CourseModule, timeout_s: float | None = None,
+                       inline: PartResult | None = None) -> RunRecord:
     """The failure `tito test` would show first (`shown_failure`), found as fast as possible.
 
     The inline tests stop at their first failing cell; pytest runs with -x, and only when the
     inline tests passed (their failure comes first). What `tito release check` checks for
-    every catalogued mistake.
+    every catalogued mistake. `inline`: the inline part, already run (`tito.cell_variants`).
     """
     run = RunRecord(module.key, notebook_sha256=notebook_digest(module))
-    run.parts["inline"] = run_inline(settings, module, timeout_s, first_failure=True)
+    run.parts["inline"] = inline or run_inline(settings, module, timeout_s, first_failure=True)
     folder = module_tests_folder(settings, module)
     if not run.parts["inline"].failed and folder.is_dir():
         run.parts["pytest"] = run_pytest(settings, [folder], timeout_s, ("-x",))
@@ -410,7 +415,7 @@ def run_tests(settings: Settings, modules: list[CourseModule], *, options: TestO
     would leave one core idle at the end.
     """
     def record(run: RunRecord) -> RunRecord:
-        if run.state != "not run":
+        if run.state != "not run" and not stopping():  # a run cut short by Ctrl-C is not a result
             record_results(settings, [run])
         return run
 
@@ -427,8 +432,14 @@ def run_tests(settings: Settings, modules: list[CourseModule], *, options: TestO
                 extra.append(lambda name=name, targets=targets: record(
                     run_folder_tests(settings, name, targets, options, progress)))
     runs = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        started = {id(job): pool.submit(job) for job in (extra + work if jobs > 1 else work + extra)}
+    if jobs <= 1:  # one at a time, in this thread
+        for job in work + extra:
+            runs.append(job())
+            if finished:
+                finished(runs[-1])
+        return runs
+    with side_by_side(jobs) as pool:
+        started = {id(job): pool.submit(job) for job in extra + work}
         for job in work + extra:
             run = started[id(job)].result()
             runs.append(run)

@@ -101,3 +101,23 @@ def test_the_student_edition_never_carries_the_catalogue(course, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "student" / "modules" / "02_toy" / "toy_dev.py").is_file()
     assert not (tmp_path / "student" / "modules" / "02_toy" / "mistakes.toml").exists()
+
+
+def test_sharing_the_beginning_gives_the_verdicts_of_runs_from_the_top(course, tmp_path):
+    """`release check` runs a module's mistakes from their first changed cell (`tito.cell_variants`);
+    each verdict, and the test that caught it, is what a run of that mistake from the top gives."""
+    from tito.release import check_mistakes
+
+    catalogue = CAUGHT + CAUGHT.replace("adds-two", "only-three").replace("return x + 2", "return 7 if x == 3 else 2 * x") \
+        + CAUGHT.replace("adds-two", "no-change-seen").replace("return x + 2", "return x * 2")
+    module = _toy(course, catalogue, inline=INLINE_NAMES_IT)
+    mistakes = load_catalogue(module)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "alone").mkdir()
+    shared = check_mistakes(course.settings, module, mistakes, tmp_path / "shared")
+    alone = check_mistakes(course.settings, module, mistakes, tmp_path / "alone", share_beginning=False)
+    assert [(c.name, c.ok, c.caught_by, c.problem) for c in shared] == \
+           [(c.name, c.ok, c.caught_by, c.problem) for c in alone]
+    assert [c.caught_by for c in shared] == ["inline test_unit_double", "tests/02_toy/test_toy.py::test_double_of_three",
+                                             ""]
+    assert (tmp_path / "shared" / "reports" / "0.json").is_file()  # the shared run did run them

@@ -466,24 +466,45 @@ def _make_mistake(settings: Settings, module: CourseModule, mistake: Mistake,
     return copied, copied_module
 
 
-def _inline_from_the_difference(settings: Settings, module: CourseModule,
-                                made: dict[int, tuple[Settings, CourseModule]], workdir: Path) -> dict[int, PartResult]:
-    """{index: inline part} for the mistakes in `made` that `tito.cell_variants` could run from their
-    first changed cell after one run of the reference's shared beginning; the others are left out."""
+def _light_copy(reference: Path, module: CourseModule, text: str, dest: Path, settings: Settings) -> CourseModule:
+    """The course at `dest` as the fork of a mistake needs it: its own copy of the module's folder
+    holding the mistake's notebook; everything else links to the reference copy (the child has
+    imported the reference's package already; a relative path such as `../../datasets` still works)."""
+    folder = module.folder.relative_to(settings.root)
+    for entry in reference.iterdir():
+        if entry.name != folder.parts[0]:
+            (dest / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / entry.name).symlink_to(entry)
+    for entry in (reference / folder.parent).iterdir():
+        if entry.name != folder.name:
+            (dest / folder.parent / entry.name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / folder.parent / entry.name).symlink_to(entry)
+    shutil.copytree(reference / folder, dest / folder)
+    notebook = dest / folder / module.notebook.name
+    notebook.write_text(text, encoding="utf-8")
+    return CourseModule(module.number, module.name, dest / folder, notebook)
+
+
+def _inline_from_the_difference(settings: Settings, module: CourseModule, texts: dict[int, str],
+                                workdir: Path) -> dict[int, tuple[CourseModule, PartResult]]:
+    """{index: (its light copy, inline part)} for the mistakes (`texts`: index -> notebook) that
+    `tito.cell_variants` ran from their first changed cell, after one run of the reference's
+    shared beginning; the mistakes it left to a run from the top are left out."""
     reference = workdir / "reference"
     copy_course(settings, reference, {}, with_package=True)
     [ref_module] = [m for m in list_modules(load_settings(reference)) if m.key == module.key]
     reports = workdir / "reports"
     reports.mkdir()
-    variants = [{"notebook": str(copied_module.notebook), "report": str(reports / f"{i}.json"),
-                 "output": str(reports / f"{i}.out")} for i, (_, copied_module) in made.items()]
+    light = {i: _light_copy(reference, module, text, workdir / f"light-{i}", settings) for i, text in texts.items()}
+    variants = [{"notebook": str(light[i].notebook), "report": str(reports / f"{i}.json"),
+                 "output": str(reports / f"{i}.out")} for i in texts]
     plan = {"own_modules": [f"{settings.lib_name}.{t}" for t in scan_targets(module)],
             "timeout_s": MISTAKE_TIMEOUT_S, "variants": variants}
     (workdir / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
     run_python(["-m", "tito.cell_variants", ref_module.notebook.name, str(workdir / "plan.json")],
                ref_module.folder, reference, PROGRAM_TIMEOUT_S + len(variants) * MISTAKE_TIMEOUT_S)
     parts = {}
-    for (i, (_, copied_module)), variant in zip(made.items(), variants):
+    for i, variant in zip(texts, variants):
         try:
             report = json.loads(Path(variant["report"]).read_text(encoding="utf-8"))
             output = Path(variant["output"]).read_text(encoding="utf-8", errors="replace")
@@ -492,7 +513,7 @@ def _inline_from_the_difference(settings: Settings, module: CourseModule,
         if report.get("forked"):
             ran = ProcessResult(["tito.cell_variants"], int(report.get("exit_code", 1)), output,
                                 float(report.get("seconds_wall", 0.0)))
-            parts[i] = inline_part(copied_module, report, ran, MISTAKE_TIMEOUT_S)
+            parts[i] = (light[i], inline_part(light[i], report, ran, MISTAKE_TIMEOUT_S))
     return parts
 
 
@@ -503,19 +524,32 @@ def check_mistakes(settings: Settings, module: CourseModule, mistakes: list[Mist
     `share_beginning`: the inline tests of all of them run in one process that runs the
     reference's shared cells once and forks at each mistake's first changed cell
     (`tito.cell_variants`, which says when that would not be the same as a run from the
-    top; those mistakes, and any whose fork failed, run from the top as before).
+    top). A mistake the inline tests catch there needs no copy of its own but its module's
+    folder; the others (inline tests passed: pytest's failure is the one shown; or left to a
+    run from the top) get a whole copy with the module exported, as without sharing.
     """
-    made: dict[int, tuple[Settings, CourseModule]] = {}
     results: dict[int, MistakeCheck] = {}
+    texts: dict[int, str] = {}
     for i, mistake in enumerate(mistakes):
-        copy = _make_mistake(settings, module, mistake, workdir / f"mistake-{i}")
-        if isinstance(copy, MistakeCheck):
-            results[i] = copy
+        text = mistake.apply(read_text(module.notebook))
+        try:
+            check_syntax(text, module.notebook)
+        except NotebookError as err:
+            results[i] = MistakeCheck(module.key, mistake.name, False, "",
+                                      f"the notebook with this mistake does not export: {err}", 0.0)
+            continue
+        texts[i] = text
+    inline = _inline_from_the_difference(settings, module, texts, workdir) if share_beginning and texts else {}
+    for i in texts:
+        light, part = inline.get(i, (None, None))
+        if light is not None and part is not None and part.failed:
+            run = first_failure_only(settings, light, MISTAKE_TIMEOUT_S, inline=part)
         else:
-            made[i] = copy
-    inline = _inline_from_the_difference(settings, module, made, workdir) if share_beginning and made else {}
-    for i, (copied, copied_module) in made.items():
-        run = first_failure_only(copied, copied_module, MISTAKE_TIMEOUT_S, inline=inline.get(i))
+            copy = _make_mistake(settings, module, mistakes[i], workdir / f"mistake-{i}")
+            if isinstance(copy, MistakeCheck):
+                results[i] = copy
+                continue
+            run = first_failure_only(*copy, MISTAKE_TIMEOUT_S, inline=part)
         results[i] = _mistake_verdict(module, mistakes[i], run)
     return [results[i] for i in range(len(mistakes))]
 

@@ -593,10 +593,12 @@ def check_release(settings: Settings, modules: list[CourseModule], *, stubs: boo
     `only` restricts the mistakes to the one of that name (for working on a catalogue).
     """
     work: list[Callable[[Path], Check | list[Check]]] = []
+    sizes: list[int] = []  # how many checks each job makes: their order of running, longest first
     results: list[Check] = []
     for module in modules:
         if stubs:
             work.append(lambda tmp, m=module: check_module_stub(settings, m, tmp))
+            sizes.append(1)
         if mistakes:
             catalogue = load_catalogue(module)  # raises CourseError on a broken catalogue, before any run
             chosen = [m for m in catalogue if only in (None, m.name)]
@@ -609,6 +611,7 @@ def check_release(settings: Settings, modules: list[CourseModule], *, stubs: boo
                     results.append(small)
             if chosen:
                 work.append(lambda tmp, m=module, chosen=chosen: check_mistakes(settings, m, chosen, tmp))
+                sizes.append(len(chosen))
 
     def one(job: Callable[[Path], Check | list[Check]]) -> list[Check]:
         with tempfile.TemporaryDirectory(prefix="tito-check-") as tmp:
@@ -622,8 +625,12 @@ def check_release(settings: Settings, modules: list[CourseModule], *, stubs: boo
     for small in results:
         if done:
             done(small)
+    # Longest first: a module's mistakes run as one job (minutes for the big catalogues), the stub
+    # checks (seconds) fill the gaps at the end, so neither core idles while the other finishes.
+    order = sorted(range(len(work)), key=lambda i: -sizes[i])
     with side_by_side(jobs) as pool:
-        return results + [check for checks in pool.map(one, work) for check in checks]
+        finished = dict(zip(order, pool.map(one, [work[i] for i in order])))
+    return results + [check for i in range(len(work)) for check in finished[i]]
 
 
 def check_stubs(settings: Settings, modules: list[CourseModule], jobs: int = 2,

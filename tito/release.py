@@ -437,18 +437,6 @@ def check_catalogue_size(module: CourseModule, mistakes: list[Mistake]) -> Mista
                         f"catalogue at least {MIN_MISTAKES}", 0.0)
 
 
-def check_mistake(settings: Settings, module: CourseModule, mistake: Mistake, workdir: Path) -> MistakeCheck:
-    """Make `mistake` in a copy of the course, export the module, and find the failure `tito test` shows first.
-
-    That is `tito test`'s own choice (`testing.shown_failure`), found fast by
-    `testing.first_failure_only`: the inline tests up to their first failing cell, then, only
-    if they all passed, pytest with -x. The mistake is caught when that failure, the one a
-    student reads first, contains the catalogued message.
-    """
-    [result] = check_mistakes(settings, module, [mistake], workdir, share_beginning=False)
-    return result
-
-
 def _make_mistake(settings: Settings, module: CourseModule, mistake: Mistake,
                   copy: Path) -> tuple[Settings, CourseModule] | MistakeCheck:
     """A copy of the course at `copy` with `mistake` made and its module exported, or the problem."""
@@ -519,7 +507,12 @@ def _inline_from_the_difference(settings: Settings, module: CourseModule, texts:
 
 def check_mistakes(settings: Settings, module: CourseModule, mistakes: list[Mistake], workdir: Path,
                    share_beginning: bool = True) -> list[MistakeCheck]:
-    """`check_mistake` for each of `mistakes`, each in its own copy under `workdir`.
+    """Make each of `mistakes` in a copy of the course under `workdir`, and find the failure `tito test` shows first.
+
+    That is `tito test`'s own choice (`testing.shown_failure`), found fast by
+    `testing.first_failure_only`: the inline tests up to their first failing cell, then, only
+    if they all passed, pytest with -x. A mistake is caught when that failure, the one a
+    student reads first, contains the catalogued message.
 
     `share_beginning`: the inline tests of all of them run in one process that runs the
     reference's shared cells once and forks at each mistake's first changed cell

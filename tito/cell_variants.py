@@ -20,6 +20,8 @@ its report says `"forked": false` and why, and the caller runs it the usual way:
 * a cell that imports the notebook's own package module (`own_modules` in the plan) would
   get the reference's export, not the variant's: a child that ends with one imported says so;
 * a child that hangs past `timeout_s` is killed; the usual run will name where it hung.
+* a cell that calls `sys.exit` (or an error of the runner itself) ends the child without a
+  report a run from the top would give: the usual run reports it.
 
 PLAN.json: {"own_modules": [...], "timeout_s": 300, "variants": [{"notebook": PATH,
 "report": PATH, "output": PATH}, ...]}. Each report is `tito.cells`'s report plus `forked`,

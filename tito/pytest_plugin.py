@@ -21,11 +21,9 @@ from pathlib import Path
 import pytest
 from _pytest.reports import TestReport
 
+from .plugin_env import CURRENT_TEST_ENV, REPORT_ENV, STUBS_LEFT_ENV
 from .stubs import waiting_label
 
-CURRENT_TEST_ENV = "TITO_CURRENT_TEST"
-REPORT_ENV = "TITO_PYTEST_REPORT"
-STUBS_LEFT_ENV = "TITO_STUBS_LEFT"
 WAITING = "waiting for "
 
 _counts: dict = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "waiting": {}, "first_failure": None}

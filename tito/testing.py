@@ -46,7 +46,7 @@ from .course import CourseModule, Settings, list_modules
 from .export import DOES_NOT_EXPORT, module_in_sync
 from .locks import course_lock
 from .notebook import NotebookError, read_notebook, read_text, solution_progress
-from .pytest_plugin import CURRENT_TEST_ENV, REPORT_ENV, STUBS_LEFT_ENV
+from .plugin_env import CURRENT_TEST_ENV, REPORT_ENV, STUBS_LEFT_ENV
 from .reports import error_line, first_pytest_failure, last_traceback, strip_ansi, where_in_notebook
 from .runner import ProcessResult, course_env, describe_pytest, pytest_counts, run_python, side_by_side, stopping
 

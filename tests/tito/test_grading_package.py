@@ -20,20 +20,26 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(tito.grading.__file__).parent
 MODULES = sorted(m.name for m in pkgutil.iter_modules([str(PACKAGE)]))
 
-# Run first in a fresh Python: any import of nbdev (or fastcore, what nbdev is built on) raises.
-BLOCK_NBDEV = """
+# Run first in a fresh Python: any import of the named top-level packages raises.
+BLOCK = """
 import importlib.abc, sys
-class NoNbdev(importlib.abc.MetaPathFinder):
+class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("nbdev", "fastcore"):
+        if name.split(".")[0] in {blocked!r}:
             raise ImportError(name + " is blocked: tito.grading must import without it")
-sys.meta_path.insert(0, NoNbdev())
+sys.meta_path.insert(0, Blocked())
 """
+NBDEV = ("nbdev", "fastcore")  # fastcore: what nbdev is built on
+TEST_TOOLS = ("pytest", "hypothesis", "_pytest")  # the test suite's (pyproject's dev extra), not grading's
+
+
+def _run_without(blocked: tuple, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BLOCK.format(blocked=blocked) + code], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
 def _run_without_nbdev(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BLOCK_NBDEV + code], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return _run_without(NBDEV, code)
 
 
 def test_the_package_holds_grading_the_sandbox_and_the_judge():
@@ -92,3 +98,29 @@ def test_the_judges_runner_imports_from_its_copies_alone(tmp_path):
                           env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(library)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert Path(done.stdout.strip()) == library / "tito" / "grading" / "judge_runner.py"
+
+
+def test_grading_needs_no_test_tools_and_the_bundle_installs_none():
+    """The sandbox runs plain-Python graded cases and the grader compares values: neither pytest nor
+    hypothesis is imported by tito.grading or by any module's cases.py, so the Gradescope bundle's
+    requirements are the course's dependencies alone (what its setup.sh installs in a fresh venv)."""
+    from tito.course import load_settings
+    from tito.grading.gradescope import requirements
+
+    cases = sorted(str(p.relative_to(REPO)) for p in (REPO / "grading").glob("*/cases.py"))
+    assert len(cases) >= 20, cases
+    code = ("import importlib, importlib.util, tito.grading\n"
+            "sys.path.insert(0, 'grading')  # reference_values, as tito.grading.cases imports it\n"
+            f"for name in {MODULES!r}:\n"
+            "    importlib.import_module('tito.grading.' + name)\n"
+            f"for path in {cases!r}:\n"
+            "    spec = importlib.util.spec_from_file_location('cases_' + path.split('/')[1], path)\n"
+            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print('imported', len(sys.modules))\n")
+    done = _run_without(TEST_TOOLS, code)
+    assert done.returncode == 0, f"grading imports a test tool:\n{done.stderr[-3000:]}"
+    blocked = _run_without(TEST_TOOLS, "import pytest\n")  # the blocker is real
+    assert blocked.returncode != 0 and "is blocked" in blocked.stderr, blocked.stderr
+
+    wanted = requirements(load_settings(REPO))
+    assert wanted and not [r for r in wanted if r.split(">")[0].split("=")[0].strip() in TEST_TOOLS], wanted

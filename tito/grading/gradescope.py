@@ -12,7 +12,8 @@ The bundle holds:
   runs from it, as on the instructor's machine, so the same sandbox and the same scoring apply,
   and `setup.sh` makes it readable by root only (student code runs as another user);
 * `requirements.txt`: what `setup.sh` installs from the package index into a virtual
-  environment (the course's dependencies and pytest; nothing else is downloaded);
+  environment (the course's dependencies, nothing else: grading runs no pytest, the graded
+  cases are plain Python);
 * `setup.sh` and `run_autograder`, which take the root folder from `TITO_AUTOGRADER_ROOT`
   (default `/autograder`), so the bundle can be tried end to end in a scratch folder.
 """
@@ -40,7 +41,6 @@ from ..mistakes import catalogue_path
 from ..release import copy_course
 
 ROOT_ENV = "TITO_AUTOGRADER_ROOT"
-GRADE_EXTRA = "grade"  # pyproject's extra with what grading needs beyond the package (pytest, hypothesis)
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entry times: the same course gives the same bundle
 
 SETUP_SH = """#!/usr/bin/env bash
@@ -56,7 +56,7 @@ if ! "$PYTHON" -m venv "$ROOT/venv"; then
     "$PYTHON" -m venv "$ROOT/venv"
 fi
 "$ROOT/venv/bin/python" -m pip install --quiet -r "$ROOT/source/requirements.txt"
-"$ROOT/venv/bin/python" -c "import numpy, pytest, nbdev, jupytext; print('tinytorch autograder: set up')"
+"$ROOT/venv/bin/python" -c "import numpy, nbdev, jupytext; print('tinytorch autograder: set up')"
 chmod -R go-rwx "$ROOT/source/course"
 """
 
@@ -94,13 +94,13 @@ class Bundle:
 
 
 def requirements(settings: Settings) -> list[str]:
-    """The course's dependencies and its `grade` extra, read from pyproject.toml (the one place they live)."""
+    """The course's dependencies, read from pyproject.toml (the one place they live).
+
+    Nothing more: the sandbox runs the graded cases (plain Python over the student's package), and the
+    grader compares their values; pytest and hypothesis are the test suite's, in the `dev` extra.
+    """
     project = tomllib.loads((settings.root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    extra = project.get("optional-dependencies", {}).get(GRADE_EXTRA)
-    if extra is None:
-        raise CourseError(f"pyproject.toml has no [project.optional-dependencies] {GRADE_EXTRA} "
-                          "(what grading needs: pytest, hypothesis).")
-    return [*project.get("dependencies", []), *extra]
+    return list(project.get("dependencies", []))
 
 
 def build_bundle(settings: Settings, dest: Path, modules: list[CourseModule]) -> Bundle:

@@ -17,8 +17,10 @@ replace = '''
 message = "keep the input's dtype"         # text the failing test must print (names the cause)
 ```
 
-`find` must occur exactly once in the notebook and lie inside a solution block
-(mistakes are what students write). `tito release check` applies each mistake to a
+`find` must occur exactly once in the notebook and lie inside a solution block, or in
+the decorators and `def` line of a function that holds one (mistakes are what students
+write, and how their kernel is compiled, `@kernel(fastmath=True)`, is theirs to change).
+`tito release check` applies each mistake to a
 scratch copy of the course, exports that module and runs the module's pytest tests
 with `-x`: the mistake is *caught* when a test fails and the failure output contains
 `message`, so the student who makes it is told why.
@@ -36,7 +38,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from .course import CourseError, CourseModule
-from .notebook import find_solution_blocks, read_text
+from .notebook import find_solution_blocks, function_head, read_text
 
 CATALOGUE_FILE = "mistakes.toml"
 MIN_MISTAKES = 8  # every module with solution blocks catalogues at least this many
@@ -102,9 +104,12 @@ def load_catalogue(module: CourseModule) -> list[Mistake]:
             raise CourseError(f"{where}: `replace` equals `find`, so nothing would change.")
         first = text[: text.index(find)].count("\n") + 1
         last = first + find.rstrip("\n").count("\n")
-        if not any(b.begin_line < first and last < b.end_line for b in blocks):
+        heads = [function_head(text, b) for b in blocks]
+        if not any(b.begin_line < first and last < b.end_line for b in blocks) \
+                and not any(top <= first and last <= def_line for top, def_line in heads):
             raise CourseError(f"{where}: lines {first}-{last} of {module.notebook.name} are not inside "
-                              "one solution block; a mistake changes what a student writes.")
+                              "one solution block (or the decorators and def line of a function holding "
+                              "one); a mistake changes what a student writes.")
         mistakes.append(Mistake(module.key, entry["name"], entry["what"].strip(), find, replace,
                                 entry["message"]))
     return mistakes

@@ -113,6 +113,27 @@ def find_solution_blocks(text: str, path: Path) -> list[SolutionBlock]:
     return blocks
 
 
+def function_head(text: str, block: SolutionBlock) -> tuple[int, int]:
+    """(first line, last line), 1-based, of the decorators and `def` line of the function whose body
+    holds `block`: how the student's function is compiled (`@kernel(fastmath=...)`) is theirs to
+    change as well as its body."""
+    lines = text.splitlines()
+    level = len(block.indent)
+    for index in range(block.begin_line - 2, -1, -1):
+        line = lines[index]
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#") or len(line) - len(stripped) >= level:
+            continue
+        if not _DEF_LINE.match(line) or _DEF_LINE.match(line).group(2) != "def":
+            level = len(line) - len(stripped)  # a line of a multi-line signature: keep looking up
+            continue
+        first = index
+        while first > 0 and lines[first - 1].strip().startswith("@"):
+            first -= 1
+        return first + 1, index + 1
+    return block.begin_line, block.begin_line  # not reached: find_solution_blocks checked the def
+
+
 def _enclosing_function(lines: list[str], index: int, indent: str) -> str | None:
     """Qualified name of the innermost `def` around line `index` (e.g. "Tensor.sum"), or None.
 

@@ -95,6 +95,49 @@ def test_a_mistake_outside_a_solution_block_is_refused(course):
         load_catalogue(module)
 
 
+DECORATED = """
+def plain(fn):
+    return fn
+
+
+@plain
+def given(x):
+    return x
+
+
+@plain
+def double(x):
+"""
+
+
+@pytest.mark.parametrize("decorated, allowed", [("double", True), ("given", False)])
+def test_a_mistake_may_change_how_a_students_function_is_compiled_not_given_code(course, decorated, allowed):
+    """A student may add `fastmath=True` to their kernel's `@kernel()`: the decorators and def line of a
+    function holding a solution block are theirs; the same lines of given code are not."""
+    course.add_module("02_toy", course.TOY.replace("def double(x):\n", DECORATED.lstrip("\n"), 1))
+    (course.root / "modules" / "02_toy" / "mistakes.toml").write_text(f"""
+[[mistake]]
+name = "decorated-twice"
+what = "decorates {decorated} twice"
+find = '''
+@plain
+def {decorated}(x):
+'''
+replace = '''
+@plain
+@plain
+def {decorated}(x):
+'''
+message = "twice"
+""", encoding="utf-8")
+    module = course.module("02")
+    if allowed:
+        assert [m.name for m in load_catalogue(module)] == ["decorated-twice"]
+    else:
+        with pytest.raises(CourseError, match="not inside one solution block"):
+            load_catalogue(module)
+
+
 def test_the_student_edition_never_carries_the_catalogue(course, tmp_path):
     _toy(course, CAUGHT)
     result = course.tito("release", "student", str(tmp_path / "student"))

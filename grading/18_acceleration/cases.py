@@ -22,7 +22,8 @@ from tinytorch.models.transformer import MLP, LayerNorm
 from tinytorch.perf.acceleration import (COMPILED_REPLACEMENTS, FUSED_REPLACEMENTS, FusedAdamW, FusedMLP, bias_gelu,
                                          blocked_matmul, causal_attention, compiled_bias_gelu, compiled_cross_entropy,
                                          compiled_layer_norm, fuse, layer_norm_backward_parallel,
-                                         layer_norm_rows_backward)
+                                         layer_norm_rows_backward, unsafe_fastmath)
+from tinytorch.perf import acceleration
 from tinytorch.models.transformer import GPT
 
 
@@ -180,6 +181,12 @@ def _kernel_bias_gelu(rng):
             "op": out._node.op}
 
 
+def _unsafe_flags(*names):
+    """How many fastmath flags that assume no NaN or inf the softmax kernels were compiled with (0 is right:
+    a -inf logit must give exactly 0, which no value on this machine can prove a fastmath build keeps)."""
+    return sum(len(unsafe_fastmath(getattr(acceleration, name))) for name in names)
+
+
 def _kernel_cross_entropy(rng):
     logits = Tensor(rng.standard_normal((2, 5, 7)) * 3, requires_grad=True)
     targets = rng.integers(0, 7, (2, 5))
@@ -188,7 +195,8 @@ def _kernel_cross_entropy(rng):
     huge = compiled_cross_entropy(np.array([[1000.0, 0.0, -1000.0], [0.0, 990.0, 1000.0]]), np.array([0, 1]))
     low = compiled_cross_entropy(np.array([[-1000.0, -1001.0], [-1200.0, -1000.5]]), np.array([0, 1]))  # max from row's first
     return {"loss": loss, "probs": loss._node.saved["probs"], "dlogits": logits.grad, "huge": huge, "low": low,
-            "bad_targets": raised(compiled_cross_entropy, np.zeros((2, 3)), np.array([0, 3]))}
+            "bad_targets": raised(compiled_cross_entropy, np.zeros((2, 3)), np.array([0, 3])),
+            "unsafe_fastmath_flags": _unsafe_flags("softmax_cross_entropy_rows", "softmax_cross_entropy_rows_backward")}
 
 
 def _kernel_causal_attention(rng):
@@ -198,7 +206,8 @@ def _kernel_causal_attention(rng):
     eye = np.eye(2)[None, None]
     return {"out": out, "probs": out._node.saved["probs"], "dq": dq, "dk": dk, "dv": dv,
             "huge": causal_attention(big, eye, eye, scale=1.0),
-            "low": causal_attention(np.full((1, 1, 2, 2), -1000.0), eye, eye, scale=1.0)}  # max from the row's first
+            "low": causal_attention(np.full((1, 1, 2, 2), -1000.0), eye, eye, scale=1.0),  # max from the row's first
+            "unsafe_fastmath_flags": _unsafe_flags("causal_softmax_rows", "causal_softmax_rows_backward")}
 
 
 def _kernel_prange(rng):

@@ -763,7 +763,9 @@ for label, norm in (("module 13's layer_norm", layer_norm), ("blas_layer_norm", 
 # with it. Told that infinities do not exist, the compiler is free to drop or fold those
 # comparisons; whether it does depends on the compiler version and the CPU, so a test that
 # passes today proves nothing about tomorrow. The softmax kernels here use no fastmath at all,
-# and neither does the AdamW kernel (section 7), which must round exactly as NumPy does.
+# and neither does the AdamW kernel (section 7), which must round exactly as NumPy does. Their
+# tests therefore read the flags a softmax kernel was compiled with (`unsafe_fastmath`, given
+# below), not only its outputs.
 
 # %%
 #| export
@@ -808,6 +810,30 @@ def kernel(fastmath: Any = False, parallel: bool = False):
         except RuntimeError:  # "cannot cache function …: no locator available"
             return numba.njit(cache=False, **options)(fn)
     return compile_kernel
+
+
+UNSAFE_FASTMATH = frozenset({"fast", "nnan", "ninf"})  # "fast" (fastmath=True) includes the other two
+
+
+def unsafe_fastmath(fn: Any) -> set:
+    """The fastmath flags of a compiled kernel that let the compiler assume no NaN and no inf (an empty
+    set for a safe kernel, or a plain Python function when Numba is missing). A test cannot see what
+    such a build drops, only that it was asked for: this reads the options the kernel was compiled with."""
+    options = getattr(fn, "targetoptions", None)
+    if numba is None or options is None:
+        return set()
+    from numba.core.cpu import FastMathOptions  # how Numba itself reads True / False / a set of flags
+    return set(FastMathOptions(options.get("fastmath", False)).flags) & UNSAFE_FASTMATH
+
+
+def check_no_unsafe_fastmath(*kernels: Any) -> None:
+    """AssertionError naming a softmax kernel compiled with fastmath that assumes no inf (see the text)."""
+    for fn in kernels:
+        flags = unsafe_fastmath(fn)
+        assert not flags, (
+            f"{getattr(fn, '__name__', fn)} is compiled with fastmath {sorted(flags)}: fastmath on a softmax tells "
+            "the compiler that inf never occurs, but a ruled-out or masked logit is -inf and exp(-inf − m) must be "
+            "exactly 0: use @kernel() (or SAFE_FASTMATH, which changes rounding only)")
 
 
 def compilable(*arrays: Any) -> bool:
@@ -1162,8 +1188,8 @@ test_unit_compiled_bias_gelu()
 # The backward of the mean loss over the N rows is `dz_ij = grad·(p_ij − [j = y_i]) / N`.
 #
 # No fastmath here: a logit may be `-inf` (a class that is ruled out), and `exp(-inf − m)`
-# must give exactly 0 (the test checks it, though a check cannot prove that a fastmath build
-# would keep it: see above).
+# must give exactly 0 (the test checks the value, and the flags the kernel was compiled with:
+# a passing value cannot prove that a fastmath build keeps it, see above).
 
 # %%
 #| export
@@ -1240,6 +1266,7 @@ def compiled_cross_entropy_backward(grad: Any, node) -> tuple:
 
 # %%
 def test_unit_compiled_cross_entropy():
+    check_no_unsafe_fastmath(softmax_cross_entropy_rows, softmax_cross_entropy_rows_backward)
     rng = np.random.default_rng(23)
     logits = rng.standard_normal((7, 13)) * 3
     labels = rng.integers(0, 13, 7)
@@ -1416,6 +1443,7 @@ def check_causal_softmax_backward(probs: np.ndarray, dprobs: np.ndarray) -> None
 
 
 def test_unit_causal_attention():
+    check_no_unsafe_fastmath(causal_softmax_rows, causal_softmax_rows_backward)
     rng = np.random.default_rng(24)
     for shape in ((1, 1, 1, 3), (2, 3, 7, 5)):
         q, k, v = (Tensor(rng.standard_normal(shape), requires_grad=True) for _ in range(3))

@@ -257,3 +257,25 @@ def test_kernels_let_go_of_the_gil_and_keep_numpy_division():
     for name in names:
         options = getattr(acceleration, name).targetoptions
         assert options.get("nogil") and options.get("error_model") == "numpy", f"{name}: {options}"
+
+
+@needs_numba
+def test_no_softmax_kernel_and_not_adamw_assumes_away_inf_or_nan():
+    """fastmath=True (or its nnan/ninf flags) lets the compiler assume no inf and no NaN: a softmax must
+    turn a -inf logit into exactly 0, and AdamW must round as NumPy does. No value on one machine proves
+    what such a build drops, so the flags each kernel was compiled with are read instead."""
+    import numba
+
+    for name in ["softmax_cross_entropy_rows", "softmax_cross_entropy_rows_backward", "causal_softmax_rows",
+                 "causal_softmax_rows_backward", "adamw_kernel"]:
+        assert acceleration.unsafe_fastmath(getattr(acceleration, name)) == set(), name
+
+    def identity(x):
+        return x
+
+    assert acceleration.unsafe_fastmath(numba.njit(fastmath=True)(identity)) == {"fast"}
+    assert acceleration.unsafe_fastmath(numba.njit(fastmath={"nnan", "reassoc"})(identity)) == {"nnan"}
+    assert acceleration.unsafe_fastmath(numba.njit(fastmath=set(acceleration.SAFE_FASTMATH))(identity)) == set()
+    assert acceleration.unsafe_fastmath(identity) == set()  # plain Python: nothing compiled
+    with pytest.raises(AssertionError, match="fastmath on a softmax tells the compiler that inf never occurs"):
+        acceleration.check_no_unsafe_fastmath(numba.njit(fastmath=True)(identity))

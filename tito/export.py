@@ -266,8 +266,8 @@ def render_modules(settings: Settings, modules: list[CourseModule], staging_lib:
     """Generate `modules` (plus __init__ files) into `staging_lib`.
 
     Returns [(module, dotted name, relative path)] (a notebook can write more than one
-    module, and a module's companions are written with it) and the relative __init__ paths. `texts` ({module key: notebook text})
-    replaces notebooks' text on disk. Raises NotebookError naming file and line, with
+    module, and a module's companions are written with it) and the relative __init__ paths.
+    `texts` ({module key: lesson text}) replaces lessons' text on disk. Raises NotebookError naming file and line, with
     one paragraph per notebook that fails, when any does.
     """
     made, sources, problems = [], [], []

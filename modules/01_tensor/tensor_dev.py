@@ -523,7 +523,8 @@ print(f"(32, 1024, 768) float32: {activation_bytes / 2**20:.1f} MiB, for one act
 # live in `tensor_checks.py` beside this lesson (`tinytorch.core.tensor_checks`).
 
 # %%
-from tinytorch.core.tensor_checks import broadcast_mistake, expect_equal, expect_error, product  # given: modules/01_tensor/tensor_checks.py
+from tinytorch.core.tensor_checks import (  # given: modules/01_tensor/tensor_checks.py
+    broadcast_mistake, expect_equal, expect_error, product)
 
 
 # %%

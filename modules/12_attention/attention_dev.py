@@ -171,19 +171,23 @@ print("row sums of the weights:", step_weights.numpy().sum(-1))
 # %% [markdown]
 # ### Given: the hand example's numbers and a reference
 #
-# The next line imports given code from `tinytorch.core.attention_checks` (the tests use it
-# too; its source, `attention_checks.py`, sits beside this lesson): `HAND_X`, `HAND_WEIGHTS` and `HAND_OUTPUT` are the example above, to 5 decimals;
-# `reference_attention(q, k, v, keep=None, scale=None)` is the formula in plain NumPy
-# (float64), with the fully blocked queries of section 5 giving 0. Its keyword-only
-# switches reproduce classic mistakes: from section 6 on, given *checks* run your functions
-# and use them to name the mistake your numbers show.
+# The next cell imports given code from `tinytorch.core.attention_checks` (its source,
+# `attention_checks.py`, sits beside this lesson; the tests use it too). `HAND_X` is the
+# example above. From section 6 on, the given *checks* (`check_attention`, `check_dropout`,
+# ...) run your functions and name the mistake your numbers show; they compare with
+# `reference_attention(q, k, v, keep=None, scale=None)`, the formula in plain NumPy (float64),
+# with the fully blocked queries of section 5 giving 0, whose keyword-only switches reproduce
+# classic mistakes.
 #
 # An attention function in this lesson is called as `attn(Q, K, V, mask=None,
 # is_causal=False, scale=None)` and returns `(output, weights)` (or only the output, for
 # `flash_attention`).
 
 # %%
-from tinytorch.core.attention_checks import GRADIENT_CHECKS, GRAD_SCALE, HAND_X, check_attention, check_dropout, check_dropout_backward, check_flash_attention, check_key_padding_mask, check_multi_head, check_multi_head_dropout, demonstrate_bugs, expect_error, grads_of, weights_rule_mistake  # given: modules/12_attention/attention_checks.py
+from tinytorch.core.attention_checks import (  # given: modules/12_attention/attention_checks.py
+    GRADIENT_CHECKS, GRAD_SCALE, HAND_X, check_attention, check_dropout, check_dropout_backward,
+    check_flash_attention, check_key_padding_mask, check_multi_head, check_multi_head_dropout,
+    demonstrate_bugs, expect_error, grads_of, weights_rule_mistake)
 
 # %% [markdown]
 # ## 3. Why divide by √d_k? And temperature
@@ -1738,7 +1742,8 @@ for T in (512, 1024, 2048):
 # %%
 #| export
 from tinytorch.plotting import pyplot  # module 02's: the one place the backend is chosen
-from tinytorch.core.attention_plots import plot_attention, plot_attention_heads, save_figure  # given: modules/12_attention/attention_plots.py
+from tinytorch.core.attention_plots import (  # given: modules/12_attention/attention_plots.py
+    plot_attention, plot_attention_heads, save_figure)
 _all_ = ["plot_attention", "plot_attention_heads"]  # nbdev: also in this module's __all__
 
 

@@ -1354,7 +1354,8 @@ test_unit_integer_matmul()
 # `dynamic_slip`, in `quantization_checks.py` beside this lesson (`tinytorch.perf.quantization_checks`).
 
 # %%
-from tinytorch.perf.quantization_checks import dynamic_slip  # given: modules/15_quantization/quantization_checks.py
+from tinytorch.perf.quantization_checks import (  # given: modules/15_quantization/quantization_checks.py
+    dynamic_slip)
 
 
 # %%
@@ -1685,7 +1686,9 @@ test_unit_checkpoint_round_trip()
 
 # %%
 from tinytorch.core.spatial import Conv2d, Flatten, MaxPool2d
-from tinytorch.perf.quantization_models import digits_split, shakespeare_gpt, test_accuracy, train_classifier, validation_batches, validation_loss  # given: modules/15_quantization/quantization_models.py
+from tinytorch.perf.quantization_models import (  # given: modules/15_quantization/quantization_models.py
+    digits_split, shakespeare_gpt, test_accuracy, train_classifier, validation_batches,
+    validation_loss)
 
 DATASETS = Path("../../datasets")
 if not DATASETS.exists():  # run from the repository root

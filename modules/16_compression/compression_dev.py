@@ -263,7 +263,9 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
 # `compression_checks.py` beside this lesson (`tinytorch.perf.compression_checks`).
 
 # %%
-from tinytorch.perf.compression_checks import bytes_mistake, csr_mistake, expected_distillation, importance_mistake, mask_mistake, returned, schedule_mistake, sparsity_mistake  # given: modules/16_compression/compression_checks.py
+from tinytorch.perf.compression_checks import (  # given: modules/16_compression/compression_checks.py
+    bytes_mistake, csr_mistake, expected_distillation, importance_mistake, mask_mistake, returned,
+    schedule_mistake, sparsity_mistake)
 
 
 # %%

@@ -11,6 +11,8 @@ from pathlib import Path
 
 SETTINGS_FILE = "settings.ini"
 MODULE_DIR_PATTERN = re.compile(r"^(\d\d)_([a-z0-9_]+)$")
+# A companion notebook's `#| default_exp NAME` (see CourseModule.companions).
+COMPANION_TARGET = re.compile(r"^#[ \t]*\|[ \t]*default_exp[ \t]+(\S+)", re.MULTILINE)
 
 
 class CourseError(Exception):
@@ -42,6 +44,33 @@ class CourseModule:
     @property
     def key(self) -> str:
         return f"{self.number}_{self.name}"
+
+    @property
+    def companions(self) -> list[Path]:
+        """The module's companion notebooks: given code beside the lesson, each exported with it.
+
+        A companion is a percent-format `.py` file in the module's folder, other than the lesson,
+        named after the last part of its own `#| default_exp` target: `attention_checks.py` holding
+        `#| default_exp core.attention_checks`. It holds only given code (no solution block); the
+        lesson imports its names from the package in one line. Any other `.py` file in the folder (a
+        student's scratch file or backup copy) is not a companion and is left alone.
+        """
+        found = []
+        try:
+            paths = sorted(self.folder.glob("*.py"))
+        except OSError:
+            return []
+        for path in paths:
+            if path.name == self.notebook.name or not path.is_file():
+                continue
+            try:
+                text = path.read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            match = COMPANION_TARGET.search(text)
+            if match and match.group(1).rsplit(".", 1)[-1] == path.stem:
+                found.append(path)
+        return found
 
 
 def find_root(start: Path | None = None) -> Path:

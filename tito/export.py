@@ -10,7 +10,10 @@ module named by `#| default_exp`.  tito adds these around that:
 * solution-marker lines removed from what reaches the package;
 * all or nothing: every module is generated into a staging folder first, and the package
   is switched to the new files by `transaction.switch_files`, which survives errors and
-  kills (see there).
+  kills (see there);
+* a module's companion notebooks (`CourseModule.companions`: given code beside the lesson,
+  e.g. `modules/12_attention/attention_checks.py` for `core.attention_checks`) are exported
+  with its lesson, checked the same way, and refused when they hold a solution block.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ from pathlib import Path
 
 from .course import CourseError, CourseModule, Settings, list_modules
 from .locks import course_lock
-from .notebook import (NotebookError, check_syntax, find_solution_blocks, read_notebook, read_text,
-                       strip_markers)
+from .notebook import (BEGIN_MARKER, END_MARKER, NotebookError, check_syntax, find_solution_blocks,
+                       read_notebook, read_text, strip_markers)
 from .transaction import needs_recovery, recover, switch_files
 
 PACKAGE_INIT = '''"""TinyTorch: a deep-learning framework built from scratch, one notebook at a time.
@@ -92,27 +95,54 @@ def _lenient_text(path: Path) -> str:
         return ""
 
 
-def scan_targets(module: CourseModule, default_only: bool = False) -> list[str]:
-    """The targets a notebook names, read leniently (a notebook that does not export names none).
-
-    `default_only`: only its `#| default_exp` (not the secondary `#| export NAME` targets).
-    """
-    return [m.group(2) for m in _TARGET_LINE.finditer(_lenient_text(module.notebook))
+def _file_targets(path: Path, default_only: bool = False) -> list[str]:
+    return [m.group(2) for m in _TARGET_LINE.finditer(_lenient_text(path))
             if not default_only or m.group(1) == "default_exp"]
 
 
-def _parse(settings: Settings, module: CourseModule, text: str | None = None) -> list[tuple[str, list, list]]:
+def scan_targets(module: CourseModule, default_only: bool = False) -> list[str]:
+    """The targets the lesson notebook names, read leniently (a notebook that does not export names none).
+
+    `default_only`: only its `#| default_exp` (not the secondary `#| export NAME` targets).
+    The module's companions are not scanned: `module_targets` adds theirs.
+    """
+    return _file_targets(module.notebook, default_only)
+
+
+def module_targets(module: CourseModule) -> list[tuple[Path, str]]:
+    """(source file, target) for every package module that exporting `module` writes, read leniently:
+    the lesson's targets, then each companion's."""
+    return [(path, target) for path in [module.notebook, *module.companions] for target in _file_targets(path)]
+
+
+def check_no_solution(text: str, path: Path, lesson: Path) -> None:
+    """A companion holds given code only: a solution-marker line is refused, naming file and line."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if BEGIN_MARKER in line or END_MARKER in line:
+            raise NotebookError(
+                f"{path}:{number}: a solution marker in a companion notebook; a companion holds only given "
+                f"code, which the student edition copies unchanged. Move the solution block into the lesson, "
+                f"{lesson.name}."
+            )
+
+
+def _parse(settings: Settings, module: CourseModule, text: str | None = None,
+           path: Path | None = None) -> list[tuple[str, list, list]]:
     """Check a notebook and return [(dotted module name, cells to write, cells for __all__)].
 
     The first entry is the notebook's `#| default_exp` module. A cell marked
-    `#| export other.name` goes to `other.name` instead (nbdev's own rule); module 05
-    uses that for `tinytorch.testing`, given code that tests and notebooks share.
+    `#| export other.name` goes to `other.name` instead (nbdev's own rule).
     `text` replaces the notebook's text on disk (reset exports a stub before writing it).
+    `path`: one of the module's companions instead of its lesson (no solution block allowed).
     """
-    path = module.notebook
+    companion = path is not None
+    path = module.notebook if path is None else path
     text = read_text(path) if text is None else text
     check_syntax(text, path)
-    find_solution_blocks(text, path)
+    if companion:
+        check_no_solution(text, path, module.notebook)
+    else:
+        find_solution_blocks(text, path)
     # nbdev is imported here, when a notebook is exported, not with this module: `tito grade` imports
     # this module and must import without nbdev (tests/tito/test_grading_package.py).
     from fastcore.nbio import dict2nb
@@ -143,28 +173,31 @@ def _parse(settings: Settings, module: CourseModule, text: str | None = None) ->
     return parsed
 
 
-def check_targets_unique(settings: Settings, made: list[tuple[CourseModule, str]]) -> None:
+def check_targets_unique(settings: Settings, made: list[tuple[CourseModule, str]],
+                         sources: list[Path] | None = None) -> None:
     """No two notebooks write one package file, and no module sits where a package folder must.
 
-    `made` are the (module, target) pairs being exported now; every other notebook of the
-    course is scanned for its targets, because exporting module 02 with module 01's
+    `made` are the (module, target) pairs being exported now (`sources`: the notebook, lesson or
+    companion, each comes from; default the lesson); every other notebook of the course, companions
+    included, is scanned for its targets, because exporting module 02 with module 01's
     `default_exp` would overwrite 01's file even when 01 is not exported in this call.
     """
-    owners: dict[str, list[CourseModule]] = {}
+    sources = sources or [module.notebook for module, _ in made]
+    owners: dict[str, list[Path]] = {}
     exporting = {module.key for module, _ in made}
     for module in list_modules(settings):
         if module.key not in exporting:
-            for target in scan_targets(module):
-                owners.setdefault(target, []).append(module)
-    for module, target in made:
-        owners.setdefault(target, []).append(module)
-    for module, target in made:
-        others = [m for m in owners[target] if m is not module]
+            for path, target in module_targets(module):
+                owners.setdefault(target, []).append(path)
+    for (module, target), path in zip(made, sources):
+        owners.setdefault(target, []).append(path)
+    for (module, target), source in zip(made, sources):
+        others = [p for p in owners[target] if p != source]
         if others:
             where = settings.lib_path / Path(*target.split(".")).with_suffix(".py")
-            listed = " and ".join(str(m.notebook) for m in [module, *others])
+            listed = " and ".join(str(p) for p in [source, *others])
             raise NotebookError(
-                f"{module.notebook}:{_directive_line(_lenient_text(module.notebook), target)}: two notebooks export "
+                f"{source}:{_directive_line(_lenient_text(source), target)}: two notebooks export "
                 f"`{target}`: {listed}. Both would write {_relative(where, settings.root)}, and the later "
                 f"would silently replace the earlier. Give each notebook its own module name "
                 f"(e.g. `#| default_exp core.{module.name}`)."
@@ -174,28 +207,44 @@ def check_targets_unique(settings: Settings, made: list[tuple[CourseModule, str]
         if inside or folder.is_dir():
             holds = f" (it holds `{inside[0]}`)" if inside else ""
             raise NotebookError(
-                f"{module.notebook}:1: the export target `{target}` is the package folder "
+                f"{source}:1: the export target `{target}` is the package folder "
                 f"{_relative(folder, settings.root)}/{holds}; a module file of that name would be shadowed by the "
                 f"folder. Name a module inside it instead, e.g. `{target}.{module.name}`."
             )
 
 
 def _make_module(settings: Settings, module: CourseModule, staging_lib: Path,
-                 text: str | None) -> list[tuple[str, Path]]:
-    """Write a notebook's module(s) into `staging_lib`; return [(dotted name, path relative to the lib)]."""
+                 text: str | None) -> list[tuple[str, Path, Path]]:
+    """Write a notebook's module(s), its companions' too, into `staging_lib`.
+
+    Returns [(dotted name, path relative to the lib, the notebook it came from)], the lesson's
+    `#| default_exp` first. Every notebook of the module is checked before anything is written,
+    and all their problems are raised together.
+    """
     from nbdev.maker import ModuleMaker  # with nbdev's other imports (`_parse`), when a notebook is exported
 
+    parsed, problems = [], []
+    for path in [module.notebook, *module.companions]:
+        try:
+            if path == module.notebook:
+                parsed.extend((path, entry) for entry in _parse(settings, module, text))
+            else:
+                parsed.extend((path, entry) for entry in _parse(settings, module, path=path))
+        except NotebookError as err:
+            problems.append(str(err))
+    if problems:
+        raise NotebookError("\n".join(problems))
     made = []
-    for target, cells, all_cells in _parse(settings, module, text):
+    for path, (target, cells, all_cells) in parsed:
         relative = Path(*target.split(".")).with_suffix(".py")
-        maker = ModuleMaker(dest=staging_lib, name=target, nb_path=module.notebook, is_new=True)
+        maker = ModuleMaker(dest=staging_lib, name=target, nb_path=path, is_new=True)
         # The header comment names the notebook relative to the *real* package file,
         # not the staging folder, so the output is the same wherever it was generated.
         final_file = settings.lib_path / relative
-        maker.dest2nb = _relative(module.notebook, final_file.parent)
+        maker.dest2nb = _relative(path, final_file.parent)
         maker.hdr = f"# %% {maker.dest2nb}"
         maker.make(cells, all_cells, lib_path=staging_lib)
-        made.append((target, relative))
+        made.append((target, relative, path))
     return made
 
 
@@ -217,21 +266,22 @@ def render_modules(settings: Settings, modules: list[CourseModule], staging_lib:
     """Generate `modules` (plus __init__ files) into `staging_lib`.
 
     Returns [(module, dotted name, relative path)] (a notebook can write more than one
-    module) and the relative __init__ paths. `texts` ({module key: notebook text})
-    replaces notebooks' text on disk. Raises NotebookError naming file and line, with
+    module, and a module's companions are written with it) and the relative __init__ paths.
+    `texts` ({module key: lesson text}) replaces lessons' text on disk. Raises NotebookError naming file and line, with
     one paragraph per notebook that fails, when any does.
     """
-    made, problems = [], []
+    made, sources, problems = [], [], []
     for module in modules:
         try:
             text = (texts or {}).get(module.key)
-            made.extend((module, target, relative)
-                        for target, relative in _make_module(settings, module, staging_lib, text))
+            for target, relative, source in _make_module(settings, module, staging_lib, text):
+                made.append((module, target, relative))
+                sources.append(source)
         except NotebookError as err:
             problems.append(str(err))
     if not problems:
         try:
-            check_targets_unique(settings, [(m, t) for m, t, _ in made])
+            check_targets_unique(settings, [(m, t) for m, t, _ in made], sources)
         except NotebookError as err:
             problems.append(str(err))
     if problems:
@@ -281,18 +331,22 @@ def export_modules(settings: Settings, modules: list[CourseModule],
 
 
 def module_in_sync(settings: Settings, module: CourseModule) -> tuple[bool, str]:
-    """(in sync?, explanation): would exporting `module` leave its package file unchanged?"""
+    """(in sync?, explanation): would exporting `module` (its companions too) leave its package files unchanged?"""
     with tempfile.TemporaryDirectory(prefix="tito-sync-") as tmp:
         staging_lib = Path(tmp) / settings.lib_path.name
         try:
             made, _ = render_modules(settings, [module], staging_lib)
         except NotebookError as err:
             return False, f"{DOES_NOT_EXPORT}: {err}"
-        for _, _, relative in made:
+        sources = {target: path for path, target in module_targets(module)}
+        for _, target, relative in made:
             final = settings.lib_path / relative
             if not final.is_file():
                 return False, "not exported yet"
             if final.read_bytes() != (staging_lib / relative).read_bytes():
+                source = sources.get(target, module.notebook)
+                if source != module.notebook:
+                    return False, f"companion {source.name} changed since the last export"
                 return False, "notebook changed since the last export"
         return True, "in sync"
 

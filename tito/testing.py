@@ -125,8 +125,12 @@ def _minutes(seconds: float) -> str:
 
 
 def notebook_digest(module: CourseModule) -> str | None:
+    """The lesson's SHA-256, its companions' bytes (`CourseModule.companions`) included when it has any."""
     try:
-        return hashlib.sha256(module.notebook.read_bytes()).hexdigest()
+        digest = hashlib.sha256(module.notebook.read_bytes())
+        for companion in module.companions:
+            digest.update(companion.name.encode() + b"\0" + companion.read_bytes())
+        return digest.hexdigest()
     except OSError:
         return None
 

@@ -1468,8 +1468,9 @@ test_unit_no_grad()
 # (a softmax's gradient with respect to an all-ones cotangent is zero whatever the rule).
 #
 # The numerical side is given code in a small module of its own, `tinytorch.testing`
-# (the next cell exports there): this notebook, the test suite and the benchmarks all
-# compute central differences with these two functions, so there is one copy to trust.
+# (its source is `testing.py` beside this lesson; the next line imports it): this
+# notebook, the test suite and the benchmarks all compute central differences with these
+# two functions, so there is one copy to trust.
 #
 # * `central_difference(f, x, eps)`: the gradient of a scalar function `f` of one array;
 # * `numeric_vjp(fn, arrays, cotangent, eps)`: for a TinyTorch function `fn` of several
@@ -1477,59 +1478,7 @@ test_unit_no_grad()
 #   each input array, in float64. It only runs `fn` forward.
 
 # %%
-#| export testing
-# Central differences: the numerical gradients every backward rule is checked against.
-# Given code, not a student exercise; the notebooks, the tests and the benchmarks all
-# import these, so there is one copy to trust.
-from typing import Any, Callable, Sequence
-
-import numpy as np
-
-
-def central_difference(f: Callable[[np.ndarray], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """df/dx at `x`: `(f(x + eps·e_i) - f(x - eps·e_i)) / (2·eps)` for every element i.
-
-    f   -- a function of one array shaped like x, returning a number
-    x   -- the point (left unchanged); the arithmetic happens in x's dtype, so a
-           float32 x shows how coarse single precision is: check in float64
-    Returns an array of x's shape and dtype.
-    """
-    grad = np.zeros_like(x)
-    flat = grad.reshape(-1)
-    two_eps = x.dtype.type(2 * eps)
-    for j in range(x.size):  # one element at a time: a test, not a kernel
-        step = np.zeros_like(x)
-        step.reshape(-1)[j] = eps
-        flat[j] = (f(x + step) - f(x - step)) / two_eps
-    return grad
-
-
-def numeric_vjp(fn: Callable[..., Any], arrays: Sequence[np.ndarray], cotangent: np.ndarray,
-                eps: float = 1e-6) -> list[np.ndarray]:
-    """Central differences of `Σ cotangent ⊙ fn(*tensors)`, one gradient per input array.
-
-    fn        -- takes one Tensor per array and returns a Tensor (only its forward runs,
-                 so this needs no autograd at all)
-    arrays    -- the inputs, as arrays; computed in float64
-    cotangent -- an array of fn's output shape (a random one hides nothing that cancels)
-    Returns [d/d arrays[0], d/d arrays[1], ...], each of its array's shape, float64.
-    """
-    from tinytorch.core.tensor import Tensor
-
-    points = [np.asarray(a, dtype=np.float64) for a in arrays]
-    weights = np.asarray(cotangent, dtype=np.float64)
-
-    def total(values: list[np.ndarray]) -> float:
-        return float((np.asarray(fn(*[Tensor(v) for v in values]).numpy(), dtype=np.float64) * weights).sum())
-
-    grads = []
-    for i, point in enumerate(points):
-        def f(x: np.ndarray, i: int = i) -> float:
-            return total([x if j == i else p for j, p in enumerate(points)])
-
-        grads.append(central_difference(f, point, eps))
-    return grads
-
+from tinytorch.testing import central_difference, numeric_vjp  # given: modules/05_autograd/testing.py
 
 # %% [markdown]
 # ### Predict, then run: float32 or float64?

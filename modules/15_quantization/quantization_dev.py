@@ -1349,39 +1349,16 @@ def test_unit_integer_matmul():
 test_unit_integer_matmul()
 
 
+# %% [markdown]
+# The dynamic forward's test names the classic slip its numbers match, with a given helper,
+# `dynamic_slip`, in `quantization_checks.py` beside this lesson (`tinytorch.perf.quantization_checks`).
+
 # %%
-def dynamic_slip(out, rows, qweight, scale, bias):
-    """None when `out` (N, out) is the dynamic forward of `rows` (N, in) with the int8 weight integers `qweight`
-    (in, out), their scales (out,) and `bias`; else what differs, named by the classic slip it matches."""
-    def forward(x_symmetric=False, fold_zero_point=True, x_scale=True, add_bias=True):
-        observer = MinMaxObserver(symmetric=x_symmetric)
-        observer.observe(rows)
-        sx, zx = observer.qparams()
-        qx = quantize_per_tensor(rows, sx, zx).numpy().astype(np.float64)
-        acc = (qx - (zx if fold_zero_point else 0)) @ qweight.astype(np.float64)   # exact integers in float64
-        y = acc.astype(np.float32) * ((np.float32(sx) if x_scale else np.float32(1)) * scale)
-        return y + bias if add_bias else y
-
-    def close(y):
-        return np.allclose(out, y, rtol=1e-6, atol=1e-6)
-
-    if close(forward()):
-        return None
-    slips = [
-        ({"add_bias": False}, "it equals the right output without the bias: add self.bias"),
-        ({"fold_zero_point": False}, "x's zero point was never folded out (integer_matmul got 0): x is quantized "
-                                     "affine, q = x/s_x + z_x, so pass its zero point x_zero_point to integer_matmul"),
-        ({"x_scale": False}, "the int32 sums were rescaled by the weight's scale only: multiply by x_scale·scale"),
-        ({"x_symmetric": True}, "x was quantized symmetric: quantize it affine int8, its own min and max "
-                                "(MinMaxObserver('int8'), the default), so it uses all 256 integers"),
-    ]
-    for change, what in slips:
-        if close(forward(**change)):
-            return what
-    return (f"largest difference {np.abs(out - forward()).max():.3g} from quantize x (affine int8, its own min and "
-            "max), integer_matmul with x's zero point, times x_scale·scale, plus the bias; matched no classic slip")
+from tinytorch.perf.quantization_checks import (  # given: modules/15_quantization/quantization_checks.py
+    dynamic_slip)
 
 
+# %%
 def test_unit_quantized_linear():
     linear = Linear(3, 2, seed=0)
     linear.weight.data = np.array([[0.5, -0.02], [-0.75, 0.01], [1.0, 0.04]], dtype=np.float32)
@@ -1430,7 +1407,7 @@ def test_unit_quantized_linear():
     assert out.dtype == np.float32, (f"dynamic forward returned {out.dtype}: convert the int32 accumulator to float32 "
                                      "before multiplying by the scales (NumPy's int32 times float32 is float64)")
     slip = dynamic_slip(out.reshape(-1, 2), xs.reshape(-1, 3), layer.qweight.numpy(), layer.scale.numpy(),
-                        linear.bias.numpy())
+                        linear.bias.numpy(), MinMaxObserver, quantize_per_tensor)
     assert slip is None, f"dynamic forward: {slip}"
     print("✓ QuantizedLinear: per output channel, int8 and packed int4 weights, weight-only and dynamic forwards")
 
@@ -1708,37 +1685,15 @@ test_unit_checkpoint_round_trip()
 # between per tensor and per channel larger at 8 bits or at 3?
 
 # %%
-from tinytorch.core.optimizers import AdamW
 from tinytorch.core.spatial import Conv2d, Flatten, MaxPool2d
+from tinytorch.perf.quantization_models import (  # given: modules/15_quantization/quantization_models.py
+    digits_split, shakespeare_gpt, test_accuracy, train_classifier, validation_batches,
+    validation_loss)
 
 DATASETS = Path("../../datasets")
 if not DATASETS.exists():  # run from the repository root
     DATASETS = Path("datasets")
-with np.load(DATASETS / "digits.npz", allow_pickle=False) as digits:
-    images, labels = digits["images"].astype(np.float32) / 16.0, digits["labels"].astype(np.int64)
-order = np.random.default_rng(0).permutation(len(labels))        # the milestones' split
-test_idx, train_idx = order[:int(round(0.2 * len(labels)))], order[int(round(0.2 * len(labels))):]
-
-
-def train_classifier(model: Module, x: np.ndarray, y: np.ndarray, epochs: int, seed: int = 0) -> Module:
-    """A few epochs of AdamW on mini-batches of 32 (modules 04 and 06): enough for these digits."""
-    from tinytorch.core.losses import cross_entropy
-
-    optimizer = AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    shuffle = np.random.default_rng(seed)
-    for _ in range(epochs):
-        for batch in np.array_split(shuffle.permutation(len(y)), len(y) // 32):
-            loss = cross_entropy(model(Tensor(x[batch])), y[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return model.eval()
-
-
-def test_accuracy(model: Module, x: np.ndarray, y: np.ndarray) -> float:
-    return float((model(Tensor(x)).numpy().argmax(axis=-1) == y).mean())
-
-
+images, labels, test_idx, train_idx = digits_split(DATASETS)        # the milestones' split
 flat = images.reshape(len(images), -1)
 mlp = train_classifier(Sequential(Linear(64, 128, seed=1), ReLU(), Linear(128, 64, seed=2), ReLU(),
                                   Linear(64, 10, seed=3)), flat[train_idx], labels[train_idx], epochs=12)
@@ -1768,59 +1723,16 @@ print(f"(test set: {len(test_idx)} images; one image is {100 / len(test_idx):.2f
 digit_results = measured
 
 # %% [markdown]
-# Now the GPT. The cell looks for the milestone's checkpoint, builds the GPT its saved recipe
-# describes (module 07's `load_checkpoint` refuses a file whose weights do not fit it), and
-# says how long that model was trained.
+# Now the GPT. The given `shakespeare_gpt` (in `quantization_models.py` beside this lesson,
+# with the digits' split and training loop of the cell above) looks for the milestone's
+# checkpoint, builds the GPT its saved recipe describes (module 07's `load_checkpoint` refuses
+# a file whose weights do not fit it), and says how long that model was trained.
 
 # %%
 from tinytorch.core.autograd import no_grad
-from tinytorch.core.training import read_checkpoint
-from tinytorch.models.transformer import GPT
-from tinytorch.text.tokenization import CharTokenizer
 
-text = (DATASETS / "tinyshakespeare.txt").read_text(encoding="utf-8")
-tokenizer = CharTokenizer.from_text(text)
-milestone_checkpoint = Path(tempfile.gettempdir()) / "tinytorch-shakespeare" / "shakespeare_gpt.npz"
-recipe = None
-if milestone_checkpoint.is_file():
-    try:
-        saved = read_checkpoint(milestone_checkpoint)["extra"]
-        recipe, trained_for = saved["recipe"], saved["iters"]
-    except (ValueError, KeyError, TypeError) as err:
-        print(f"{milestone_checkpoint} is not the milestone's checkpoint ({err}); training a small GPT instead")
-if recipe is not None:
-    gpt = GPT(tokenizer.vocab_size, recipe["embed_dim"], recipe["num_layers"], recipe["num_heads"],
-              recipe["context"], tie_weights=True, bias=False)
-    load_checkpoint(milestone_checkpoint, gpt)
-    context = recipe["context"]
-    print(f"GPT: the milestone's trained model ({trained_for} iterations), {milestone_checkpoint}")
-else:
-    context = 32
-    gpt = GPT(tokenizer.vocab_size, 64, 2, 4, context, bias=False, seed=0)
-    ids = np.array(tokenizer.encode(text[:200_000]), dtype=np.int64)
-    optimizer = AdamW(gpt.parameters(), lr=3e-3, weight_decay=0.0)
-    batch_rng = np.random.default_rng(0)
-    for step in range(150):
-        starts = batch_rng.integers(0, len(ids) - context - 1, 16)
-        window = ids[starts[:, None] + np.arange(context + 1)]
-        _, loss = gpt(window[:, :-1], targets=window[:, 1:])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    print(f"GPT: no milestone checkpoint at {milestone_checkpoint}: a small GPT (width 64, 2 layers, context 32) "
-          f"trained here for 150 steps, training loss {loss.item():.3f}")
-gpt.eval()
-val_ids = np.array(tokenizer.encode(text[int(0.9 * len(text)):]), dtype=np.int64)
-val_starts = np.random.default_rng(2).integers(0, len(val_ids) - context - 1, (4, 12))
-val_batches = [val_ids[s[:, None] + np.arange(context + 1)] for s in val_starts]
-
-
-def validation_loss(model: Module, batches: list) -> float:
-    """Mean cross-entropy over fixed batches: every variant sees the same windows, so differences are the model's."""
-    with no_grad():
-        return float(np.mean([model(b[:, :-1], targets=b[:, 1:])[1].item() for b in batches]))
-
-
+gpt, tokenizer, text, context = shakespeare_gpt(DATASETS)
+val_batches = validation_batches(tokenizer, text, context)
 gpt_losses = {"fp32": validation_loss(gpt, val_batches)}  # named gpt_results once complete, as above
 for bits in BITS:
     for per_channel in (False, True):

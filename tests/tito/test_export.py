@@ -20,17 +20,18 @@ def test_export_twice_gives_identical_bytes(course):
     first = course.package_bytes()
     results = export_modules(course.settings, [module])
     assert course.package_bytes() == first
-    assert [r.changed for r in results] == [False]
+    assert [r.target for r in results] == ["core.tensor", "core.tensor_checks"]  # the lesson, then its companion
+    assert not any(r.changed for r in results)
 
 
 def test_committed_package_equals_a_fresh_export():
-    """The repository's tinytorch/core/tensor.py is exactly what exporting module 01 gives."""
+    """The repository's tinytorch/core/tensor.py (and its companion's file) is exactly what exporting module 01 gives."""
     settings = load_settings(REPO)
     module = resolve_module(settings, "01_tensor")
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / settings.lib_name
         made, inits = render_modules(settings, [module], staging)
-        for relative in [made[0][2], Path("__init__.py")]:
+        for relative in [*(r for _, _, r in made), Path("__init__.py")]:
             assert (staging / relative).read_bytes() == (settings.lib_path / relative).read_bytes(), relative
     assert module_in_sync(settings, module) == (True, "in sync")
 

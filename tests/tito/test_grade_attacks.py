@@ -240,7 +240,8 @@ if _found:
 
 
 def _reference_lines(course) -> set[str]:
-    """Lines (stripped, 40 characters or more) found only inside the solution blocks of modules 02-20."""
+    """Lines (stripped, 40 characters or more) found only inside the solution blocks of modules 02-20 (not in
+    given code: outside the blocks, or in a companion notebook)."""
     from tito.course import list_modules
     from tito.notebook import find_solution_blocks
 
@@ -253,6 +254,8 @@ def _reference_lines(course) -> set[str]:
         for number, line in enumerate(lines):
             target = inside if number in solution and module.key != "01_tensor" else outside
             target.add(line.strip())
+        for companion in module.companions:  # given code, in the student edition as it is
+            outside.update(line.strip() for line in companion.read_text(encoding="utf-8").splitlines())
     return {line for line in inside - outside if len(line) >= 40}
 
 

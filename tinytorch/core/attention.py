@@ -620,9 +620,10 @@ def flash_attention_flops(node, out_shape: tuple, grads: Any = None) -> int:
     qk, wv = 2 * batch * tq * tk * dk, 2 * batch * tq * tk * dv
     return qk + wv if grads is None else 3 * qk + 2 * wv
 
-# %% ../../modules/12_attention/attention_dev.py #1cd2b02d
+# %% ../../modules/12_attention/attention_dev.py #88a3c63f
 from ..plotting import pyplot  # module 02's: the one place the backend is chosen
-from .attention_plots import plot_attention, plot_attention_heads, save_figure  # given: modules/12_attention/attention_plots.py
+from .attention_plots import (  # given: modules/12_attention/attention_plots.py
+    plot_attention, plot_attention_heads, save_figure)
 _all_ = ["plot_attention", "plot_attention_heads"]  # nbdev: also in this module's __all__
 
 

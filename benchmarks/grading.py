@@ -48,6 +48,9 @@ HEADING = "## Grading (`tito grade`)"
 def read_before(path: Path, students: int) -> dict:
     """What the grading section of another revision's RESULTS.md measured: its revision, the line that
     says how and when, its modules, and the wall clocks of one submission and of `students` of them."""
+    if not path.is_file():
+        raise SystemExit(f"--before {path}: no such file; name the RESULTS.md this script wrote at the other "
+                         "revision (see the top of this file)")
     text = path.read_text(encoding="utf-8")
     start = text.find(HEADING + "\n")
     if start < 0:

@@ -2,8 +2,9 @@
 # # Module 05's given code: central differences
 #
 # Given code for the lesson `autograd_dev.py`, exported with it (`tito export 05`) to
-# `tinytorch.testing`: the numerical gradients every backward rule is checked against. The
-# lesson, the test suite and the benchmarks all import these, so there is one copy to trust.
+# `tinytorch.testing`: the numerical gradients every backward rule is checked against, and
+# `returned`, which later lessons' tests use to name a missing `return`. The lessons, the test
+# suite and the benchmarks all import these, so there is one copy to trust.
 # It holds no exercise: the student edition carries this file unchanged.
 
 # %%
@@ -62,3 +63,15 @@ def numeric_vjp(fn: Callable[..., Any], arrays: Sequence[np.ndarray], cotangent:
 
         grads.append(central_difference(f, point, eps))
     return grads
+
+
+# %%
+#| export
+def returned(value: Any, call: str, kind: Any) -> Any:
+    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
+    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    assert isinstance(value, kind), (
+        f"{call} returned {type(value).__name__}, expected a {names}"
+        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
+    return value

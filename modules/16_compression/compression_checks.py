@@ -15,23 +15,11 @@
 #| export
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 
 # %%
 #| export
-def returned(value: Any, call: str, kind: Any) -> Any:
-    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
-    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
-    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-    assert isinstance(value, kind), (
-        f"{call} returned {type(value).__name__}, expected a {names}"
-        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
-    return value
-
-
 def mask_mistake(got: np.ndarray, weights: np.ndarray, amount: float, keep: np.ndarray | None = None) -> str:
     """Why `got` is not magnitude_mask(weights, amount, keep): the classic mistake that gives exactly this
     mask, if one does (each one made on the same inputs), else where it differs."""

@@ -259,13 +259,15 @@ def magnitude_mask(weights: np.ndarray, amount: float, keep: np.ndarray | None =
 
 # %% [markdown]
 # The tests below check values and, when one is wrong, name the classic mistake that gives
-# exactly that value. Those diagnoses are given code, imported in the next line from
-# `compression_checks.py` beside this lesson (`tinytorch.perf.compression_checks`).
+# exactly that value. Those diagnoses are given code, imported in the next cell from
+# `compression_checks.py` beside this lesson (`tinytorch.perf.compression_checks`), with module
+# 05's `returned`, which names a function that ends without a `return`.
 
 # %%
 from tinytorch.perf.compression_checks import (  # given: modules/16_compression/compression_checks.py
-    bytes_mistake, csr_mistake, expected_distillation, importance_mistake, mask_mistake, returned,
-    schedule_mistake, sparsity_mistake)
+    bytes_mistake, csr_mistake, expected_distillation, importance_mistake, mask_mistake, schedule_mistake,
+    sparsity_mistake)
+from tinytorch.testing import returned  # given: names a missing `return` (modules/05_autograd/testing.py)
 
 
 # %%

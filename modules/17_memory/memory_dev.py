@@ -274,16 +274,7 @@ def training_memory(model: Any, optimizer: Any, batch_shape: tuple) -> dict[str,
 
 # %%
 from tinytorch.core.optimizers import SGD
-
-
-def returned(value: Any, call: str, kind: Any) -> Any:
-    """`value`, after checking that it is a `kind` (a type or a tuple of types): a function whose `return` is
-    missing gives None, named here instead of as "'NoneType' object has no attribute ..." a line later."""
-    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-    assert isinstance(value, kind), (
-        f"{call} returned {type(value).__name__}, expected a {names}"
-        + (": the function ends without a `return` (or returns nothing on this path)" if value is None else ""))
-    return value
+from tinytorch.testing import returned  # given: names a missing `return` (modules/05_autograd/testing.py)
 
 
 def test_unit_training_memory():

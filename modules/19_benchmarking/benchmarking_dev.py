@@ -756,18 +756,54 @@ def token_losses(logits: Any, targets: Any) -> np.ndarray:
 import math
 
 
+def token_loss_slip(got: np.ndarray, logits: np.ndarray, targets: np.ndarray) -> str:
+    """The classic slip whose per-position losses of `logits` (..., V) against `targets` (...) are `got`,
+    in words ("" if none): each slip is made on the same inputs and compared."""
+    z = np.asarray(logits, dtype=np.float64)
+    peak = z.max(axis=-1, keepdims=True)[..., 0]
+    log_norm = peak + np.log(np.exp(z - peak[..., None]).sum(axis=-1))
+    right = log_norm - np.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
+    slips = {
+        "the max was subtracted inside exp but not added back: log Σ exp(z) = m + log Σ exp(z − m)": right - peak,
+        "the sign is flipped: the loss is −log softmax(z)[target] = logsumexp(z) − z[target], positive": -right,
+        "that is log base 2 (bits): the loss is in nats, the natural log": right / math.log(2),
+        "pick the TARGET's logit, not the largest one": log_norm - peak,
+    }
+    got = np.asarray(got, dtype=np.float64)
+    named = [words for words, wrong in slips.items()
+             if got.shape == wrong.shape and np.allclose(got, wrong, rtol=0, atol=1e-9)
+             and not np.allclose(wrong, right, rtol=0, atol=1e-9)]
+    return named[0] if named else ""
+
+
+def losses_of(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """token_losses(logits, targets), with NumPy's shape and index errors from inside it named as the axis slip
+    they come from (the inputs here are valid, so the given shape check never speaks)."""
+    try:
+        return token_losses(logits, targets)
+    except (ValueError, IndexError) as err:
+        which = ("the target's logit was picked along another axis than the classes" if isinstance(err, IndexError)
+                 else "the log-sum-exp (or the max) ran over another axis than the classes")
+        raise AssertionError(
+            f"logits {np.shape(logits)}, targets {np.shape(targets)} raised {type(err).__name__}: {err}: {which}; both "
+            "run over the classes, the LAST axis (sum(axis=-1), take_along_axis(..., axis=-1))") from None
+
+
 def test_unit_token_losses():
     uniform = np.zeros((2, 3, 4))
     targets = np.array([[0, 1, 2], [3, 0, 1]])
-    got = token_losses(uniform, targets)
+    got = losses_of(uniform, targets)
     assert np.shape(got) == (2, 3), f"one loss per position: expected shape (2, 3), got {np.shape(got)}"
-    assert np.allclose(got, math.log(4), rtol=0, atol=1e-12), \
-        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f} everywhere, got {got}: -log p(target)"
+    assert np.allclose(got, math.log(4), rtol=0, atol=1e-12), (
+        f"uniform logits over 4 classes: expected ln 4 = {math.log(4):.6f} everywhere, got {got}: "
+        + (token_loss_slip(got, uniform, targets) or "-log p(target)"))
     logits = np.array([[2.0, 0.0, -1.0]])
     expected = -(2.0 - math.log(math.exp(2) + 1 + math.exp(-1)))
-    got = token_losses(logits, np.array([0]))
-    assert abs(got[0] - expected) < 1e-12, f"expected {expected:.6f}, got {got[0]}: -log softmax(logits)[target]"
-    got = token_losses(logits, np.array([2]))
+    got = losses_of(logits, np.array([0]))
+    assert abs(got[0] - expected) < 1e-12, (f"expected {expected:.6f}, got {got[0]}: "
+                                            + (token_loss_slip(got, logits, np.array([0]))
+                                               or "-log softmax(logits)[target]"))
+    got = losses_of(logits, np.array([2]))
     assert abs(got[0] - (expected + 3.0)) < 1e-12, \
         f"target 2: expected {expected + 3:.6f}, got {got[0]}: pick the TARGET's logit, not the largest one"
     rng = np.random.default_rng(0)

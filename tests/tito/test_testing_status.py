@@ -467,6 +467,8 @@ def test_a_notebook_known_only_from_its_recorded_run_is_missing_too(course):
     module = course.module("01")
     record_results(course.settings, [RunRecord(name="01_tensor", seconds=1.0, finished_at="2026-11-28T00:00:01")])
     assert missing_notebooks(course.settings) == []
+    for companion in module.companions:  # given code beside the lesson (tensor_checks.py)
+        companion.unlink()
     module.notebook.unlink()
     (module.folder / "mistakes.toml").unlink()
     module.folder.rmdir()
